@@ -1,0 +1,145 @@
+"""The binarized dataset on disk: flat token-id arrays with offsets, memory-mapped on load.
+
+A DATA_DIR holds, per split and language, `SPLIT.LANG.bin` (every sentence's ids, end to
+end, in the smallest unsigned dtype that holds the vocabulary) and `SPLIT.LANG.idx`
+(int64 offsets, one more than there are sentences), plus `manifest.json`, the
+tokenizer file(s), and `SPLIT.LANG.txt`, the raw text of valid/test splits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mtkit.errors import MtkitError
+from mtkit.tokenizer import Tokenizer
+
+MANIFEST = "manifest.json"
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.uint32)
+
+
+class SentenceWriter:
+    """Appends sentences of ids to `PREFIX.bin` and their end offsets to `PREFIX.idx`, streaming."""
+
+    def __init__(self, prefix: Path, dtype: np.dtype):
+        self.dtype = dtype
+        self._bin = open(f"{prefix}.bin", "wb")
+        self._idx = open(f"{prefix}.idx", "wb")
+        self._end = 0
+        self._idx.write(np.zeros(1, dtype=np.int64).tobytes())
+        self.sentences = 0
+
+    def add_many(self, sentences: list[list[int]]) -> None:
+        if not sentences:
+            return
+        lengths = np.fromiter((len(ids) for ids in sentences), dtype=np.int64, count=len(sentences))
+        flat = np.fromiter((i for ids in sentences for i in ids), dtype=self.dtype, count=int(lengths.sum()))
+        self._bin.write(flat.tobytes())
+        ends = self._end + np.cumsum(lengths)
+        self._idx.write(ends.tobytes())
+        self._end = int(ends[-1])
+        self.sentences += len(sentences)
+
+    @property
+    def tokens(self) -> int:
+        return self._end
+
+    def close(self) -> None:
+        self._bin.close()
+        self._idx.close()
+
+
+class SentenceArray:
+    """Read-only view of one `PREFIX.bin`/`PREFIX.idx` pair: `array[i]` is sentence i's ids."""
+
+    def __init__(self, prefix: Path, dtype: np.dtype):
+        self.offsets = np.fromfile(f"{prefix}.idx", dtype=np.int64)
+        size = int(self.offsets[-1])
+        self.ids = (
+            np.memmap(f"{prefix}.bin", dtype=dtype, mode="r", shape=(size,)) if size else np.zeros(0, dtype=dtype)
+        )
+        self.lengths = np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+
+
+def read_manifest(data_dir: Path) -> dict:
+    path = Path(data_dir) / MANIFEST
+    if not path.is_file():
+        raise MtkitError(f"{data_dir}: not an mtkit dataset (no {MANIFEST}; run mtkit preprocess first)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise MtkitError(f"{path}: damaged manifest ({err})") from None
+
+
+class ParallelDataset:
+    """One split of a binarized dataset: `dataset[i]` is (source ids, target ids) without specials."""
+
+    def __init__(self, data_dir: Path, split: str):
+        self.data_dir = Path(data_dir)
+        self.manifest = read_manifest(self.data_dir)
+        if split not in self.manifest["splits"]:
+            raise MtkitError(f"{data_dir}: has no {split} split (it has {', '.join(self.manifest['splits'])})")
+        self.split = split
+        dtype = np.dtype(self.manifest["dtype"])
+        self.src = SentenceArray(self.data_dir / f"{split}.{self.src_lang}", dtype)
+        self.tgt = SentenceArray(self.data_dir / f"{split}.{self.tgt_lang}", dtype)
+
+    @property
+    def src_lang(self) -> str:
+        return self.manifest["src_lang"]
+
+    @property
+    def tgt_lang(self) -> str:
+        return self.manifest["tgt_lang"]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.src[index], self.tgt[index]
+
+    @property
+    def src_lengths(self) -> np.ndarray:
+        return self.src.lengths
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        return self.tgt.lengths
+
+    def raw_lines(self, side: str) -> list[str]:
+        """The raw text of a valid/test split ('src' or 'tgt'), as it was given to preprocess."""
+        lang = self.src_lang if side == "src" else self.tgt_lang
+        path = self.data_dir / f"{self.split}.{lang}.txt"
+        if not path.is_file():
+            raise MtkitError(f"{path}: missing (raw text is kept for valid and test splits only)")
+        return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def load_tokenizers(data_dir: Path) -> tuple[Tokenizer, Tokenizer]:
+    """The source and target tokenizers stored in a dataset (the same object when the vocabulary is joint)."""
+    manifest = read_manifest(data_dir)
+    src = Tokenizer.load(Path(data_dir) / manifest["src_tokenizer"]["file"])
+    if manifest["tgt_tokenizer"]["file"] == manifest["src_tokenizer"]["file"]:
+        return src, src
+    return src, Tokenizer.load(Path(data_dir) / manifest["tgt_tokenizer"]["file"])
+
+
+def check_tokenizers_match(data_dir: Path, src_sha256: str, tgt_sha256: str, what: str) -> None:
+    """Refuse a dataset built with other tokenizers than `what` (a checkpoint, a model) uses."""
+    manifest = read_manifest(data_dir)
+    if (manifest["src_tokenizer"]["sha256"], manifest["tgt_tokenizer"]["sha256"]) != (src_sha256, tgt_sha256):
+        raise MtkitError(
+            f"{data_dir}: built with a different tokenizer than {what} "
+            f"(dataset sha256 {manifest['src_tokenizer']['sha256'][:12]}, {what} {src_sha256[:12]})"
+        )

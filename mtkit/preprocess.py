@@ -1,0 +1,194 @@
+"""Raw parallel text -> cleaned, subword-encoded, binarized dataset (see mtkit.data for the format).
+
+Everything streams in chunks of lines, so peak memory does not grow with the corpus
+(except the set of pair hashes that --dedup keeps: 8 bytes per kept pair).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mtkit import __version__, console
+from mtkit.data import MANIFEST, SentenceWriter, ids_dtype
+from mtkit.errors import MtkitError
+from mtkit.textio import atomic_directory, count_lines, iter_lines
+from mtkit.tokenizer import Tokenizer
+
+CHUNK_LINES = 20_000
+
+
+@dataclass
+class CleaningRules:
+    """What `preprocess` drops from the training split (valid and test keep every line)."""
+
+    strip: bool = True
+    drop_empty: bool = True
+    max_len: int = 250  # subword tokens on either side; 0 = no limit
+    max_ratio: float = 3.0  # longer side / shorter side in subword tokens; 0 = no limit
+    dedup: bool = False
+
+
+@dataclass
+class SplitReport:
+    read: int = 0
+    kept: int = 0
+    src_tokens: int = 0
+    tgt_tokens: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: {"empty": 0, "too_long": 0, "ratio": 0, "duplicate": 0})
+
+
+def _paired_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
+    """Yield aligned (source, target) lines; a length mismatch names both files and both counts."""
+    missing = object()
+    pairs = itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path), fillvalue=missing)
+    for src, tgt in pairs:
+        if src is missing or tgt is missing:
+            raise MtkitError(
+                f"{src_path} has {count_lines(src_path)} lines but {tgt_path} has {count_lines(tgt_path)}: "
+                "source and target must be line-aligned"
+            )
+        yield src, tgt  # type: ignore[misc]
+
+
+def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    while chunk := list(itertools.islice(pairs, size)):
+        yield chunk
+
+
+def _drop_reason(src: list[int], tgt: list[int], rules: CleaningRules) -> str | None:
+    if not src or not tgt:
+        return "empty" if rules.drop_empty else None
+    if rules.max_len and max(len(src), len(tgt)) > rules.max_len:
+        return "too_long"
+    if rules.max_ratio and max(len(src), len(tgt)) / min(len(src), len(tgt)) > rules.max_ratio:
+        return "ratio"
+    return None
+
+
+def _pair_digest(src: list[int], tgt: list[int]) -> bytes:
+    return hashlib.blake2b(repr((src, tgt)).encode(), digest_size=8).digest()
+
+
+def _encode_split(
+    src_path: Path,
+    tgt_path: Path,
+    writers: tuple[SentenceWriter, SentenceWriter],
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    rules: CleaningRules | None,
+    description: str,
+) -> SplitReport:
+    """Encode one split; `rules` None keeps every line (valid/test)."""
+    report = SplitReport()
+    seen: set[bytes] = set()
+    src_writer, tgt_writer = writers
+    strip = rules.strip if rules else True
+    with console.progress(description, total=count_lines(src_path)) as bar:
+        for chunk in _chunks(_paired_lines(src_path, tgt_path), CHUNK_LINES):
+            srcs = [s.strip() if strip else s for s, _ in chunk]
+            tgts = [t.strip() if strip else t for _, t in chunk]
+            src_ids, tgt_ids = tokenizers[0].encode_batch(srcs), tokenizers[1].encode_batch(tgts)
+            kept_src, kept_tgt = [], []
+            for src, tgt in zip(src_ids, tgt_ids):
+                reason = _drop_reason(src, tgt, rules) if rules else None
+                if reason is None and rules and rules.dedup:
+                    digest = _pair_digest(src, tgt)
+                    reason = "duplicate" if digest in seen else None
+                    seen.add(digest)
+                if reason:
+                    report.dropped[reason] += 1
+                    continue
+                kept_src.append(src)
+                kept_tgt.append(tgt)
+            src_writer.add_many(kept_src)
+            tgt_writer.add_many(kept_tgt)
+            report.read += len(chunk)
+            bar.advance(len(chunk))
+    report.kept = src_writer.sentences
+    report.src_tokens, report.tgt_tokens = src_writer.tokens, tgt_writer.tokens
+    return report
+
+
+def _copy_raw(path: Path, destination: Path) -> None:
+    """Keep a valid/test side as plain UTF-8 text, the references that BLEU is computed against."""
+    with open(destination, "w", encoding="utf-8") as out:
+        for line in iter_lines(path):
+            out.write(line + "\n")
+
+
+def _tokenizer_entry(tokenizer: Tokenizer, file: str) -> dict:
+    return {"file": file, "sha256": tokenizer.sha256, "vocab_size": tokenizer.vocab_size}
+
+
+def preprocess(
+    src_lang: str,
+    tgt_lang: str,
+    splits: dict[str, Path],
+    tokenizer_path: Path,
+    output: Path,
+    tgt_tokenizer_path: Path | None = None,
+    rules: CleaningRules | None = None,
+    force: bool = False,
+) -> dict:
+    """Build a binarized dataset from `splits` ({"train": PREFIX, "valid": PREFIX, ...}); returns the manifest."""
+    rules = rules or CleaningRules()
+    if src_lang == tgt_lang:
+        raise MtkitError(f"source and target language are both {src_lang!r}")
+    for prefix in splits.values():
+        for lang in (src_lang, tgt_lang):
+            if not Path(f"{prefix}.{lang}").is_file() and not Path(f"{prefix}.{lang}.gz").is_file():
+                raise MtkitError(f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)")
+    src_tok = Tokenizer.load(tokenizer_path)
+    tgt_tok = Tokenizer.load(tgt_tokenizer_path) if tgt_tokenizer_path else src_tok
+    joint = src_tok.sha256 == tgt_tok.sha256
+    dtype = ids_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size))
+    start = time.perf_counter()
+    with atomic_directory(output, force) as tmp:
+        src_file, tgt_file = ("tokenizer.json", "tokenizer.json") if joint else ("tokenizer.src.json", "tokenizer.tgt.json")
+        src_tok.save(tmp / src_file)
+        tgt_tok.save(tmp / tgt_file)
+        reports = {}
+        for split, prefix in splits.items():
+            paths = [_existing(prefix, lang) for lang in (src_lang, tgt_lang)]
+            writers = (SentenceWriter(tmp / f"{split}.{src_lang}", dtype), SentenceWriter(tmp / f"{split}.{tgt_lang}", dtype))
+            try:
+                split_rules = rules if split == "train" else None
+                reports[split] = _encode_split(paths[0], paths[1], writers, (src_tok, tgt_tok), split_rules, split)
+            finally:
+                for writer in writers:
+                    writer.close()
+            if split != "train":
+                _copy_raw(paths[0], tmp / f"{split}.{src_lang}.txt")
+                _copy_raw(paths[1], tmp / f"{split}.{tgt_lang}.txt")
+        if reports.get("train") is not None and reports["train"].kept == 0:
+            raise MtkitError(f"the training set is empty after cleaning ({_dropped_summary(reports['train'])})")
+        manifest = {
+            "mtkit_version": __version__,
+            "src_lang": src_lang,
+            "tgt_lang": tgt_lang,
+            "joint_vocab": joint,
+            "dtype": dtype.name,
+            "src_tokenizer": _tokenizer_entry(src_tok, src_file),
+            "tgt_tokenizer": _tokenizer_entry(tgt_tok, tgt_file),
+            "cleaning": asdict(rules),
+            "splits": {name: asdict(report) for name, report in reports.items()},
+            "seconds": round(time.perf_counter() - start, 2),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _existing(prefix: Path, lang: str) -> Path:
+    plain = Path(f"{prefix}.{lang}")
+    return plain if plain.is_file() else Path(f"{prefix}.{lang}.gz")
+
+
+def _dropped_summary(report: SplitReport) -> str:
+    return ", ".join(f"{rule}: {count}" for rule, count in report.dropped.items())
+
+

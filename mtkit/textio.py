@@ -1,0 +1,112 @@
+"""Reading text files line by line, and writing files so that nothing is left half-written."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from mtkit.errors import MtkitError
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """Open a plain or gzip-compressed file for reading bytes."""
+    path = Path(path)
+    if not path.is_file():
+        raise MtkitError(f"{path}: no such file")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def decode_line(raw: bytes, source: str, lineno: int) -> str:
+    """Decode one line of UTF-8, naming the file and line when it is not valid."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MtkitError(f"{source}:{lineno}: invalid UTF-8 (byte {err.start + 1} of the line)") from None
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """Yield the lines of a plain or .gz UTF-8 file without their line ending."""
+    with open_binary(path) as handle:
+        yield from decode_stream(handle, str(path))
+
+
+def decode_stream(handle: Iterable[bytes], source: str) -> Iterator[str]:
+    """Yield decoded lines of a binary stream; `source` names it in errors."""
+    for lineno, raw in enumerate(handle, start=1):
+        yield decode_line(raw, source, lineno).rstrip("\r\n")
+
+
+def count_lines(path: Path) -> int:
+    with open_binary(path) as handle:
+        return sum(1 for _ in handle)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it to `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        if tmp.exists():
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; give them the usual mode
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path, force: bool) -> Iterator[Path]:
+    """Yield a temporary directory that replaces `path` only when the block succeeds.
+
+    An existing `path` is refused unless `force`; it is removed only after the new one is complete.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise MtkitError(f"{path}: already exists (use --force to replace it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

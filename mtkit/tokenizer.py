@@ -1,0 +1,157 @@
+"""Subword tokenizers: training, loading, and lossless encode/decode.
+
+A tokenizer is one Hugging Face `tokenizer.json`: NFKC normalisation, a Metaspace
+pre-tokenizer (spaces become "▁" and word starts are marked), a BPE or Unigram model
+with byte fallback, and the decoder that undoes all of it. Byte fallback means that a
+character never seen in training is encoded as its UTF-8 bytes (`<0xC3><0xB4>`) rather
+than `<unk>`, so decode(encode(s)) gives back NFKC(s) for any text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+from mtkit import console
+from mtkit.errors import MtkitError
+from mtkit.textio import count_lines, iter_lines, write_text_atomic
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # their order fixes their ids
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
+
+
+class Tokenizer:
+    """A trained subword tokenizer and the exact JSON text it was loaded from."""
+
+    def __init__(self, json_text: str):
+        self.json_text = json_text
+        try:
+            self._hf = HFTokenizer.from_str(json_text)
+        except Exception as err:  # the Rust side raises plain Exceptions
+            raise MtkitError(f"not a valid tokenizer: {err}") from None
+        for token_id, token in enumerate(SPECIAL_TOKENS):
+            if self._hf.token_to_id(token) != token_id:
+                raise MtkitError(f"not an mtkit tokenizer: {token} must have id {token_id}")
+        self.sha256 = hashlib.sha256(json_text.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def load(cls, path: Path) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise MtkitError(f"{path}: no such tokenizer file")
+        try:
+            return cls(path.read_text(encoding="utf-8"))
+        except MtkitError as err:
+            raise MtkitError(f"{path}: {err}") from None
+
+    def save(self, path: Path) -> None:
+        write_text_atomic(Path(path), self.json_text)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._hf.get_vocab_size()
+
+    def encode_batch(self, lines: Sequence[str]) -> list[list[int]]:
+        """Subword ids of each line, without <s> or </s> (multi-threaded in Rust)."""
+        return [encoding.ids for encoding in self._hf.encode_batch(list(lines), add_special_tokens=False)]
+
+    def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return self._hf.decode_batch([list(row) for row in ids], skip_special_tokens=True)
+
+    def tokens(self, line: str) -> list[str]:
+        return self._hf.encode(line, add_special_tokens=False).tokens
+
+    def id_to_token(self, token_id: int) -> str:
+        return self._hf.id_to_token(token_id)
+
+
+@dataclass
+class TokenizerReport:
+    vocab_size: int
+    lines: int
+    seconds: float
+
+
+def _blank_tokenizer(model: models.Model) -> HFTokenizer:
+    tokenizer = HFTokenizer(model)
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    return tokenizer
+
+
+def _add_byte_fallback(json_text: str, kind: str) -> str:
+    """Insert the 256 byte tokens right after the special tokens and switch byte fallback on."""
+    spec = json.loads(json_text)
+    model = spec["model"]
+    if kind == "bpe":
+        learned = [token for token, _ in sorted(model["vocab"].items(), key=lambda item: item[1])]
+        learned = [token for token in learned if token not in SPECIAL_TOKENS and token not in BYTE_TOKENS]
+        model["vocab"] = {token: i for i, token in enumerate(SPECIAL_TOKENS + BYTE_TOKENS + learned)}
+        model["unk_token"] = UNK
+    else:
+        learned = [entry for entry in model["vocab"] if entry[0] not in SPECIAL_TOKENS + BYTE_TOKENS]
+        specials = [[token, 0.0] for token in SPECIAL_TOKENS]
+        model["vocab"] = specials + [[token, 0.0] for token in BYTE_TOKENS] + learned
+        model["unk_id"] = UNK_ID
+    model["byte_fallback"] = True
+    for added in spec.get("added_tokens", []):
+        added["id"] = SPECIAL_TOKENS.index(added["content"])
+    return json.dumps(spec, ensure_ascii=False, indent=1)
+
+
+def _read_lines(paths: Sequence[Path], report: list[int]) -> Iterator[str]:
+    total = sum(count_lines(path) for path in paths)
+    with console.progress("reading text", total=total) as bar:
+        for path in paths:
+            for line in iter_lines(path):
+                report[0] += 1
+                bar.advance()
+                yield line
+
+
+def train_tokenizer(
+    inputs: Sequence[Path], output: Path, vocab_size: int, kind: str = "bpe", min_frequency: int = 2
+) -> TokenizerReport:
+    """Train a subword tokenizer on raw text files and write it atomically to `output`."""
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise MtkitError(
+            f"--vocab-size {vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
+            f"({len(SPECIAL_TOKENS)} special tokens + {len(BYTE_TOKENS)} byte tokens + 1)"
+        )
+    if kind not in ("bpe", "unigram"):
+        raise MtkitError(f"--type {kind}: must be bpe or unigram")
+    for path in inputs:
+        if not Path(path).is_file():
+            raise MtkitError(f"{path}: no such file")
+    learned_size = vocab_size - len(BYTE_TOKENS)
+    if kind == "bpe":
+        hf = _blank_tokenizer(models.BPE(unk_token=UNK, byte_fallback=True))
+        trainer = trainers.BpeTrainer(
+            vocab_size=learned_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
+        )
+    else:
+        hf = _blank_tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=learned_size, special_tokens=SPECIAL_TOKENS, unk_token=UNK, show_progress=False
+        )
+    start = time.perf_counter()
+    lines_read = [0]
+    hf.train_from_iterator(_read_lines(inputs, lines_read), trainer=trainer)
+    if lines_read[0] == 0:
+        raise MtkitError("no text to train on: the input files are empty")
+    tokenizer = Tokenizer(_add_byte_fallback(hf.to_str(), kind))
+    tokenizer.save(output)
+    return TokenizerReport(tokenizer.vocab_size, lines_read[0], time.perf_counter() - start)
