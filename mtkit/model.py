@@ -1,0 +1,267 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), written from the paper.
+
+Shapes: B batch, S source length, T target length, d model width, h heads, d_k = d / h.
+Masks are boolean and True where a query may look (what scaled_dot_product_attention expects):
+the source mask is (B, 1, 1, S); decoder self-attention uses the kernel's causal mask.
+
+Departures from the paper, all options: `norm: pre` puts LayerNorm before each sub-layer and
+adds a final LayerNorm (trains more stably); `tie_embeddings` shares the target embedding
+with the output projection (and with the source embedding when the vocabulary is joint).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mtkit.config import ModelConfig
+from mtkit.tokenizer import PAD_ID
+
+
+def sinusoidal_positions(length: int, d_model: int) -> Tensor:
+    """PE[pos, 2j] = sin(pos / 10000^(2j/d)), PE[pos, 2j+1] = cos(pos / 10000^(2j/d)); (length, d)."""
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    two_j = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = position / 10000.0 ** (two_j / d_model)  # (length, ceil(d/2))
+    encoding = torch.zeros(length, d_model, dtype=torch.float64)
+    encoding[:, 0::2] = torch.sin(angle)
+    encoding[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return encoding.float()
+
+
+class Embedding(nn.Module):
+    """Learned subword vectors scaled by sqrt(d), plus sinusoidal positions, then dropout."""
+
+    def __init__(self, vocab_size: int, d_model: int, dropout: float):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.tokens.weight, mean=0.0, std=d_model**-0.5)
+        nn.init.zeros_(self.tokens.weight[PAD_ID])
+        self.scale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("positions", sinusoidal_positions(256, d_model), persistent=False)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        end = start + ids.size(1)
+        if end > self.positions.size(0):  # sinusoids extend to any length: no position limit
+            self.positions = sinusoidal_positions(2 * end, self.positions.size(1)).to(self.positions.device)
+        return self.dropout(self.tokens(ids) * self.scale + self.positions[start:end])
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    batch, length, width = x.shape
+    return x.view(batch, length, heads, width // heads).transpose(1, 2)  # (B, h, L, d_k)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    batch, heads, length, d_k = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * d_k)  # (B, L, d)
+
+
+def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k) + B) V, returning the weights too (slow path, for inspection)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
+    if is_causal:
+        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """h heads in parallel: W_q, W_k, W_v per head (stored as one d x d matrix each), then W_o."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)  # W_k and W_v side by side
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.keep_weights = False  # set by mtkit.inspect to record attention weights
+        self.weights: Tensor | None = None
+
+    def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return split_heads(k, self.heads), split_heads(v, self.heads)  # (B, h, L, d_k) each
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        q = split_heads(self.q_proj(x), self.heads)  # (B, h, Lq, d_k)
+        if self.keep_weights:
+            out, self.weights = attention_with_weights(q, k, v, mask, is_causal)
+        else:
+            dropout = self.dropout if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        return self.out_proj(merge_heads(out))
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, with dropout on the activation."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation_dropout: float):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+class SubLayer(nn.Module):
+    """Residual connection and LayerNorm around a sub-layer: post-norm LN(x + f(x)) or pre-norm x + f(LN(x))."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.attn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
+        self.ffn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.attn_block(x, lambda h: self.self_attn(h, *self.self_attn.keys_values(h), mask=src_mask))
+        return self.ffn_block(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.self_block = SubLayer(cfg.d_model, cfg.dropout, pre)
+        self.cross_block = SubLayer(cfg.d_model, cfg.dropout, pre)
+        self.ffn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x: Tensor, memory_kv: tuple[Tensor, Tensor], src_mask: Tensor, cache: LayerCache | None = None) -> Tensor:
+        x = self.self_block(x, lambda h: self._self_attend(h, cache))
+        x = self.cross_block(x, lambda h: self.cross_attn(h, *memory_kv, mask=src_mask))
+        return self.ffn_block(x, self.ffn)
+
+    def _self_attend(self, h: Tensor, cache: LayerCache | None) -> Tensor:
+        k, v = self.self_attn.keys_values(h)
+        if cache is None:
+            # Teacher forcing: padding sits after the last real token, so the causal mask alone
+            # keeps every real query away from padded keys; no padding mask is needed.
+            return self.self_attn(h, k, v, is_causal=True)
+        cache.append(k, v)  # one new position: it may see every cached position
+        return self.self_attn(h, cache.k, cache.v)
+
+
+class LayerCache:
+    """One decoder layer's keys and values: self-attention grows per step, cross-attention is fixed."""
+
+    def __init__(self, cross_k: Tensor, cross_v: Tensor):
+        self.cross_k, self.cross_v = cross_k, cross_v
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> None:
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+
+    def select(self, index: Tensor) -> None:
+        self.cross_k, self.cross_v = self.cross_k.index_select(0, index), self.cross_v.index_select(0, index)
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding carries between steps, for every sentence (or beam) in the batch."""
+
+    layers: list[LayerCache]
+    src_mask: Tensor  # (B, 1, 1, S)
+    step: int = 0
+
+    def select(self, index: Tensor) -> None:
+        """Keep/reorder rows of the batch (beam reordering, dropping finished sentences)."""
+        for layer in self.layers:
+            layer.select(index)
+        self.src_mask = self.src_mask.index_select(0, index)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.tgt_embed = Embedding(cfg.tgt_vocab_size, cfg.d_model, cfg.dropout)
+        share_src = cfg.tie_embeddings and cfg.joint_vocab
+        self.src_embed = self.tgt_embed if share_src else Embedding(cfg.src_vocab_size, cfg.d_model, cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.output = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        self._init_linear_layers()
+
+    def _init_linear_layers(self) -> None:
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) ids -> memory (B, S, d) and source mask (B, 1, 1, S), True on real tokens."""
+        src_mask = (src != PAD_ID)[:, None, None, :]
+        x = self.src_embed(src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """Teacher forcing: tgt_in (B, T) starting with <s> -> hidden states (B, T, d)."""
+        x = self.tgt_embed(tgt_in)
+        for layer in self.decoder_layers:
+            x = layer(x, layer.cross_attn.keys_values(memory), src_mask)
+        return self.decoder_norm(x)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """(..., d) -> (..., V); softmax of these gives the output distribution."""
+        if self.output is None:
+            return F.linear(hidden, self.tgt_embed.tokens.weight)
+        return self.output(hidden)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        memory, src_mask = self.encode(src)
+        return self.logits(self.decode(tgt_in, memory, src_mask))
+
+    def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
+        """Compute every layer's cross-attention keys/values once per sentence."""
+        layers = [LayerCache(*layer.cross_attn.keys_values(memory)) for layer in self.decoder_layers]
+        return DecoderState(layers, src_mask)
+
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """Feed one token per row (B,) at position state.step; returns next-token logits (B, V)."""
+        x = self.tgt_embed(tokens[:, None], start=state.step)
+        for layer, cache in zip(self.decoder_layers, state.layers):
+            x = layer(x, (cache.cross_k, cache.cross_v), state.src_mask, cache)
+        state.step += 1
+        return self.logits(self.decoder_norm(x[:, 0]))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

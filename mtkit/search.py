@@ -1,0 +1,199 @@
+"""Greedy search, beam search and sampling over a batch of sentences, with the decoder's KV cache.
+
+All sentences (and all beams of a sentence, flattened into the batch axis) advance together;
+a sentence that is finished is dropped from the batch, so it costs no more compute.
+Scores are sums of log-probabilities including </s>; a finished hypothesis of n tokens
+(counting </s>) is ranked by log_prob / ((5 + n) / 6) ** lenpen (GNMT's length penalty).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from mtkit.errors import MtkitError
+from mtkit.model import Transformer
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class SearchConfig:
+    beam: int = 5
+    lenpen: float = 1.0
+    max_len_a: float = 1.0  # output tokens <= a * source tokens + b (the paper: input + 50)
+    max_len_b: int = 50
+    min_len: int = 1  # output tokens before </s>
+    nbest: int = 1
+    no_repeat_ngram: int = 0
+    sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.beam < 1:
+            raise MtkitError(f"--beam {self.beam}: must be at least 1")
+        if not 1 <= self.nbest <= self.beam:
+            raise MtkitError(f"--nbest {self.nbest}: must be between 1 and --beam ({self.beam})")
+        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise MtkitError("sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0")
+        if self.sample and self.beam != 1:
+            raise MtkitError("--sample draws one translation per sentence: use it with --beam 1")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without </s>
+    score: float  # length-normalised log-probability: what beam search ranks by
+    log_prob: float  # sum of log-probabilities of the tokens and </s>
+
+
+def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def pad_batch(sentences: list, device: torch.device | str = "cpu", prefix: int | None = None, suffix: int | None = None) -> Tensor:
+    """Right-pad lists of ids into a (B, L) tensor, optionally adding a token before and after each."""
+    rows = [([prefix] if prefix is not None else []) + list(map(int, s)) + ([suffix] if suffix is not None else []) for s in sentences]
+    batch = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return batch.to(device)
+
+
+def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
+    source_tokens = (src != PAD_ID).sum(dim=1) - 1  # without </s>
+    return (cfg.max_len_a * source_tokens + cfg.max_len_b).long().clamp(min=1)
+
+
+def _constrain(lprobs: Tensor, step: int, max_lens: Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:
+    """Forbid <pad>/<s>, </s> before min_len, anything but </s> at the length limit, repeated n-grams."""
+    lprobs[:, PAD_ID] = float("-inf")
+    lprobs[:, BOS_ID] = float("-inf")
+    if step < cfg.min_len:
+        lprobs[:, EOS_ID] = float("-inf")
+    at_limit = step >= max_lens
+    if at_limit.any():
+        eos = lprobs[at_limit, EOS_ID].clone()
+        lprobs[at_limit] = float("-inf")
+        lprobs[at_limit, EOS_ID] = torch.where(torch.isfinite(eos), eos, torch.zeros_like(eos))
+    if cfg.no_repeat_ngram and history.size(1) >= cfg.no_repeat_ngram:
+        lprobs = _ban_repeated_ngrams(lprobs, history, cfg.no_repeat_ngram)
+    return lprobs
+
+
+def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> Tensor:
+    """Forbid every token that would complete an n-gram already present in the row's history."""
+    ngrams = history.unfold(1, n, 1)  # (N, t - n + 1, n)
+    prefix = history[:, history.size(1) - n + 1 :]  # the last n - 1 tokens, (N, n - 1)
+    matches = (ngrams[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (N, t - n + 1)
+    rows, positions = matches.nonzero(as_tuple=True)
+    lprobs[rows, ngrams[rows, positions, -1]] = float("-inf")
+    return lprobs
+
+
+def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Tensor:
+    logits = lprobs / cfg.temperature
+    if cfg.top_k:
+        kth = logits.topk(min(cfg.top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs > cfg.top_p  # keep the smallest prefix with mass >= top_p
+        logits = logits.scatter(1, order, sorted_logits.masked_fill(outside, float("-inf")))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+@torch.no_grad()
+def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+    """Argmax (or a sample, with cfg.sample) at every step, for a batch of sources (B, S)."""
+    batch = src.size(0)
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask)
+    max_lens = max_output_lengths(src, cfg)
+    generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    alive = torch.arange(batch, device=src.device)  # original sentence index of each row
+    history = torch.empty(batch, 0, dtype=torch.long, device=src.device)
+    log_probs = torch.zeros(batch, device=src.device)
+    tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=src.device)
+    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    for step in range(int(max_lens.max()) + 1):
+        lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
+        lprobs = _constrain(lprobs, step, max_lens[alive], history, cfg)
+        tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
+        log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
+        history = torch.cat([history, tokens[:, None]], dim=1)
+        finished = tokens == EOS_ID
+        if finished.any():
+            for row in finished.nonzero().flatten().tolist():
+                length = history.size(1)
+                score = log_probs[row].item()
+                results[alive[row]] = [Hypothesis(history[row, :-1].tolist(), score / length_penalty(length, cfg.lenpen), score)]
+            keep = (~finished).nonzero().flatten()
+            if keep.numel() == 0:
+                break
+            state.select(keep)
+            alive, history, log_probs, tokens = alive[keep], history[keep], log_probs[keep], tokens[keep]
+    return results
+
+
+@torch.no_grad()
+def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+    """Beam search for a batch of sources (B, S); returns the cfg.nbest best hypotheses per sentence."""
+    batch, k = src.size(0), cfg.beam
+    device = src.device
+    memory, src_mask = model.encode(src)
+    beam_rows = torch.arange(batch, device=device).repeat_interleave(k)
+    state = model.start_decoding(memory.index_select(0, beam_rows), src_mask.index_select(0, beam_rows))
+    max_lens = max_output_lengths(src, cfg)
+    alive = torch.arange(batch, device=device)  # original index of each sentence still searching
+    scores = torch.full((batch, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start identical: let only the first one expand
+    history = torch.empty(batch * k, 0, dtype=torch.long, device=device)
+    tokens = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    for step in range(int(max_lens.max()) + 1):
+        n_alive = alive.numel()
+        lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
+        lprobs = _constrain(lprobs, step, max_lens[alive].repeat_interleave(k), history, cfg)
+        vocab = lprobs.size(-1)
+        candidates = (scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
+        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        ends = (top_token == EOS_ID) & torch.isfinite(top_scores)
+        ends[:, k:] = False  # only an </s> among the k best candidates finishes a hypothesis
+        for i, j in ends.nonzero().tolist():
+            sentence = int(alive[i])
+            if len(finished[sentence]) < k:
+                row = i * k + int(top_beam[i, j])
+                log_prob = float(top_scores[i, j])
+                length = history.size(1) + 1
+                finished[sentence].append(Hypothesis(history[row].tolist(), log_prob / length_penalty(length, cfg.lenpen), log_prob))
+        done = torch.tensor([len(finished[int(s)]) >= k for s in alive], device=device)
+        done |= ~torch.isfinite(top_scores[:, 0]) | (step >= max_lens[alive])
+        # Continue with the k best candidates that did not end.
+        continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
+        next_scores, pick = continuing.topk(k, dim=1)  # (n, k)
+        next_beam, next_token = top_beam.gather(1, pick), top_token.gather(1, pick)
+        keep_sentences = (~done).nonzero().flatten()
+        if keep_sentences.numel() == 0:
+            break
+        rows = (keep_sentences[:, None] * k + next_beam[keep_sentences]).flatten()
+        state.select(rows)
+        history = torch.cat([history.index_select(0, rows), next_token[keep_sentences].reshape(-1, 1)], dim=1)
+        tokens = history[:, -1]
+        scores = next_scores[keep_sentences]
+        alive = alive[keep_sentences]
+    return [sorted(hyps, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hyps in finished]
+
+
+def search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
+    """Beam search when cfg.beam > 1, else greedy (or sampling)."""
+    if cfg.beam == 1:
+        return greedy_search(model, src, cfg)
+    return beam_search(model, src, cfg)
