@@ -1,0 +1,93 @@
+import math
+
+import numpy as np
+import pytest
+
+from mtkit.batching import make_batches
+from mtkit.config import PRESETS, build_config, load_config, parse_overrides
+from mtkit.errors import MtkitError
+from mtkit.schedule import inverse_sqrt_lr
+
+
+def test_precedence_defaults_preset_yaml_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  preset: transformer-base\n  dropout: 0.2\ntrain:\n  lr: 5e-4\n  max_steps: 10\n")
+    config = load_config(path, ["train.max_steps=20", "model.norm=pre"])
+    assert config.model.d_model == 512 and config.model.dropout == 0.2 and config.model.norm == "pre"
+    assert config.train.lr == 5e-4 and config.train.max_steps == 20 and config.train.warmup == 4000
+
+
+def test_unknown_key_names_the_valid_ones():
+    with pytest.raises(MtkitError, match=r"unknown config key 'train.lrr'; valid keys: max_tokens, .*lr,"):
+        build_config({"train": {"lrr": 1.0}})
+    with pytest.raises(MtkitError, match="unknown config section 'optim'"):
+        build_config({"optim": {"lr": 1.0}})
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.max_steps=ten", "train.max_steps: expected int"),
+        ("model.norm=middle", "model.norm: 'middle' is not one of post, pre"),
+        ("train.precision=fp8", "train.precision: 'fp8' is not one of"),
+        ("model.preset=huge", "model.preset: 'huge' is not one of transformer-base"),
+        ("model.heads=3", "divisible by model.heads"),
+        ("train.lr", "expected section.key=value"),
+    ],
+)
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(MtkitError, match=message):
+        load_config(None, [override])
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  lr: [1, 2\n")
+    with pytest.raises(MtkitError, match=r"c.yaml:\d+: not valid YAML"):
+        load_config(path, [])
+
+
+def test_overrides_parse_yaml_scalars():
+    assert parse_overrides(["train.lr=1e-3", "model.tie_embeddings=false", "train.max_steps=5"]) == {
+        "train": {"lr": "1e-3", "max_steps": 5}, "model": {"tie_embeddings": False}}
+    assert build_config(parse_overrides(["train.lr=1e-3"])).train.lr == 1e-3
+
+
+def test_presets_are_the_paper_sizes():
+    assert PRESETS["transformer-base"] == dict(d_model=512, heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, dropout=0.1)
+    assert PRESETS["transformer-big"]["d_model"] == 1024 and PRESETS["transformer-big"]["dropout"] == 0.3
+
+
+def test_learning_rate_schedule():
+    assert inverse_sqrt_lr(1, 1e-3, 4000) == pytest.approx(1e-3 / 4000)
+    assert inverse_sqrt_lr(2000, 1e-3, 4000) == pytest.approx(5e-4)
+    assert inverse_sqrt_lr(4000, 1e-3, 4000) == pytest.approx(1e-3)
+    assert inverse_sqrt_lr(16000, 1e-3, 4000) == pytest.approx(5e-4)
+    # With peak d^-0.5 * warmup^-0.5 it is exactly the paper's formula.
+    d, warmup = 512, 4000
+    for step in (1, 100, 4000, 10000, 100000):
+        paper = d**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert inverse_sqrt_lr(step, d**-0.5 * warmup**-0.5, warmup) == pytest.approx(paper)
+
+
+def test_batches_cover_every_sentence_once_within_the_token_budget():
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(1, 40, 500), rng.integers(1, 40, 500)
+    src[7] = 300  # alone exceeds the budget
+    batches, skipped = make_batches(src, tgt, max_tokens=256, seed=3, epoch=0)
+    assert skipped.tolist() == [7]
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == [i for i in range(500) if i != 7]
+    for batch in batches:
+        assert len(batch) * (src[batch].max() + 1 + tgt[batch].max() + 1) <= 256
+    padding = sum(len(b) * (src[b].max() + 1) - (src[b] + 1).sum() for b in batches) / (src + 1).sum()
+    assert padding < 0.05  # length bucketing keeps source padding small
+
+
+def test_batch_order_is_a_function_of_seed_and_epoch():
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(1, 40, 300), rng.integers(1, 40, 300)
+    same = [make_batches(src, tgt, 200, seed=1, epoch=e)[0] for e in (0, 0, 1)]
+    assert all(np.array_equal(a, b) for a, b in zip(same[0], same[1]))
+    assert not all(np.array_equal(a, b) for a, b in zip(same[0], same[2]))
+    assert not math.isclose(len(same[0]), 0)

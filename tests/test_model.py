@@ -1,0 +1,151 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mtkit.config import build_config
+from mtkit.model import MultiHeadAttention, Transformer, attention_with_weights, sinusoidal_positions
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+from conftest import tiny_model
+
+
+def reference_attention(q, k, v, allowed):
+    """softmax(Q K^T / sqrt(d_k) + B) V in float64, with B = 0 where allowed and -inf elsewhere."""
+    q, k, v = q.double(), k.double(), v.double()
+    bias = torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias, dim=-1)
+    return weights @ v, weights
+
+
+def test_positional_encoding_matches_the_formula():
+    pe = sinusoidal_positions(3, 4)
+    assert torch.allclose(pe[1], torch.tensor([math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]))
+    assert torch.allclose(pe[1], torch.tensor([0.841, 0.540, 0.010, 1.000]), atol=5e-4)
+    assert pe[0].tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_spec_worked_attention_examples():
+    # scores (6, 4) with d_k = 16 scale to (1.5, 1.0), weights (0.62, 0.38); scores (3, 8) -> (0.22, 0.78)
+    for scores, expected in (((6.0, 4.0), (0.62, 0.38)), ((3.0, 8.0), (0.22, 0.78))):
+        k = torch.zeros(1, 1, 2, 16)
+        k[0, 0, :, 0] = torch.tensor(scores)
+        q = torch.zeros(1, 1, 1, 16)
+        q[0, 0, 0, 0] = 1.0
+        _, weights = attention_with_weights(q, k, torch.eye(2, 16)[None, None], None, False)
+        assert weights[0, 0, 0].tolist() == pytest.approx(expected, abs=0.005)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_multi_head_attention_equals_float64_reference(causal):
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(d_model=16, heads=4, dropout=0.0).eval()
+    x = torch.randn(3, 5, 16)
+    mask = torch.ones(3, 1, 1, 5, dtype=torch.bool)
+    mask[1, ..., 3:] = False  # sentence 1 has two padding positions
+    k, v = attention.keys_values(x)
+    out = attention(x, k, v, mask=None if causal else mask, is_causal=causal)
+    q = attention.q_proj(x).view(3, 5, 4, 4).transpose(1, 2)
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril()[None, None] if causal else mask
+    ref, weights = reference_attention(q, k, v, allowed.expand(3, 4, 5, 5))
+    expected = attention.out_proj(ref.transpose(1, 2).reshape(3, 5, 16).float())
+    assert torch.allclose(out, expected, atol=1e-5)
+    assert torch.allclose(weights.sum(-1), torch.ones(3, 4, 5, dtype=torch.float64))
+
+
+def test_kernel_and_inspection_paths_agree():
+    torch.manual_seed(1)
+    attention = MultiHeadAttention(16, 2, 0.0).eval()
+    x = torch.randn(2, 4, 16)
+    k, v = attention.keys_values(x)
+    fast = attention(x, k, v, is_causal=True)
+    attention.keep_weights = True
+    slow = attention(x, k, v, is_causal=True)
+    assert torch.allclose(fast, slow, atol=1e-6)
+    assert attention.weights.triu(1).abs().max() == 0.0
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_future_target_tokens_do_not_change_earlier_outputs(norm):
+    model = tiny_model(vocab=20, norm=norm)
+    src = torch.tensor([[5, 6, 7, EOS_ID]])
+    tgt_a = torch.tensor([[BOS_ID, 8, 9, 10, 11]])
+    tgt_b = torch.tensor([[BOS_ID, 8, 9, 15, 4]])
+    out_a, out_b = model(src, tgt_a), model(src, tgt_b)
+    assert torch.equal(out_a[:, :3], out_b[:, :3])
+    assert not torch.allclose(out_a[:, 3:], out_b[:, 3:])
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_extra_padding_changes_no_real_position(norm):
+    model = tiny_model(vocab=20, norm=norm)
+    src = torch.tensor([[5, 6, 7, EOS_ID]])
+    tgt = torch.tensor([[BOS_ID, 8, 9]])
+    padded_src = torch.tensor([[5, 6, 7, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
+    padded_tgt = torch.tensor([[BOS_ID, 8, 9, PAD_ID, PAD_ID]])
+    assert torch.allclose(model(src, tgt), model(padded_src, padded_tgt)[:, :3], atol=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_incremental_decoding_equals_full_forward(norm):
+    model = tiny_model(vocab=20, norm=norm)
+    src = torch.tensor([[5, 6, 7, EOS_ID], [9, EOS_ID, PAD_ID, PAD_ID]])
+    tgt = torch.tensor([[BOS_ID, 8, 9, 10, 11], [BOS_ID, 4, 4, 5, 6]])
+    full = model(src, tgt)
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask)
+    for t in range(tgt.size(1)):
+        assert torch.allclose(model.decode_step(tgt[:, t], state), full[:, t], atol=1e-5)
+
+
+def test_reordering_the_cache_follows_the_rows():
+    model = tiny_model(vocab=20)
+    src = torch.tensor([[5, 6, EOS_ID], [9, 7, EOS_ID]])
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask)
+    model.decode_step(torch.tensor([BOS_ID, BOS_ID]), state)
+    state.select(torch.tensor([1, 1, 0]))
+    step = model.decode_step(torch.tensor([8, 8, 8]), state)
+    full = model(src, torch.tensor([[BOS_ID, 8], [BOS_ID, 8]]))[:, 1]
+    assert torch.allclose(step, full[[1, 1, 0]], atol=1e-5)
+
+
+def test_transformer_base_parameter_count():
+    cfg = build_config({"model": {"preset": "transformer-base", "src_vocab_size": 37000, "tgt_vocab_size": 37000, "joint_vocab": True}})
+    model = Transformer(cfg.model)
+    d, ff, n = 512, 2048, 6
+    attention = 4 * (d * d + d)
+    ffn = d * ff + ff + ff * d + d
+    embeddings = 37000 * d  # shared by source, target and output projection
+    encoder = n * (attention + ffn + 2 * 2 * d)
+    decoder = n * (2 * attention + ffn + 3 * 2 * d)
+    assert model.num_parameters() == embeddings + encoder + decoder == 63_082_496  # the paper: 65M
+
+
+def test_embeddings_are_tied():
+    model = tiny_model(vocab=20)
+    assert model.src_embed is model.tgt_embed and model.output is None
+    separate = tiny_model(vocab=20, joint_vocab=False)
+    assert separate.src_embed is not separate.tgt_embed
+    untied = tiny_model(vocab=20, tie_embeddings=False)
+    assert untied.output is not None
+
+
+def test_positions_extend_beyond_the_initial_table():
+    model = tiny_model(vocab=20)
+    src = torch.full((1, 600), 5)
+    src[0, -1] = EOS_ID
+    memory, _ = model.encode(src)
+    assert memory.shape == (1, 600, 16) and torch.isfinite(memory).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cpu_autocast_forward_is_close_to_fp32(dtype):
+    model = tiny_model(vocab=20)
+    src = torch.tensor([[5, 6, 7, EOS_ID]])
+    tgt = torch.tensor([[BOS_ID, 8, 9]])
+    with torch.autocast("cpu", dtype=dtype):
+        low = model(src, tgt)
+    assert low.dtype == dtype
+    assert torch.allclose(F.softmax(low.float(), -1), F.softmax(model(src, tgt), -1), atol=0.02)

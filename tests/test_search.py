@@ -1,0 +1,128 @@
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mtkit.errors import MtkitError
+from mtkit.search import SearchConfig, beam_search, greedy_search, length_penalty, pad_batch, search
+from mtkit.tokenizer import BOS_ID, EOS_ID, UNK_ID
+
+from conftest import tiny_model
+
+VOCAB = 8  # ids 4..7 are "words"; 0-3 are <pad>, <unk>, <s>, </s>
+SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]
+
+
+@torch.no_grad()
+def forced_log_probs(model, src_ids, outputs):
+    """The model's own log-probability of each output followed by </s> (teacher forcing), in one batch."""
+    src = torch.tensor([src_ids + [EOS_ID]] * len(outputs))
+    tgt_in = pad_batch(outputs, prefix=BOS_ID)
+    tgt_out = pad_batch(outputs, suffix=EOS_ID)
+    lprobs = F.log_softmax(model(src, tgt_in).double(), dim=-1).gather(2, tgt_out[:, :, None]).squeeze(2)
+    return lprobs.masked_fill(tgt_out == 0, 0.0).sum(dim=1).tolist()
+
+
+def forced_log_prob(model, src_ids, out_ids):
+    return forced_log_probs(model, src_ids, [out_ids])[0]
+
+
+@pytest.fixture(params=[0, 1, 2])
+def model(request):
+    return tiny_model(vocab=VOCAB, seed=request.param)
+
+
+def test_beam_one_equals_greedy(model):
+    src = pad_batch(SOURCES, suffix=EOS_ID)
+    cfg = SearchConfig(beam=1, max_len_a=1.5, max_len_b=3, lenpen=0.6)
+    greedy, beam = greedy_search(model, src, cfg), beam_search(model, src, cfg)
+    assert [h[0].tokens for h in greedy] == [h[0].tokens for h in beam]
+    assert [h[0].log_prob for h in greedy] == pytest.approx([h[0].log_prob for h in beam], abs=1e-5)
+
+
+@pytest.mark.parametrize("lenpen", [0.0, 0.6, 1.0])
+def test_large_beam_finds_the_exhaustive_optimum(model, lenpen):
+    max_len = 3
+    cfg = SearchConfig(beam=64, lenpen=lenpen, max_len_a=0, max_len_b=max_len, min_len=1)
+    found = search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg)
+    words = [UNK_ID, 4, 5, 6, 7]  # everything but <pad>, <s> and </s>
+    for src_ids, hyps in zip(SOURCES, found):
+        candidates = [list(seq) for n in range(1, max_len + 1) for seq in itertools.product(words, repeat=n)]
+        log_probs = forced_log_probs(model, src_ids, candidates)
+        scored = [(lp / length_penalty(len(seq) + 1, lenpen), seq) for lp, seq in zip(log_probs, candidates)]
+        best_score, best_seq = max(scored)
+        assert hyps[0].tokens == best_seq
+        assert hyps[0].score == pytest.approx(best_score, abs=1e-4)
+
+
+def test_batched_equals_one_at_a_time(model):
+    cfg = SearchConfig(beam=4, max_len_a=1.0, max_len_b=4, lenpen=0.6, nbest=2)
+    batched = search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg)
+    for src_ids, hyps in zip(SOURCES, batched):
+        alone = search(model, pad_batch([src_ids], suffix=EOS_ID), cfg)[0]
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
+
+
+def test_cached_greedy_equals_recomputing_everything(model):
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=6, min_len=0)
+    for src_ids, hyps in zip(SOURCES, greedy_search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg)):
+        src = torch.tensor([src_ids + [EOS_ID]])
+        out: list[int] = []
+        while len(out) <= 6:
+            lprobs = F.log_softmax(model(src, torch.tensor([[BOS_ID] + out]))[0, -1], dim=-1)
+            lprobs[[0, BOS_ID]] = float("-inf")
+            if len(out) == 6:
+                break
+            token = int(lprobs.argmax())
+            if token == EOS_ID:
+                break
+            out.append(token)
+        assert hyps[0].tokens == out
+
+
+def test_nbest_is_sorted_and_scores_are_forced_log_probs(model):
+    cfg = SearchConfig(beam=5, nbest=5, lenpen=0.0, max_len_a=0, max_len_b=4)
+    for src_ids, hyps in zip(SOURCES, search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg)):
+        assert len(hyps) == 5
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 5
+        for hyp in hyps:
+            assert hyp.log_prob == pytest.approx(forced_log_prob(model, src_ids, hyp.tokens), abs=1e-4)
+            assert hyp.score == hyp.log_prob
+
+
+def test_length_limits(model):
+    src = pad_batch(SOURCES, suffix=EOS_ID)
+    for beam in (1, 3):
+        for hyps, src_ids in zip(search(model, src, SearchConfig(beam=beam, max_len_a=0.5, max_len_b=1, min_len=2)), SOURCES):
+            limit = max(int(0.5 * len(src_ids) + 1), 1)
+            assert min(2, limit) <= len(hyps[0].tokens) <= limit
+
+
+def test_no_repeat_ngram(model):
+    cfg = SearchConfig(beam=3, max_len_a=0, max_len_b=12, min_len=12, no_repeat_ngram=2)
+    for hyps in search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg):
+        tokens = hyps[0].tokens
+        bigrams = list(zip(tokens, tokens[1:]))
+        assert len(tokens) == 12 and len(bigrams) == len(set(bigrams))
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy(model):
+    src = pad_batch(SOURCES, suffix=EOS_ID)
+    greedy = search(model, src, SearchConfig(beam=1, max_len_b=5))
+    top1 = search(model, src, SearchConfig(beam=1, max_len_b=5, sample=True, top_k=1, seed=3))
+    assert [h[0].tokens for h in greedy] == [h[0].tokens for h in top1]
+    draws = [search(model, src, SearchConfig(beam=1, max_len_b=5, sample=True, temperature=2.0, seed=s)) for s in (7, 7, 8, 9)]
+    as_tokens = [[h[0].tokens for h in d] for d in draws]
+    assert as_tokens[0] == as_tokens[1]  # same seed, same draw
+    assert as_tokens[0] != as_tokens[2] or as_tokens[0] != as_tokens[3]  # other seeds draw otherwise
+
+
+def test_invalid_settings():
+    with pytest.raises(MtkitError, match="--beam 0"):
+        SearchConfig(beam=0).validate()
+    with pytest.raises(MtkitError, match="--nbest"):
+        SearchConfig(beam=2, nbest=3).validate()

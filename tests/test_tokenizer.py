@@ -1,0 +1,87 @@
+import json
+import unicodedata
+
+import pytest
+
+from mtkit.errors import MtkitError
+from mtkit.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS, UNK_ID, Tokenizer, train_tokenizer
+
+from conftest import write_lines
+
+
+def normalized(line: str) -> str:
+    return unicodedata.normalize("NFKC", line).strip()
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def full_tokenizer(request, multi30k, tmp_path_factory) -> Tokenizer:
+    path = tmp_path_factory.mktemp(request.param) / "tokenizer.json"
+    report = train_tokenizer([multi30k / "train.en", multi30k / "train.de"], path, vocab_size=8000, kind=request.param)
+    assert report.vocab_size == 8000 and report.lines == 58000
+    return Tokenizer.load(path)
+
+
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_every_test2016_line_round_trips(full_tokenizer, multi30k, lang):
+    lines = (multi30k / f"test2016.{lang}").read_text(encoding="utf-8").splitlines()
+    decoded = full_tokenizer.decode_batch(full_tokenizer.encode_batch(lines))
+    mismatches = [(a, b) for a, b in zip(lines, decoded) if normalized(a) != b]
+    assert len(decoded) == 1000 and mismatches == []
+
+
+UNSEEN = [
+    "Ça coûte 12,50 € — naïve Zoë 🙂 déjà-vu",  # accents and symbols rare or absent in Multi30k
+    "Ἀθῆναι καὶ Σπάρτη",  # Greek: a language the tokenizer never saw
+    "東京タワーは高い。",  # Japanese
+    "Ölçü ﬁnal x² ½ Ⅻ",  # NFKC folds the ligature, superscript and numerals
+    "tabs\tand  double  spaces",
+]
+
+
+@pytest.mark.parametrize("text", UNSEEN)
+def test_unseen_characters_survive_without_unk(full_tokenizer, text):
+    ids = full_tokenizer.encode_batch([text])[0]
+    assert UNK_ID not in ids
+    assert full_tokenizer.decode_batch([ids])[0] == normalized(text)
+
+
+def test_unseen_character_becomes_its_utf8_bytes(full_tokenizer):
+    tokens = full_tokenizer.tokens("ŵ")  # U+0175 = C5 B5 in UTF-8, absent from Multi30k
+    assert tokens[-2:] == ["<0xC5>", "<0xB5>"]
+
+
+def test_special_and_byte_token_ids(full_tokenizer):
+    assert [full_tokenizer.id_to_token(i) for i in range(4)] == SPECIAL_TOKENS
+    assert [full_tokenizer.id_to_token(4 + b) for b in (0, 0xC3, 255)] == ["<0x00>", "<0xC3>", "<0xFF>"]
+
+
+def test_vocab_size_too_small_is_refused(tmp_path):
+    src = write_lines(tmp_path / "a.txt", ["hello world"])
+    with pytest.raises(MtkitError, match="too small.*261"):
+        train_tokenizer([src], tmp_path / "t.json", vocab_size=len(SPECIAL_TOKENS) + len(BYTE_TOKENS))
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_gzip_input_and_exact_vocab_size(tmp_path):
+    import gzip
+
+    lines = [f"sentence number {i} about a dog and a cat" for i in range(200)]
+    with gzip.open(tmp_path / "a.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    report = train_tokenizer([tmp_path / "a.txt.gz"], tmp_path / "t.json", vocab_size=300, min_frequency=1)
+    tokenizer = Tokenizer.load(tmp_path / "t.json")
+    assert report.lines == 200 and tokenizer.vocab_size == 300
+    assert tokenizer.decode_batch(tokenizer.encode_batch(lines)) == lines
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine\nalso fine\nbroken \xff here\n")
+    with pytest.raises(MtkitError, match=r"bad.txt:3: invalid UTF-8"):
+        train_tokenizer([path], tmp_path / "t.json", vocab_size=300)
+
+
+def test_not_an_mtkit_tokenizer(tmp_path):
+    (tmp_path / "t.json").write_text(json.dumps({"nonsense": True}))
+    with pytest.raises(MtkitError, match="t.json"):
+        Tokenizer.load(tmp_path / "t.json")

@@ -1,0 +1,224 @@
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from mtkit.checkpoint import MODEL_FORMAT, STATE_FILE, load_payload, read_index
+from mtkit.config import build_config, parse_overrides
+from mtkit.errors import MtkitError
+from mtkit.train import train
+
+from conftest import TINY_TRAIN, run_mtkit, write_lines
+
+
+def tiny_config(*overrides: str):
+    pairs = [TINY_TRAIN[i + 1] for i in range(0, len(TINY_TRAIN), 2)] + list(overrides)
+    return build_config(parse_overrides(pairs))
+
+
+def losses(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+
+def test_tiny_model_overfits_a_tiny_corpus(tmp_path, tokenizer_path):
+    from mtkit.preprocess import preprocess
+
+    lines = [("A dog runs.", "Ein Hund rennt."), ("Two men talk.", "Zwei Männer reden."), ("A red car.", "Ein rotes Auto.")]
+    write_lines(tmp_path / "c.en", [s for s, _ in lines] * 4)
+    write_lines(tmp_path / "c.de", [t for _, t in lines] * 4)
+    preprocess("en", "de", {"train": tmp_path / "c"}, tokenizer_path, tmp_path / "bin")
+    config = tiny_config("train.max_steps=150", "model.d_model=32", "model.ffn_dim=64", "train.lr=1e-2", "train.label_smoothing=0")
+    train(config, tmp_path / "bin", tmp_path / "run")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["nll"] > 5.0  # about ln(500) at the start
+    assert rows[-1]["nll"] < 0.3  # memorised: below a third of a nat per token
+
+
+def test_exact_resume_gives_identical_losses(tmp_path, data_dir):
+    dropout = ("model.dropout=0.2", "train.max_tokens=300")  # dropout makes the RNG state matter
+    train(tiny_config("train.max_steps=12", *dropout), data_dir, tmp_path / "full")
+    train(tiny_config("train.max_steps=6", *dropout), data_dir, tmp_path / "half")
+    train(None, None, tmp_path / "half", resume=True, overrides=["train.max_steps=12"])
+    full, resumed = losses(tmp_path / "full"), losses(tmp_path / "half")
+    assert [s for s, _ in full] == list(range(1, 13))
+    assert resumed == full  # bitwise: same floats at every step
+
+
+def test_sigterm_saves_and_resume_continues_exactly(tmp_path, data_dir):
+    run = tmp_path / "run"
+    args = ["train", "-d", data_dir, "-o", run, *TINY_TRAIN, "--set", "train.max_steps=100000", "--set", "model.dropout=0.1"]
+    proc = subprocess.Popen([sys.executable, "-m", "mtkit", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and len(losses(run)) >= 5):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr.decode()
+    assert "interrupted" in stderr.decode()
+    stopped_at = load_payload(run / STATE_FILE, "mtkit-train-state")["progress"]["step"]
+    assert stopped_at >= 5 and read_index(run)[-1]["step"] == stopped_at
+    result = run_mtkit("train", "--resume", run, "--set", f"train.max_steps={stopped_at + 4}")
+    assert result.returncode == 0, result.stderr.decode()
+    reference = tmp_path / "reference"
+    result = run_mtkit("train", "-d", data_dir, "-o", reference, *TINY_TRAIN, "--set", f"train.max_steps={stopped_at + 4}",
+                       "--set", "model.dropout=0.1")
+    assert result.returncode == 0
+    assert losses(run) == losses(reference)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_steps_on_cpu(tmp_path, data_dir, precision):
+    reason = train(tiny_config("train.max_steps=4", f"train.precision={precision}"), data_dir, tmp_path / "run")
+    assert "max_steps" in reason
+    state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
+    assert state["progress"]["step"] == 4
+    assert (state["scaler"] is not None) == (precision == "fp16")
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_nonfinite_gradients_are_skipped_then_training_stops(tmp_path, data_dir, monkeypatch):
+    from mtkit import train as train_module
+
+    original = train_module.TrainingObjective.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *args):
+        calls["n"] += 1
+        loss, nll = original(self, *args)
+        return (loss * float("nan"), nll) if calls["n"] > 3 else (loss, nll)
+
+    monkeypatch.setattr(train_module.TrainingObjective, "forward", poisoned)
+    with pytest.raises(MtkitError, match="diverged: 32 updates in a row had inf/nan.*step 3"):
+        train(tiny_config("train.max_steps=100"), data_dir, tmp_path / "run")
+    state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
+    assert state["progress"]["step"] == 3 and state["progress"]["nonfinite_updates"] == 32
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_disk_full_keeps_the_previous_checkpoint(tmp_path, data_dir, monkeypatch):
+    train(tiny_config("train.max_steps=2"), data_dir, tmp_path / "run")
+    before = (tmp_path / "run" / STATE_FILE).read_bytes()
+    real_save = torch.save
+
+    def full_disk(obj, path, *a, **k):
+        with open(path, "wb") as handle:
+            handle.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(MtkitError, match="could not write \\(No space left on device\\); the previous file is intact"):
+        train(None, None, tmp_path / "run", resume=True, overrides=["train.max_steps=4"])
+    monkeypatch.setattr(torch, "save", real_save)
+    assert (tmp_path / "run" / STATE_FILE).read_bytes() == before
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.startswith(".")] == []
+
+
+def test_sentences_longer_than_max_tokens_are_skipped_with_a_warning(tmp_path, data_dir):
+    result = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "run", *TINY_TRAIN, "--set", "train.max_tokens=60",
+                       "--set", "train.max_steps=2")
+    assert result.returncode == 0, result.stderr.decode()
+    assert "longer than train.max_tokens=60" in result.stderr.decode()
+
+
+def test_checkpoint_files_are_data_and_carry_everything(trained_run):
+    entries = read_index(trained_run)
+    assert [e["step"] for e in entries] == [20, 40]
+    payload = load_payload(trained_run / "checkpoints" / entries[-1]["file"], MODEL_FORMAT)
+    assert payload["config"]["d_model"] == 16 and payload["src_tokenizer"].startswith("{")
+    assert "optimizer" not in payload  # weights-only model file; optimizer state lives in state.pt
+    assert (trained_run / "config.yaml").read_text().startswith("model:")
+
+
+def test_keep_last_removes_old_checkpoints(tmp_path, data_dir):
+    train(tiny_config("train.max_steps=6", "train.save_every=1", "train.keep_last=2", "train.keep_best=0"), data_dir, tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.pt")) == ["step_00000005.pt", "step_00000006.pt"]
+
+
+def test_early_stopping_and_best_checkpoint(tmp_path, data_dir):
+    config = tiny_config("train.max_steps=200", "train.valid_every=2", "train.patience=2", "train.lr=5.0", "train.warmup=0",
+                         "train.keep_best=1", "train.keep_last=1")
+    reason = train(config, data_dir, tmp_path / "run")
+    assert "no improvement of valid loss in 2 validations" in reason
+    entries = read_index(tmp_path / "run")
+    best = min((e for e in entries if e["metric"] is not None), key=lambda e: e["metric"])
+    assert best in entries and entries[-1]["step"] < 200
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "train.bogus=1"], "unknown config key 'train.bogus'; valid keys:"),
+        (["--set", "model.norm=sideways"], "model.norm: 'sideways' is not one of post, pre"),
+    ],
+)
+def test_bad_config_is_one_clear_line(tmp_path, data_dir, args, message):
+    result = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "run", *args)
+    stderr = result.stderr.decode()
+    assert result.returncode == 1 and message in stderr and "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
+def test_missing_dataset_and_missing_resume(tmp_path):
+    result = run_mtkit("train", "-d", tmp_path / "nothing", "-o", tmp_path / "run")
+    assert result.returncode == 1 and "not an mtkit dataset" in result.stderr.decode()
+    result = run_mtkit("train", "--resume", tmp_path / "nothing")
+    assert result.returncode == 1 and "nothing to resume" in result.stderr.decode()
+
+
+def test_existing_run_needs_force(tmp_path, data_dir):
+    train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
+    with pytest.raises(MtkitError, match="already holds a run.*--resume.*--force"):
+        train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
+    train(tiny_config("train.max_steps=2"), data_dir, tmp_path / "run", force=True)
+    assert losses(tmp_path / "run")[-1][0] == 2
+
+
+def test_resume_refuses_changes_to_the_model_or_data_order(tmp_path, data_dir):
+    train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
+    for override in ("train.lr=0.5", "model.d_model=32", "train.seed=7", "train.max_tokens=900"):
+        with pytest.raises(MtkitError, match="cannot change on resume"):
+            train(None, None, tmp_path / "run", resume=True, overrides=[override])
+
+
+def test_resume_with_a_dataset_of_another_tokenizer(tmp_path, data_dir, corpus):
+    from mtkit.preprocess import preprocess
+    from mtkit.tokenizer import train_tokenizer
+
+    train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
+    train_tokenizer([corpus / "train.en"], tmp_path / "other.json", vocab_size=300)
+    preprocess("en", "de", {"train": corpus / "train"}, tmp_path / "other.json", tmp_path / "other")
+    with pytest.raises(MtkitError, match="built with a different tokenizer than the run's checkpoint"):
+        train(None, tmp_path / "other", tmp_path / "run", resume=True, overrides=["train.max_steps=2"])
+
+
+def test_two_processes_match_one_process(tmp_path, data_dir):
+    """torchrun with 2 CPU processes (gloo) and 1 process with the same global batches reach the same weights."""
+    common = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.update_freq=2"]
+    single = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "one", *common)
+    assert single.returncode == 0, single.stderr.decode()
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "mtkit",
+                "train", "-d", str(data_dir), "-o", str(tmp_path / "two"), *common]
+    double = subprocess.run(torchrun, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert double.returncode == 0, double.stderr.decode()[-3000:]
+    one = load_payload(tmp_path / "one" / STATE_FILE, "mtkit-train-state")["model"]
+    two = load_payload(tmp_path / "two" / STATE_FILE, "mtkit-train-state")["model"]
+    assert one.keys() == two.keys()
+    for name in one:
+        a, b = one[name], two[name]
+        if name.endswith("kv_proj.bias"):
+            # The key half of this bias has a gradient of exactly zero in exact arithmetic (softmax is
+            # invariant to adding the same q.b_k to every score), so Adam turns rounding noise into
+            # +-lr steps there; only the value half carries a real gradient.
+            a, b = a[a.numel() // 2 :], b[b.numel() // 2 :]
+        assert torch.allclose(a, b, atol=1e-5), name
+    one_log, two_log = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert [s for s, _ in one_log] == [s for s, _ in two_log] == [1, 2, 3, 4, 5]
+    assert [loss for _, loss in one_log] == pytest.approx([loss for _, loss in two_log], rel=1e-5)
