@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,15 +44,18 @@ def load_payload(path: Path, expected_format: str) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise MtkitError(f"{path}: no such file")
+    what = f"not an mtkit {expected_format.removeprefix('mtkit-')} file"
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        raise MtkitError(f"{path}: {what}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else "unsafe content"
-        raise MtkitError(f"{path}: refused to load: it holds objects other than tensors and plain data ({first_line})") from None
+        reason = next((line.strip() for line in str(err).splitlines() if "Unsupported global" in line), "code or unknown objects")
+        raise MtkitError(f"{path}: refused to load: it holds objects other than tensors and plain data ({reason})") from None
     except Exception as err:  # a truncated or foreign file raises many different errors
-        raise MtkitError(f"{path}: not an mtkit {expected_format.removeprefix('mtkit-')} file ({type(err).__name__})") from None
+        raise MtkitError(f"{path}: {what} ({type(err).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != expected_format:
-        raise MtkitError(f"{path}: not an mtkit {expected_format.removeprefix('mtkit-')} file")
+        raise MtkitError(f"{path}: {what}")
     return payload
 
 
