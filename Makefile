@@ -1,0 +1,28 @@
+# Two entry points for a fresh machine:
+#   make demo   set up, then train -> translate -> evaluate on Multi30k (quick mode, ~10 minutes on 2 cores)
+#   make test   set up, then run the test suite
+VENV ?= .venv
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+DATA ?= $(abspath $(wildcard ../shared/data/multi30k))
+DEMO_OUT ?= runs/demo
+
+.PHONY: setup test demo clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet "$(TORCH)"
+	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+test: setup
+	$(VENV)/bin/python -m pytest -q
+
+demo: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" DATA="$(DATA)" recipes/multi30k_en_de/run.sh --quick --out $(DEMO_OUT)
+
+clean:
+	rm -rf $(VENV) runs
