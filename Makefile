@@ -11,7 +11,6 @@ DEMO_OUT ?= runs/demo
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet "$(TORCH)"
 	$(VENV)/bin/pip install --quiet -e ".[dev]"
 	touch $@
