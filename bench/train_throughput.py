@@ -1,0 +1,83 @@
+"""Training throughput of mtkit's transformer-small on Multi30k: target tokens/s after warm-up.
+
+    python bench/train_throughput.py [--data ../shared/data/multi30k] [--steps 80] [--precisions fp32,bf16]
+
+Each setting trains in its own process for --steps updates of --max-tokens (padded source +
+target) tokens; the first --warmup-steps are not timed. On a GPU the table adds model FLOPs
+utilisation from the model's FLOPs per token (6 x parameters touched per token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run_measured
+
+PEAK_TFLOPS = {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}  # H100 SXM dense, for MFU on CUDA
+
+
+def build_dataset(data: Path, work: Path) -> Path:
+    run_measured(mtkit_command("train-tokenizer", "-i", data / "train.en", "-i", data / "train.de", "-o", work / "tok.json",
+                               "--vocab-size", 8000))
+    run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", data / "train", "--tokenizer", work / "tok.json",
+                               "-o", work / "bin"))
+    return work / "bin"
+
+
+def flops_per_target_token(src_per_tgt: float) -> float:
+    """6 x (encoder params x source tokens + decoder and output params) per target token."""
+    from mtkit.config import build_config
+    from mtkit.model import Transformer
+
+    model = Transformer(build_config({"model": {"src_vocab_size": 8000, "tgt_vocab_size": 8000, "joint_vocab": True}}).model)
+    encoder = sum(p.numel() for p in model.encoder_layers.parameters())
+    decoder = sum(p.numel() for p in model.decoder_layers.parameters())
+    output = model.tgt_embed.tokens.weight.numel()
+    return 6.0 * (encoder * src_per_tgt + decoder + output)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_MULTI30K)
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--warmup-steps", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--devices", default="cpu,cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    print(f"conditions: {conditions()}")
+    print(f"model: transformer-small (3+3 layers, d_model 256, 4 heads, FFN 1024, dropout 0.3), 8k joint BPE, "
+          f"max_tokens {args.max_tokens}, {args.steps} updates, first {args.warmup_steps} not timed\n")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        data_dir = build_dataset(args.data, work)
+        for device in args.devices.split(","):
+            for precision in args.precisions.split(","):
+                run_dir = work / f"run-{device}-{precision}"
+                _, rss = run_measured(mtkit_command(
+                    "train", "-d", data_dir, "-o", run_dir, "--set", "model.preset=transformer-small",
+                    "--set", f"train.max_tokens={args.max_tokens}", "--set", f"train.max_steps={args.steps}",
+                    "--set", "train.log_every=1", "--set", "train.valid_every=100000", "--set", "train.save_every=100000",
+                    "--set", f"train.precision={precision}", "--set", f"train.device={device}"))
+                records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+                timed = [r for r in records if "tokens_per_s" in r and r["step"] > args.warmup_steps]
+                seconds = sum(r["elapsed"] - prev["elapsed"] for prev, r in zip(records, records[1:]) if r in timed)
+                tgt = sum(r["tokens_per_s"] * (r["elapsed"] - prev["elapsed"]) for prev, r in zip(records, records[1:]) if r in timed)
+                src = sum(r["src_tokens_per_s"] * (r["elapsed"] - prev["elapsed"]) for prev, r in zip(records, records[1:]) if r in timed)
+                row = [device, precision, tgt / seconds, (tgt + src) / seconds, rss]
+                if device == "cuda":
+                    achieved = flops_per_target_token(src / tgt) * tgt / seconds / 1e12
+                    row.append(f"{100 * achieved / PEAK_TFLOPS[precision]:.1f}%")
+                rows.append(row)
+    headers = ["device", "precision", "target tok/s", "src+tgt tok/s", "peak RSS MiB"]
+    print_table(headers + (["MFU"] if any(len(r) > len(headers) for r in rows) else []), rows)
+
+
+if __name__ == "__main__":
+    main()
