@@ -66,10 +66,11 @@ def main() -> None:
                     "--set", "train.log_every=1", "--set", "train.valid_every=100000", "--set", "train.save_every=100000",
                     "--set", f"train.precision={precision}", "--set", f"train.device={device}"))
                 records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-                timed = [r for r in records if "tokens_per_s" in r and r["step"] > args.warmup_steps]
-                seconds = sum(r["elapsed"] - prev["elapsed"] for prev, r in zip(records, records[1:]) if r in timed)
-                tgt = sum(r["tokens_per_s"] * (r["elapsed"] - prev["elapsed"]) for prev, r in zip(records, records[1:]) if r in timed)
-                src = sum(r["src_tokens_per_s"] * (r["elapsed"] - prev["elapsed"]) for prev, r in zip(records, records[1:]) if r in timed)
+                # log_every=1: each record is one update; `elapsed` is cumulative training time.
+                updates = [(r, r["elapsed"] - prev["elapsed"]) for prev, r in zip(records, records[1:]) if r["step"] > args.warmup_steps]
+                seconds = sum(dt for _, dt in updates)
+                tgt = sum(r["tokens_per_s"] * dt for r, dt in updates)
+                src = sum(r["src_tokens_per_s"] * dt for r, dt in updates)
                 row = [device, precision, tgt / seconds, (tgt + src) / seconds, rss]
                 if device == "cuda":
                     achieved = flops_per_target_token(src / tgt) * tgt / seconds / 1e12
