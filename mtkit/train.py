@@ -99,6 +99,7 @@ class Progress:
     best_metric: float | None = None
     bad_validations: int = 0
     nonfinite_updates: int = 0
+    oom_updates: int = 0
     target_tokens: int = 0
 
 
@@ -277,28 +278,35 @@ class Trainer:
 
     # --- one update --------------------------------------------------------------------------
 
-    def _update(self, micro_batches: list[np.ndarray]) -> dict[str, float] | None:
-        """Forward/backward over the micro-batches and one optimizer step; None if it was skipped."""
+    def _update(self, micro_batches: list[np.ndarray]) -> dict[str, Any]:
+        """Forward/backward over the micro-batches and one optimizer step.
+
+        Returns the update's statistics, or {"skipped": "nonfinite" | "out_of_memory"} when the
+        update was not applied.
+        """
         total_tgt = sum(int(self.train_data.tgt_lengths[b].sum()) + len(b) for b in micro_batches)  # + </s>
         loss_sum = nll_sum = 0.0
         src_tokens = 0
+        out_of_memory = False
         for i, indices in enumerate(micro_batches):
             share = indices[self.dist.rank :: self.dist.world_size]
             weight = float(self.dist.world_size) / total_tgt  # DDP averages gradients over ranks
             if len(share) == 0:  # fewer sentences than ranks: join the all-reduce with a zero loss
                 share, weight = indices[:1], 0.0
-            batch = collate(self.train_data, share).to(self.device)
             last = i == len(micro_batches) - 1
-            sync = contextlib.nullcontext() if last or not self.dist.enabled else self.objective.no_sync()
-            with sync:
-                with autocast(self.device, self.precision):
-                    loss, nll = self.objective(batch.src, batch.tgt_in, batch.tgt_out)
-                scaled = loss * weight
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            try:
+                loss, nll, batch_src = self._forward_backward(share, weight, last)
+            except torch.OutOfMemoryError:
+                out_of_memory = True
+                self._free_memory(len(share))
+                if self.dist.enabled:  # the other ranks wait in the gradient all-reduce: join it with nothing
+                    self._forward_backward(indices[:1], 0.0, last)
+                continue
             if weight:
-                loss_sum += loss.item()
-                nll_sum += nll.item()
-                src_tokens += batch.src_tokens
+                loss_sum, nll_sum, src_tokens = loss_sum + loss, nll_sum + nll, src_tokens + batch_src
+        if self.dist.any(out_of_memory):
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"skipped": "out_of_memory"}
         if self.scaler:
             self.scaler.unscale_(self.optimizer)  # before clipping, so the norm is the true one
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else float("inf")
@@ -314,10 +322,28 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if not finite:
-            return None
+            return {"skipped": "nonfinite"}
         sums = self._sum_over_ranks([loss_sum, nll_sum, float(src_tokens)])
         return {"loss": sums[0] / total_tgt, "nll": sums[1] / total_tgt, "lr": lr, "grad_norm": grad_norm,
                 "tgt_tokens": float(total_tgt), "src_tokens": sums[2]}
+
+    def _forward_backward(self, indices: np.ndarray, weight: float, sync: bool) -> tuple[float, float, int]:
+        """Accumulate the gradient of weight x (summed loss of these sentences); returns (loss, nll, source tokens)."""
+        batch = collate(self.train_data, indices).to(self.device)
+        context = contextlib.nullcontext() if sync or not self.dist.enabled else self.objective.no_sync()
+        with context:
+            with autocast(self.device, self.precision):
+                loss, nll = self.objective(batch.src, batch.tgt_in, batch.tgt_out)
+            scaled = loss * weight
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        return loss.item(), nll.item(), batch.src_tokens
+
+    def _free_memory(self, sentences: int) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        console.warn(f"out of memory on a batch of {sentences} sentences at step {self.progress.step + 1}: "
+                     "skipped that update (lower train.max_tokens if this repeats)")
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
         if not self.dist.enabled:
@@ -446,7 +472,10 @@ class Trainer:
                 stats = self._update(micro)
                 elapsed = time.perf_counter() - started
                 self.progress.elapsed += elapsed
-                if stats is None:
+                if stats.get("skipped") == "out_of_memory":
+                    self.progress.oom_updates += 1
+                    continue
+                if stats.get("skipped") == "nonfinite":
                     self.progress.nonfinite_updates += 1
                     consecutive_bad += 1
                     if consecutive_bad >= MAX_CONSECUTIVE_NONFINITE:
@@ -494,7 +523,8 @@ class Trainer:
         return {"step": self.progress.step, "epoch": self.progress.epoch, "loss": window["loss"] / updates, "nll": nll,
                 "ppl": math.exp(min(nll, 50.0)), "lr": stats["lr"], "grad_norm": stats["grad_norm"],
                 "tokens_per_s": window["tgt"] / seconds, "src_tokens_per_s": window["src"] / seconds,
-                "elapsed": round(self.progress.elapsed, 3), "skipped_updates": self.progress.nonfinite_updates}
+                "elapsed": round(self.progress.elapsed, 3), "skipped_updates": self.progress.nonfinite_updates,
+                "oom_updates": self.progress.oom_updates}
 
 
 def train(config: Config | None, data_dir: Path | None, run_dir: Path, resume: bool = False, force: bool = False,

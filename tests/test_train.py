@@ -222,3 +222,23 @@ def test_two_processes_match_one_process(tmp_path, data_dir):
     one_log, two_log = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert [s for s, _ in one_log] == [s for s, _ in two_log] == [1, 2, 3, 4, 5]
     assert [loss for _, loss in one_log] == pytest.approx([loss for _, loss in two_log], rel=1e-5)
+
+
+def test_out_of_memory_skips_the_update_and_continues(tmp_path, data_dir, monkeypatch, capsys):
+    from mtkit import train as train_module
+
+    original = train_module.TrainingObjective.forward
+    calls = {"n": 0}
+
+    def sometimes_oom(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(self, *args)
+
+    monkeypatch.setattr(train_module.TrainingObjective, "forward", sometimes_oom)
+    reason = train(tiny_config("train.max_steps=4"), data_dir, tmp_path / "run")
+    assert "max_steps" in reason
+    state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
+    assert state["progress"]["step"] == 4 and state["progress"]["oom_updates"] == 1
+    assert "out of memory on a batch" in capsys.readouterr().err
