@@ -183,3 +183,28 @@ def test_evaluate_line_count_mismatch_names_both(corpus, tmp_path):
     result = run_mtkit("evaluate", "--hyp", tmp_path / "short.de", "--ref", corpus / "test.de")
     stderr = result.stderr.decode()
     assert result.returncode == 1 and "short.de has 1 lines" in stderr and "test.de has 20 lines" in stderr
+
+
+def test_a_line_typed_on_a_terminal_is_translated_at_once(trained_run):
+    """With a terminal on stdin, each line is answered before the next is typed (no end of input)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "translate", "-m", str(trained_run), "--beam", "1"],
+                            stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        os.write(controller, b"A dog runs.\n")
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "no translation while the input stays open"
+        first = proc.stdout.readline()
+        assert first.endswith(b"\n")
+        assert proc.poll() is None  # still waiting for more input
+    finally:
+        os.close(controller)
+        os.close(terminal)
+        proc.kill()
+        proc.wait()
