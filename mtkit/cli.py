@@ -238,10 +238,15 @@ def translate(
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
     buffer_size: Annotated[int, typer.Option(help="Lines read before translating (1 on a terminal).")] = 2000,
+    alignment: Annotated[bool, typer.Option(help="Append <TAB> and a source-target word alignment (i-j pairs).")] = False,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
 ) -> None:
     """Translate raw text, one output line per input line, in order (stdin to stdout by default).
+
+    With --alignment each line is `translation<TAB>i-j ...`: source word i aligned to target word j
+    (0-based, whitespace-separated words), from the penultimate decoder layer's cross-attention
+    averaged over heads.
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
@@ -258,11 +263,14 @@ def translate(
     def write_all(out) -> int:
         written = 0
         with console.progress("translating", total=total) as bar:
-            for index, nbest_list in enumerate(translator.translate_stream(_input_lines(input), chunk)):
+            for index, (line, nbest_list) in enumerate(translator.translate_stream(_input_lines(input), chunk)):
                 if nbest > 1:
                     rows = [f"{index}\t{h.score:.4f}\t{text}" for h, text in nbest_list] or [f"{index}\t-inf\t"]
                 else:
                     rows = [nbest_list[0][1] if nbest_list else ""]
+                if alignment:
+                    links = [translator.alignment(line, h) for h, _ in nbest_list] or [""]
+                    rows = [f"{row}\t{link}" for row, link in zip(rows, links)]
                 out.write("".join(row + "\n" for row in rows))
                 written += 1
                 if interactive or (total is None and written % chunk == 0):
@@ -347,6 +355,128 @@ def evaluate(
     from rich.console import Console
 
     Console(soft_wrap=False).print(table)
+
+
+# --- looking inside ------------------------------------------------------------------------------
+
+
+def _pick(value: str, count: int, what: str, extra: tuple[str, ...]) -> list[int] | str:
+    """A 1-based index, or one of the words in `extra`."""
+    if value in extra:
+        return value
+    try:
+        index = int(value)
+    except ValueError:
+        raise MtkitError(f"--{what} {value}: expected 1..{count} or {'/'.join(extra)}") from None
+    if not 1 <= index <= count:
+        raise MtkitError(f"--{what} {value}: the model has {what}s 1..{count}")
+    return [index - 1]
+
+
+@app.command()
+@handle_errors
+def attention(
+    model: ModelOption,
+    src: Annotated[str, typer.Option("--src", help="The source sentence.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="FILE.png, .svg, .html or .json.")] = None,
+    tgt: Annotated[Optional[str], typer.Option("--tgt", help="A reference to force-decode instead of translating.")] = None,
+    kind: Annotated[str, typer.Option(help="cross (target x source), encoder or decoder self-attention.")] = "cross",
+    layer: Annotated[str, typer.Option(help="Layer 1..N, or all (default: the last).")] = "last",
+    head: Annotated[str, typer.Option(help="Head 1..h, mean (over heads) or all (a grid).")] = "mean",
+    fmt: Annotated[Optional[str], typer.Option("--format", help="png, svg, html or json (default: from -o; json prints to stdout).")] = None,
+    size: Annotated[Optional[str], typer.Option(help="Image size in pixels, WIDTHxHEIGHT.")] = None,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+) -> None:
+    """Draw the attention weights of one sentence as heatmaps with the subword tokens on both axes.
+
+    Example: [bold]mtkit attention -m model.pt --src "A dog runs on the beach." --head all -o attention.png[/bold]
+    """
+    from mtkit.attention import KINDS, attention_weights
+    from mtkit.checkpoint import load_model_file
+    from mtkit.search import SearchConfig
+    from mtkit.translate import translate_ids
+
+    if kind not in KINDS:
+        raise MtkitError(f"--kind {kind}: must be one of {', '.join(KINDS)}")
+    fmt = (fmt or (output.suffix.lstrip(".").lower() if output else "json"))
+    if fmt not in ("png", "svg", "html", "json"):
+        raise MtkitError(f"--format {fmt}: must be png, svg, html or json")
+    if fmt != "json" and output is None:
+        raise MtkitError(f"--format {fmt} needs -o FILE")
+    model_file = load_model_file(model, checkpoint)
+    net = model_file.build_model("cpu")
+    src_tok, tgt_tok = model_file.src_tokenizer, model_file.tgt_tokenizer
+    src_ids = src_tok.encode_batch([src.strip()])[0]
+    if tgt is not None:
+        tgt_ids = tgt_tok.encode_batch([tgt.strip()])[0]
+    else:
+        tgt_ids = translate_ids(net, [src_ids], SearchConfig(beam=beam, lenpen=0.6), net.tgt_embed.tokens.weight.device)[0][0].tokens
+    weights = attention_weights(net, src_ids, tgt_ids)[kind]  # (layers, heads, queries, keys)
+    src_labels = [src_tok.id_to_token(i) for i in src_ids] + ["</s>"]
+    tgt_inputs = ["<s>"] + [tgt_tok.id_to_token(i) for i in tgt_ids]
+    tgt_outputs = tgt_inputs[1:] + ["</s>"]
+    rows, cols = {"cross": (tgt_outputs, src_labels), "encoder": (src_labels, src_labels), "decoder": (tgt_inputs, tgt_inputs)}[kind]
+    n_layers, n_heads = weights.shape[:2]
+    layers = list(range(n_layers)) if layer == "all" else [n_layers - 1] if layer == "last" else _pick(layer, n_layers, "layer", ("all", "last"))
+    heads = _pick(head, n_heads, "head", ("mean", "all"))
+    maps = []
+    for l in layers:
+        if heads == "mean":
+            maps.append((f"{kind} attention, layer {l + 1}, mean of {n_heads} heads", weights[l].mean(0)))
+        else:
+            for h in range(n_heads) if heads == "all" else heads:
+                maps.append((f"{kind} attention, layer {l + 1}, head {h + 1}", weights[l, h]))
+    if fmt == "json":
+        payload = {"kind": kind, "source": src, "target": tgt_tok.decode_batch([tgt_ids])[0], "rows": rows, "columns": cols,
+                   "maps": [{"title": title, "weights": matrix.tolist()} for title, matrix in maps]}
+        text = json.dumps(payload)
+        if output:
+            from mtkit.textio import write_text_atomic
+
+            write_text_atomic(output, text + "\n")
+        else:
+            print(text)
+        return
+    assert output is not None
+    if fmt == "html":
+        from mtkit.plots import write_heatmaps_html
+
+        write_heatmaps_html(maps, rows, cols, output)
+    else:
+        from mtkit.plots import draw_heatmaps
+
+        pixels = _parse_size(size) if size else None
+        columns = n_heads if heads == "all" else 1
+        draw_heatmaps(maps, rows, cols, output, columns, pixels)
+    console.info(f"wrote {output}: {len(maps)} heatmap(s) of {kind} attention; translation: {tgt_tok.decode_batch([tgt_ids])[0]}")
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise MtkitError(f"--size {text}: expected WIDTHxHEIGHT, e.g. 1200x800") from None
+    if width < 100 or height < 100:
+        raise MtkitError(f"--size {text}: at least 100x100 pixels")
+    return width, height
+
+
+@app.command()
+@handle_errors
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (reads its metrics.jsonl).")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Image file (default: RUN_DIR/curves.png).")] = None,
+) -> None:
+    """Plot training and validation curves (loss, perplexity, BLEU, learning rate, tokens/s); works while training runs.
+
+    Example: [bold]mtkit plot runs/en-de -o curves.png[/bold]
+    """
+    from mtkit.plots import plot_training
+
+    output = output or run_dir / "curves.png"
+    plot_training(run_dir, output)
+    console.info(f"wrote {output}")
 
 
 def main() -> None:

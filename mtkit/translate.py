@@ -117,13 +117,23 @@ class Translator:
         """The best translation of each line ("" for a blank line)."""
         return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
 
-    def translate_stream(self, lines: Iterable[str], chunk_lines: int) -> Iterator[list[tuple[Hypothesis, str]]]:
-        """Translate an endless stream in chunks, yielding each line's n-best in input order."""
+    def alignment(self, line: str, hypothesis: Hypothesis) -> str:
+        """Pharaoh-format word alignment of a translation (see mtkit.attention.word_alignment)."""
+        from mtkit.attention import attention_weights, pharaoh, word_alignment
+
+        src_line = line.strip()
+        src_ids = self.src_tokenizer.encode_batch([src_line])[0]
+        weights = attention_weights(self.model, src_ids, hypothesis.tokens)
+        tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
+        return pharaoh(word_alignment(weights["cross"], self.src_tokenizer.tokens(src_line), tgt_tokens))
+
+    def translate_stream(self, lines: Iterable[str], chunk_lines: int) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
+        """Translate an endless stream in chunks, yielding (line, its n-best) in input order."""
         chunk: list[str] = []
         for line in lines:
             chunk.append(line)
             if len(chunk) >= chunk_lines:
-                yield from self.translate_hypotheses(chunk)
+                yield from zip(chunk, self.translate_hypotheses(chunk))
                 chunk = []
         if chunk:
-            yield from self.translate_hypotheses(chunk)
+            yield from zip(chunk, self.translate_hypotheses(chunk))

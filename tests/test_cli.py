@@ -9,7 +9,7 @@ from mtkit.checkpoint import MODEL_FORMAT, load_model_file, load_payload, read_i
 
 from conftest import run_mtkit, write_lines
 
-COMMANDS = ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate"]
+COMMANDS = ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate", "attention", "plot"]
 
 
 def test_help_lists_every_command_and_each_shows_an_example():
