@@ -195,6 +195,24 @@ BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 PrecisionOption = Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")]
+EngineOption = Annotated[str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")]
+COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _make_translator(engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, batch_size: int,
+                     max_tokens: int):
+    if engine == "pytorch":
+        from mtkit.checkpoint import load_model_file
+        from mtkit.translate import Translator
+
+        return Translator(load_model_file(model, checkpoint), cfg, device, precision, batch_size, max_tokens)
+    if engine == "ctranslate2":
+        from mtkit.ct2 import CTranslate2Translator
+
+        if precision not in COMPUTE_TYPES:
+            raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
+        return CTranslate2Translator(model, cfg, device, COMPUTE_TYPES[precision], batch_size)
+    raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
 
 
 def _search_config(beam: int, lenpen: float, max_len_a: float, max_len_b: int, min_len: int, nbest: int = 1,
@@ -239,6 +257,7 @@ def translate(
     max_tokens: MaxTokensOption = 8192,
     buffer_size: Annotated[int, typer.Option(help="Lines read before translating (1 on a terminal).")] = 2000,
     alignment: Annotated[bool, typer.Option(help="Append <TAB> and a source-target word alignment (i-j pairs).")] = False,
+    engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
 ) -> None:
@@ -250,12 +269,12 @@ def translate(
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
-    from mtkit.checkpoint import load_model_file
     from mtkit.textio import atomic_path, count_lines
-    from mtkit.translate import Translator
 
     cfg = _search_config(beam, lenpen, max_len_a, max_len_b, min_len, nbest, no_repeat_ngram, sample, temperature, top_k, top_p, seed)
-    translator = Translator(load_model_file(model, checkpoint), cfg, device, precision, batch_size, max_tokens)
+    if alignment and engine != "pytorch":
+        raise MtkitError("--alignment needs --engine pytorch")
+    translator = _make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
     interactive = input is None and sys.stdin.isatty()
     chunk = 1 if interactive else max(1, buffer_size)
     total = count_lines(input) if input else None
@@ -308,6 +327,7 @@ def evaluate(
     no_repeat_ngram: NoRepeatOption = 0,
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
+    engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
 ) -> None:
@@ -329,11 +349,9 @@ def evaluate(
     if hyp is not None:
         hypotheses = sources
     else:
-        from mtkit.checkpoint import load_model_file
-        from mtkit.translate import Translator
-
         cfg = _search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
-        translator = Translator(load_model_file(model, checkpoint), cfg, device, precision, batch_size, max_tokens)
+        translator = _make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
+        started = time.perf_counter()  # translation only, not model loading
         hypotheses = translator.translate(sources)
     seconds = time.perf_counter() - started
     if output:
@@ -355,6 +373,29 @@ def evaluate(
     from rich.console import Console
 
     Console(soft_wrap=False).print(table)
+
+
+@app.command()
+@handle_errors
+def export(
+    model: ModelOption,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
+    fmt: Annotated[str, typer.Option("--format", help="Export format: ctranslate2.")] = "ctranslate2",
+    quantization: Annotated[str, typer.Option(help="float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")] = "float32",
+    checkpoint: CheckpointOption = "best",
+    force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
+) -> None:
+    """Export a model for a deployment engine (CTranslate2), with its tokenizer alongside.
+
+    Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
+    """
+    from mtkit.checkpoint import load_model_file
+    from mtkit.ct2 import export_ctranslate2
+
+    if fmt != "ctranslate2":
+        raise MtkitError(f"--format {fmt}: only ctranslate2 is supported")
+    export_ctranslate2(load_model_file(model, checkpoint), output, quantization, force)
+    console.info(f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}")
 
 
 # --- looking inside ------------------------------------------------------------------------------

@@ -74,6 +74,9 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str:
         return self._hf.id_to_token(token_id)
 
+    def token_to_id(self, token: str) -> int:
+        return self._hf.token_to_id(token)
+
 
 @dataclass
 class TokenizerReport:

@@ -81,8 +81,30 @@ def translate_ids(
     return results
 
 
-class Translator:
-    """A loaded model ready to translate raw lines."""
+class TextTranslator:
+    """What every engine offers on top of its translate_hypotheses(lines)."""
+
+    def translate_hypotheses(self, lines: Sequence[str]) -> list[list[tuple[Hypothesis, str]]]:
+        raise NotImplementedError
+
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """The best translation of each line ("" for a blank line)."""
+        return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
+
+    def translate_stream(self, lines: Iterable[str], chunk_lines: int) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
+        """Translate an endless stream in chunks, yielding (line, its n-best) in input order."""
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= chunk_lines:
+                yield from zip(chunk, self.translate_hypotheses(chunk))
+                chunk = []
+        if chunk:
+            yield from zip(chunk, self.translate_hypotheses(chunk))
+
+
+class Translator(TextTranslator):
+    """A loaded model ready to translate raw lines with mtkit's own (PyTorch) search."""
 
     def __init__(
         self,
@@ -113,10 +135,6 @@ class Translator:
             out[i] = list(zip(hyps, texts))
         return out
 
-    def translate(self, lines: Sequence[str]) -> list[str]:
-        """The best translation of each line ("" for a blank line)."""
-        return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
-
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
         """Pharaoh-format word alignment of a translation (see mtkit.attention.word_alignment)."""
         from mtkit.attention import attention_weights, pharaoh, word_alignment
@@ -126,14 +144,3 @@ class Translator:
         weights = attention_weights(self.model, src_ids, hypothesis.tokens)
         tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
         return pharaoh(word_alignment(weights["cross"], self.src_tokenizer.tokens(src_line), tgt_tokens))
-
-    def translate_stream(self, lines: Iterable[str], chunk_lines: int) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
-        """Translate an endless stream in chunks, yielding (line, its n-best) in input order."""
-        chunk: list[str] = []
-        for line in lines:
-            chunk.append(line)
-            if len(chunk) >= chunk_lines:
-                yield from zip(chunk, self.translate_hypotheses(chunk))
-                chunk = []
-        if chunk:
-            yield from zip(chunk, self.translate_hypotheses(chunk))

@@ -1,0 +1,173 @@
+"""CTranslate2 as a deployment engine: export an mtkit model, and translate with it.
+
+The export describes mtkit's Transformer with CTranslate2's TransformerSpec: post- or pre-norm,
+ReLU FFN, embeddings scaled by sqrt(d_model), mtkit's own (interleaved) sinusoidal positions
+as a fixed table, tied embeddings. The tokenizer(s) are copied beside the model, so the
+directory is all that `mtkit translate --engine ctranslate2 -m DIR` needs.
+Needs the optional extra: pip install 'mtkit[ct2]'.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from mtkit.checkpoint import ModelFile
+from mtkit.errors import MtkitError
+from mtkit.model import sinusoidal_positions
+from mtkit.search import Hypothesis, SearchConfig
+from mtkit.textio import atomic_directory
+from mtkit.translate import TextTranslator
+from mtkit.tokenizer import PAD, Tokenizer
+
+QUANTIZATIONS = ("float32", "int8", "int16", "float16", "bfloat16", "int8_float32", "int8_bfloat16")
+MAX_POSITIONS = 1024
+META_FILE = "mtkit.json"
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise MtkitError("the CTranslate2 engine needs ctranslate2: pip install 'mtkit[ct2]'") from None
+    return ctranslate2
+
+
+def _vocabulary(tokenizer: Tokenizer) -> list[str]:
+    return ["<blank>" if tok == PAD else tok for tok in (tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))]
+
+
+def _spec(model_file: ModelFile):
+    ctranslate2 = _ctranslate2()
+    from ctranslate2.specs import transformer_spec
+
+    cfg = model_file.config
+    weights = {name: tensor.float().numpy() for name, tensor in model_file.weights.items()}
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre"
+    )
+    positions = sinusoidal_positions(MAX_POSITIONS, cfg.d_model).numpy()
+
+    def linear(target, prefix: str) -> None:
+        target.weight = weights[f"{prefix}.weight"]
+        if f"{prefix}.bias" in weights:
+            target.bias = weights[f"{prefix}.bias"]
+
+    def norm(target, prefix: str) -> None:
+        target.gamma, target.beta = weights[f"{prefix}.weight"], weights[f"{prefix}.bias"]
+
+    def attention(target, prefix: str, self_attention: bool) -> None:
+        q_w, q_b = weights[f"{prefix}.q_proj.weight"], weights[f"{prefix}.q_proj.bias"]
+        kv_w, kv_b = weights[f"{prefix}.kv_proj.weight"], weights[f"{prefix}.kv_proj.bias"]
+        if self_attention:  # one fused q|k|v projection
+            target.linear[0].weight, target.linear[0].bias = np.concatenate([q_w, kv_w]), np.concatenate([q_b, kv_b])
+        else:  # q from the decoder, fused k|v from the encoder
+            target.linear[0].weight, target.linear[0].bias = q_w, q_b
+            target.linear[1].weight, target.linear[1].bias = kv_w, kv_b
+        linear(target.linear[-1], f"{prefix}.out_proj")
+
+    def ffn(target, prefix: str) -> None:
+        linear(target.linear_0, f"{prefix}.ffn.fc1")
+        linear(target.linear_1, f"{prefix}.ffn.fc2")
+        norm(target.layer_norm, f"{prefix}.ffn_block.norm")
+
+    spec.encoder.embeddings[0].weight = weights["src_embed.tokens.weight"]
+    spec.encoder.position_encodings.encodings = positions
+    for i, layer in enumerate(spec.encoder.layer):
+        attention(layer.self_attention, f"encoder_layers.{i}.self_attn", True)
+        norm(layer.self_attention.layer_norm, f"encoder_layers.{i}.attn_block.norm")
+        ffn(layer.ffn, f"encoder_layers.{i}")
+    spec.decoder.embeddings.weight = weights["tgt_embed.tokens.weight"]
+    spec.decoder.position_encodings.encodings = positions
+    for i, layer in enumerate(spec.decoder.layer):
+        attention(layer.self_attention, f"decoder_layers.{i}.self_attn", True)
+        norm(layer.self_attention.layer_norm, f"decoder_layers.{i}.self_block.norm")
+        attention(layer.attention, f"decoder_layers.{i}.cross_attn", False)
+        norm(layer.attention.layer_norm, f"decoder_layers.{i}.cross_block.norm")
+        ffn(layer.ffn, f"decoder_layers.{i}")
+    if cfg.norm == "pre":
+        norm(spec.encoder.layer_norm, "encoder_norm")
+        norm(spec.decoder.layer_norm, "decoder_norm")
+    spec.decoder.projection.weight = weights["tgt_embed.tokens.weight" if cfg.tie_embeddings else "output.weight"]
+    spec.register_source_vocabulary(_vocabulary(model_file.src_tokenizer))
+    spec.register_target_vocabulary(_vocabulary(model_file.tgt_tokenizer))
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = "<unk>", "<s>", "</s>"
+    spec.config.decoder_start_token = "<s>"
+    return ctranslate2, spec
+
+
+def export_ctranslate2(model_file: ModelFile, output: Path, quantization: str = "float32", force: bool = False) -> None:
+    if quantization not in QUANTIZATIONS:
+        raise MtkitError(f"--quantization {quantization}: must be one of {', '.join(QUANTIZATIONS)}")
+    ctranslate2, spec = _spec(model_file)
+
+    class MtkitConverter(ctranslate2.converters.Converter):
+        def _load(self):
+            return spec
+
+    with atomic_directory(output, force) as tmp:
+        shutil.rmtree(tmp)  # the converter creates the directory itself
+        MtkitConverter().convert(str(tmp), quantization=None if quantization == "float32" else quantization)
+        model_file.src_tokenizer.save(tmp / "src_tokenizer.json")
+        model_file.tgt_tokenizer.save(tmp / "tgt_tokenizer.json")
+        meta = {"format": "mtkit-ctranslate2", "quantization": quantization, "max_positions": MAX_POSITIONS,
+                "source": model_file.meta}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+
+class CTranslate2Translator(TextTranslator):
+    """The same interface as mtkit.translate.Translator, decoding with CTranslate2.
+
+    Differences: CTranslate2 normalises beam scores by length ** lenpen (not GNMT's
+    ((5 + length) / 6) ** lenpen), and applies one length limit per batch.
+    """
+
+    def __init__(self, directory: Path, cfg: SearchConfig, device: str = "auto", compute_type: str = "default",
+                 batch_size: int = 128, threads: int = 0):
+        ctranslate2 = _ctranslate2()
+        directory = Path(directory)
+        if not (directory / META_FILE).is_file():
+            raise MtkitError(f"{directory}: not an exported mtkit CTranslate2 model (no {META_FILE}; see mtkit export)")
+        cfg.validate()
+        self.cfg = cfg
+        self.src_tokenizer = Tokenizer.load(directory / "src_tokenizer.json")
+        self.tgt_tokenizer = Tokenizer.load(directory / "tgt_tokenizer.json")
+        device = ("cuda" if ctranslate2.get_cuda_device_count() else "cpu") if device == "auto" else device
+        self.translator = ctranslate2.Translator(str(directory), device=device, compute_type=compute_type,
+                                                 intra_threads=threads)
+        self.batch_size = batch_size
+        self.max_positions = json.loads((directory / META_FILE).read_text())["max_positions"]
+
+    def _search(self, sources: list[list[str]]) -> list[list[Hypothesis]]:
+        """Search per group of sources that share a length limit (CTranslate2 takes one limit per call)."""
+        cfg = self.cfg
+        limits = [max(1, int(cfg.max_len_a * (len(s) - 1) + cfg.max_len_b)) for s in sources]  # tokens without </s>
+        out: list[list[Hypothesis]] = [[] for _ in sources]
+        for limit in sorted(set(limits)):
+            group = [i for i, value in enumerate(limits) if value == limit]
+            results = self.translator.translate_batch(
+                [sources[i] for i in group], beam_size=cfg.beam, num_hypotheses=cfg.nbest, length_penalty=cfg.lenpen,
+                max_decoding_length=limit, min_decoding_length=cfg.min_len, no_repeat_ngram_size=cfg.no_repeat_ngram,
+                return_scores=True, max_batch_size=self.batch_size, max_input_length=self.max_positions,
+                sampling_topk=(cfg.top_k or 0) if cfg.sample else 1, sampling_topp=cfg.top_p, sampling_temperature=cfg.temperature,
+            )
+            for i, result in zip(group, results):
+                out[i] = [Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score)
+                          for tokens, score in zip(result.hypotheses, result.scores)]
+        return out
+
+    def translate_hypotheses(self, lines: Sequence[str]) -> list[list[tuple[Hypothesis, str]]]:
+        stripped = [line.strip() for line in lines]
+        wanted = [i for i, line in enumerate(stripped) if line]
+        out: list[list[tuple[Hypothesis, str]]] = [[] for _ in lines]
+        if not wanted:
+            return out
+        ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
+        sources = [[self.src_tokenizer.id_to_token(t) for t in row] + ["</s>"] for row in ids]
+        for i, hyps in zip(wanted, self._search(sources)):
+            out[i] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
+        return out
