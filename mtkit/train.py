@@ -197,18 +197,18 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
 def resume_config(run_dir: Path, overrides: list[str]) -> Config:
     """The run's saved config with only the stopping/reporting settings changed."""
     saved = load_payload(run_dir / STATE_FILE, STATE_FORMAT)["config"]
-    changes = parse_overrides(overrides)
-    for section, values in changes.items():
+    before = config_from_dict(saved).to_dict()
+    config = config_from_dict(merge_trees(saved, parse_overrides(overrides)))
+    config.train.validate()
+    after = config.to_dict()
+    for section, values in after.items():
         for key, value in values.items():
             dotted = f"{section}.{key}"
-            if dotted not in RESUMABLE_KEYS and saved.get(section, {}).get(key) != value:
+            if value != before[section][key] and dotted not in RESUMABLE_KEYS:
                 raise MtkitError(
                     f"--set {dotted}: cannot change on resume (it would change the model or the data order); "
                     f"these can: {', '.join(sorted(RESUMABLE_KEYS))}"
                 )
-    tree = merge_trees(saved, changes)
-    config = config_from_dict(tree)
-    config.train.validate()
     return config
 
 

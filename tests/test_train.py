@@ -242,3 +242,9 @@ def test_out_of_memory_skips_the_update_and_continues(tmp_path, data_dir, monkey
     state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
     assert state["progress"]["step"] == 4 and state["progress"]["oom_updates"] == 1
     assert "out of memory on a batch" in capsys.readouterr().err
+
+
+def test_resume_accepts_unchanged_values_and_new_stopping_criteria(tmp_path, data_dir):
+    train(tiny_config("train.max_steps=1", "train.lr=1e-3"), data_dir, tmp_path / "run")
+    reason = train(None, None, tmp_path / "run", resume=True, overrides=["train.lr=1e-3", "train.max_steps=2", "train.patience=3"])
+    assert "max_steps=2" in reason
