@@ -248,3 +248,22 @@ def test_resume_accepts_unchanged_values_and_new_stopping_criteria(tmp_path, dat
     train(tiny_config("train.max_steps=1", "train.lr=1e-3"), data_dir, tmp_path / "run")
     reason = train(None, None, tmp_path / "run", resume=True, overrides=["train.lr=1e-3", "train.max_steps=2", "train.patience=3"])
     assert "max_steps=2" in reason
+
+
+def test_kill_9_never_damages_saved_checkpoints(tmp_path, data_dir):
+    run = tmp_path / "run"
+    args = ["train", "-d", data_dir, "-o", run, *TINY_TRAIN, "--set", "train.max_steps=100000", "--set", "train.save_every=1",
+            "--set", "train.keep_last=3"]
+    proc = subprocess.Popen([sys.executable, "-m", "mtkit", *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and len(losses(run)) >= 8):
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no chance to clean up
+    proc.wait()
+    for entry in read_index(run):
+        payload = load_payload(run / "checkpoints" / entry["file"], MODEL_FORMAT)
+        assert payload["meta"]["step"] == entry["step"]
+    step = load_payload(run / STATE_FILE, "mtkit-train-state")["progress"]["step"]
+    result = run_mtkit("train", "--resume", run, "--set", f"train.max_steps={step + 2}")
+    assert result.returncode == 0, result.stderr.decode()
