@@ -18,7 +18,7 @@ from mtkit.errors import MtkitError
 def open_binary(path: Path) -> BinaryIO:
     """Open a plain or gzip-compressed file for reading bytes."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # pipes such as <(...) are fine
         raise MtkitError(f"{path}: no such file")
     if path.suffix == ".gz":
         return gzip.open(path, "rb")  # type: ignore[return-value]
