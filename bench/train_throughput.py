@@ -66,11 +66,12 @@ def main() -> None:
                     "--set", "train.log_every=1", "--set", "train.valid_every=100000", "--set", "train.save_every=100000",
                     "--set", f"train.precision={precision}", "--set", f"train.device={device}"))
                 records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-                # log_every=1: each record is one update; `elapsed` is cumulative training time.
-                updates = [(r, r["elapsed"] - prev["elapsed"]) for prev, r in zip(records, records[1:]) if r["step"] > args.warmup_steps]
-                seconds = sum(dt for _, dt in updates)
-                tgt = sum(r["tokens_per_s"] * dt for r, dt in updates)
-                src = sum(r["src_tokens_per_s"] * dt for r, dt in updates)
+                # log_every=1: one record per update, with cumulative wall-clock and target tokens.
+                first, last = records[args.warmup_steps - 1], records[-1]
+                seconds = last["elapsed"] - first["elapsed"]
+                tgt = last["target_tokens"] - first["target_tokens"]
+                timed = records[args.warmup_steps:]
+                src = tgt * sum(r["src_tokens_per_s"] for r in timed) / sum(r["tokens_per_s"] for r in timed)
                 row = [device, precision, tgt / seconds, (tgt + src) / seconds, rss]
                 if device == "cuda":
                     achieved = flops_per_target_token(src / tgt) * tgt / seconds / 1e12

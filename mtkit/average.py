@@ -52,9 +52,15 @@ def average_checkpoints(paths: list[Path]) -> ModelFile:
         _check_compatible(first, other, path)
         for name in sums:
             sums[name] += other.weights[name].float()
-    weights = {
-        name: (sums[name] / len(paths)).to(tensor.dtype) if name in sums else tensor
-        for name, tensor in first.weights.items()
-    }
+    weights: dict[str, torch.Tensor] = {}
+    shared: dict[int, torch.Tensor] = {}  # tied parameters (one tensor under several names) stay one tensor
+    for name, tensor in first.weights.items():
+        if name not in sums:
+            weights[name] = tensor
+            continue
+        key = tensor.untyped_storage().data_ptr()
+        if key not in shared:
+            shared[key] = (sums[name] / len(paths)).to(tensor.dtype)
+        weights[name] = shared[key]
     meta = {**first.meta, "averaged": [str(p) for p in paths]}
     return ModelFile(first.config, weights, first.src_tokenizer, first.tgt_tokenizer, meta)

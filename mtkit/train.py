@@ -95,7 +95,7 @@ class Progress:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0  # micro-batches of this epoch already consumed
-    elapsed: float = 0.0  # seconds of training, across resumptions
+    elapsed: float = 0.0  # seconds of training wall-clock (validation and saving included), across resumptions
     best_metric: float | None = None
     bad_validations: int = 0
     nonfinite_updates: int = 0
@@ -464,6 +464,11 @@ class Trainer:
         window = {"tgt": 0.0, "src": 0.0, "time": 0.0, "loss": 0.0, "nll": 0.0, "updates": 0}
         consecutive_bad = 0
         reason = self._should_stop()
+        loop_start, elapsed_before = time.perf_counter(), self.progress.elapsed
+
+        def wall_clock() -> float:  # training wall-clock across resumptions, validation and saving included
+            return elapsed_before + time.perf_counter() - loop_start
+
         with StopSignal() as stop, console.progress("training", total=self.cfg.max_steps) as bar:
             bar.advance(self.progress.step)
             while reason is None:
@@ -471,7 +476,7 @@ class Trainer:
                 micro, batches = self._next_update(batches)
                 stats = self._update(micro)
                 elapsed = time.perf_counter() - started
-                self.progress.elapsed += elapsed
+                self.progress.elapsed = wall_clock()
                 if stats.get("skipped") == "out_of_memory":
                     self.progress.oom_updates += 1
                     continue
@@ -506,6 +511,7 @@ class Trainer:
                     if log:
                         log.write({"step": step, **scores})
                         console.info(f"step {step}: " + " ".join(f"{k.removeprefix('valid_')} {v:.3f}" for k, v in scores.items()))
+                self.progress.elapsed = wall_clock()
                 reason = self._should_stop()
                 # Ranks must agree on stopping (elapsed time and signals differ between them).
                 if self.dist.any(reason is not None or stop.requested):
@@ -523,7 +529,7 @@ class Trainer:
         return {"step": self.progress.step, "epoch": self.progress.epoch, "loss": window["loss"] / updates, "nll": nll,
                 "ppl": math.exp(min(nll, 50.0)), "lr": stats["lr"], "grad_norm": stats["grad_norm"],
                 "tokens_per_s": window["tgt"] / seconds, "src_tokens_per_s": window["src"] / seconds,
-                "elapsed": round(self.progress.elapsed, 3), "skipped_updates": self.progress.nonfinite_updates,
+                "elapsed": round(self.progress.elapsed, 3), "target_tokens": self.progress.target_tokens, "skipped_updates": self.progress.nonfinite_updates,
                 "oom_updates": self.progress.oom_updates}
 
 

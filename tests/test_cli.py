@@ -208,3 +208,11 @@ def test_a_line_typed_on_a_terminal_is_translated_at_once(trained_run):
         os.close(terminal)
         proc.kill()
         proc.wait()
+
+
+def test_average_keeps_tied_embeddings_shared(trained_run, tmp_path):
+    paths = [trained_run / "checkpoints" / e["file"] for e in read_index(trained_run)]
+    save_model_file(tmp_path / "avg.pt", average_checkpoints(paths))
+    weights = load_model_file(tmp_path / "avg.pt").weights
+    assert weights["src_embed.tokens.weight"].data_ptr() == weights["tgt_embed.tokens.weight"].data_ptr()
+    assert (tmp_path / "avg.pt").stat().st_size < 1.2 * paths[0].stat().st_size
