@@ -62,6 +62,7 @@ class TrainConfig:
     update_freq: int = 1
     lr: float = 7e-4  # peak learning rate, reached at the end of warmup
     warmup: int = 4000
+    lr_schedule: Literal["inverse_sqrt", "linear"] = "inverse_sqrt"  # linear: decays to 0 at max_steps/max_time
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # 0 = no clipping
     weight_decay: float = 0.0

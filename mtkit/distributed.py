@@ -31,6 +31,14 @@ class Distributed:
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item())
 
+    def max(self, value: float) -> float:
+        """The largest of the ranks' values, on every rank."""
+        if not self.enabled:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return float(tensor.item())
+
     def broadcast_object(self, obj):
         if not self.enabled:
             return obj

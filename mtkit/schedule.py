@@ -1,4 +1,4 @@
-"""The learning-rate schedule of the paper, as a pure function of the update step."""
+"""Learning-rate schedules, as pure functions of the update step (and of the budget used)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,15 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
     if warmup == 0:
         return peak_lr
     return peak_lr * min(step / warmup, math.sqrt(warmup / step))
+
+
+def linear_decay_lr(step: int, peak_lr: float, warmup: int, budget_used: float) -> float:
+    """Linear warm-up, then a linear decay that reaches zero when the training budget is spent.
+
+    `budget_used` is the fraction (0..1) of the budget (train.max_steps or train.max_time, whichever
+    runs out first) already used. Under a fixed budget, annealing to zero at its end trains better
+    than a schedule that does not know where the end is (Li et al. 2020, "Budgeted Training").
+    """
+    step = max(step, 1)
+    ramp = step / warmup if warmup else 1.0
+    return peak_lr * max(0.0, min(ramp, 1.0, 1.0 - budget_used))

@@ -47,7 +47,7 @@ from mtkit.data import ParallelDataset, check_tokenizers_match, load_tokenizers,
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.schedule import inverse_sqrt_lr
+from mtkit.schedule import inverse_sqrt_lr, linear_decay_lr
 from mtkit.search import SearchConfig
 from mtkit.tokenizer import PAD_ID, Tokenizer
 from mtkit.translate import autocast, resolve_device, resolve_precision, translate_ids
@@ -312,7 +312,7 @@ class Trainer:
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
         finite = math.isfinite(grad_norm)
-        lr = inverse_sqrt_lr(self.progress.step + 1, self.cfg.lr, self.cfg.warmup)
+        lr = self._learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if self.scaler:
@@ -326,6 +326,16 @@ class Trainer:
         sums = self._sum_over_ranks([loss_sum, nll_sum, float(src_tokens)])
         return {"loss": sums[0] / total_tgt, "nll": sums[1] / total_tgt, "lr": lr, "grad_norm": grad_norm,
                 "tgt_tokens": float(total_tgt), "src_tokens": sums[2]}
+
+    def _learning_rate(self) -> float:
+        step = self.progress.step + 1
+        if self.cfg.lr_schedule == "inverse_sqrt":
+            return inverse_sqrt_lr(step, self.cfg.lr, self.cfg.warmup)
+        budget_used = step / self.cfg.max_steps
+        if self.cfg.max_time:
+            # Ranks measure slightly different times; the schedule must be the same on all of them.
+            budget_used = max(budget_used, self.dist.max(self.progress.elapsed) / self.cfg.max_time)
+        return linear_decay_lr(step, self.cfg.lr, self.cfg.warmup, budget_used)
 
     def _forward_backward(self, indices: np.ndarray, weight: float, sync: bool) -> tuple[float, float, int]:
         """Accumulate the gradient of weight x (summed loss of these sentences); returns (loss, nll, source tokens)."""

@@ -6,7 +6,7 @@ import pytest
 from mtkit.batching import make_batches
 from mtkit.config import PRESETS, build_config, load_config, parse_overrides
 from mtkit.errors import MtkitError
-from mtkit.schedule import inverse_sqrt_lr
+from mtkit.schedule import inverse_sqrt_lr, linear_decay_lr
 
 
 def test_precedence_defaults_preset_yaml_overrides(tmp_path):
@@ -68,6 +68,15 @@ def test_learning_rate_schedule():
     for step in (1, 100, 4000, 10000, 100000):
         paper = d**-0.5 * min(step**-0.5, step * warmup**-1.5)
         assert inverse_sqrt_lr(step, d**-0.5 * warmup**-0.5, warmup) == pytest.approx(paper)
+
+
+def test_linear_schedule_warms_up_then_reaches_zero_with_the_budget():
+    assert linear_decay_lr(50, 2e-3, 100, budget_used=0.05) == pytest.approx(1e-3)
+    assert linear_decay_lr(100, 2e-3, 100, budget_used=0.1) == pytest.approx(1.8e-3)  # the decay line is lower
+    assert linear_decay_lr(500, 2e-3, 100, budget_used=0.5) == pytest.approx(1e-3)
+    assert linear_decay_lr(1000, 2e-3, 100, budget_used=1.0) == 0.0
+    assert linear_decay_lr(1200, 2e-3, 100, budget_used=1.2) == 0.0  # time ran over: never negative
+    assert linear_decay_lr(1, 2e-3, 0, budget_used=0.0) == pytest.approx(2e-3)
 
 
 def test_batches_cover_every_sentence_once_within_the_token_budget():

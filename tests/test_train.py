@@ -51,6 +51,15 @@ def test_exact_resume_gives_identical_losses(tmp_path, data_dir):
     assert resumed == full  # bitwise: same floats at every step
 
 
+def test_linear_schedule_follows_the_step_budget(tmp_path, data_dir):
+    schedule = ("train.lr_schedule=linear", "train.warmup=2", "train.lr=1e-2")
+    train(tiny_config("train.max_steps=10", *schedule), data_dir, tmp_path / "full")
+    rows = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    expected = [min(step / 2, 1 - step / 10) * 1e-2 for step in range(1, 11)]
+    assert [r["lr"] for r in rows] == pytest.approx(expected)
+    assert rows[-1]["lr"] == 0.0
+
+
 def test_sigterm_saves_and_resume_continues_exactly(tmp_path, data_dir):
     run = tmp_path / "run"
     args = ["train", "-d", data_dir, "-o", run, *TINY_TRAIN, "--set", "train.max_steps=100000", "--set", "model.dropout=0.1"]
