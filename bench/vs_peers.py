@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
+import yaml
 
 from common import DEFAULT_MULTI30K, REPO, conditions, mtkit_command, print_table
 
@@ -173,7 +174,7 @@ def joey_config(work: Path, model_dir: Path) -> str:
         "model": {"initializer": "xavier_uniform", "embed_initializer": "xavier_uniform", "bias_initializer": "zeros",
                   "tied_embeddings": True, "tied_softmax": True, "encoder": layer(), "decoder": layer()},
     }
-    return json.dumps(config, indent=1)  # JSON is YAML
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
@@ -196,9 +197,9 @@ def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
     latest = out / "model" / "latest.ckpt"  # JoeyNMT saves one when interrupted at the deadline
     if not latest.exists():
         sys.exit(f"JoeyNMT saved no checkpoint within the budget; see {out / 'model' / 'train.log'}")
-    settings = json.loads(config.read_text())
+    settings = yaml.safe_load(config.read_text())
     settings["testing"]["load_model"] = str(latest.resolve())
-    config.write_text(json.dumps(settings, indent=1))
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
     hyp = out / "hyp.tok"
     # Its `translate -o` crashes in 2.3: read the translations from stdout.
     decode_s = run([python, "-m", "joeynmt", "translate", config], stdin=work / "data" / "test.src.tok",
@@ -230,7 +231,7 @@ def eole_config(work: Path, model_dir: Path) -> str:
                   "share_embeddings": True, "layer_norm": "standard", "add_qkvbias": True,
                   "embeddings": {"word_vec_size": SHAPE["d_model"], "position_encoding_type": "SinusoidalInterleaved"}},
     }
-    return json.dumps(config, indent=1)
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def run_eole(work: Path, python: Path, seconds: float, threads: int) -> dict:
