@@ -11,8 +11,9 @@ batches for the same wall-clock budget, on the same threads, one after the other
 mtkit's 8k joint BPE: the peers read the corpus as space-separated subwords at word level, and
 their output subwords are decoded back to text by the same tokenizer, so every BLEU is sacrebleu's
 cased 13a BLEU on detokenized text against the raw references. Each tool is scored with its last
-checkpoint (no averaging) and beam 5: mtkit's and JoeyNMT's are saved at the deadline (mtkit by
-train.max_time, JoeyNMT when interrupted), eole's every 50 updates (it saves nothing when interrupted).
+checkpoint (no averaging) and beam 5: mtkit's is saved at the deadline (train.max_time); the peers
+are interrupted at the deadline and their last checkpoint is the one from their last 50 updates
+(JoeyNMT's interrupt handler did not reliably save one, eole's saves none).
 
 Each tool runs at its best setting on a CPU: mtkit in bf16 autocast when the CPU has AVX-512 bf16
 (--mtkit-precision), the peers in fp32 (neither trains in reduced precision on a CPU). Training
@@ -168,7 +169,7 @@ def joey_config(work: Path, model_dir: Path) -> str:
         "training": {"optimizer": "adam", "adam_betas": [0.9, 0.98], "learning_rate": 2e-3, "learning_rate_min": 1e-8,
                      "scheduling": "warmupinversesquareroot", "learning_rate_warmup": 500, "label_smoothing": 0.1,
                      "loss": "crossentropy", "batch_size": 4096, "batch_type": "token", "normalization": "tokens",
-                     "epochs": 1000, "validation_freq": 10**9, "logging_freq": 20, "eval_metrics": ["bleu"],
+                     "epochs": 1000, "validation_freq": 50, "logging_freq": 20, "eval_metrics": ["bleu"],
                      "early_stopping_metric": "bleu", "keep_best_ckpts": 1, "overwrite": True,
                      "shuffle": True, "print_valid_sents": []},
         "model": {"initializer": "xavier_uniform", "embed_initializer": "xavier_uniform", "bias_initializer": "zeros",
@@ -194,7 +195,7 @@ def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
             stamp = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
             first = first or stamp
             speeds.append((stamp - first, float(match.group(2))))
-    latest = out / "model" / "latest.ckpt"  # JoeyNMT saves one when interrupted at the deadline
+    latest = out / "model" / "latest.ckpt"  # saved at every validation (every 50 updates, 100 dev sentences)
     if not latest.exists():
         sys.exit(f"JoeyNMT saved no checkpoint within the budget; see {out / 'model' / 'train.log'}")
     settings = yaml.safe_load(config.read_text())
