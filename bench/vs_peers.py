@@ -5,7 +5,7 @@ wall-clock budget, and beam-5 decoding speed, on Multi30k English->German.
 
 Neither peer is a dependency of mtkit: each is installed from PyPI into its own virtual
 environment under WORK/venvs (torch==2.13.0 first, as for mtkit; JoeyNMT also needs
-importlib_metadata and sentencepiece==0.2.0). All three train the same shape (3+3 layers,
+importlib_metadata and sentencepiece==0.2.0, eole also aiohttp). All three train the same shape (3+3 layers,
 d_model 256, 4 heads, FFN 1024, pre-norm, tied embeddings) on the same subwords with ~4096-token
 batches for the same wall-clock budget, on the same threads, one after the other. The subwords are
 mtkit's 8k joint BPE: the peers read the corpus as space-separated subwords at word level, and
@@ -44,7 +44,7 @@ from mtkit.tokenizer import Tokenizer  # noqa: E402
 
 PEERS = {
     "joeynmt": ["joeynmt==2.3.0", "importlib_metadata", "sentencepiece==0.2.0"],
-    "eole": ["eole==0.6.4"],
+    "eole": ["eole==0.6.4", "aiohttp"],  # its CLI imports aiohttp without declaring it
 }
 SHAPE = dict(layers=3, d_model=256, heads=4, ffn=1024, dropout=0.1)
 SPLITS = ("train", "val", "test2016")
@@ -186,15 +186,12 @@ def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
     env = {"OMP_NUM_THREADS": str(threads)}
     run([python, "-m", "joeynmt", "train", config], log=work / "joeynmt.log", timeout=seconds, env=env)
     log = (out / "model" / "train.log").read_text(errors="replace")
-    reports = re.findall(r"Step:\s+(\d+),.*Tokens per Sec:\s+(\d+)", log)
-    first = None
-    speeds = []
-    for line in log.splitlines():  # (elapsed, tokens/s) from the log's timestamps
-        match = re.search(r"^(\d+-\d+-\d+ \d+:\d+:\d+).*Tokens per Sec:\s+(\d+)", line)
-        if match:
-            stamp = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
-            first = first or stamp
-            speeds.append((stamp - first, float(match.group(2))))
+    first, speeds, steps = None, [], 0
+    for match in re.finditer(r"^(\d+-\d+-\d+ \d+:\d+:\d+).*Step:\s+(\d+),.*Tokens per Sec:\s+(\d+)", log, flags=re.M):
+        stamp = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
+        first = first or stamp
+        steps = int(match.group(2))
+        speeds.append((stamp - first, float(match.group(3))))  # elapsed from the log's timestamps, tokens/s
     latest = out / "model" / "latest.ckpt"  # saved at every validation (every 50 updates, 100 dev sentences)
     if not latest.exists():
         sys.exit(f"JoeyNMT saved no checkpoint within the budget; see {out / 'model' / 'train.log'}")
@@ -205,7 +202,7 @@ def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
     # Its `translate -o` crashes in 2.3: read the translations from stdout.
     decode_s = run([python, "-m", "joeynmt", "translate", config], stdin=work / "data" / "test.src.tok",
                    stdout=hyp, log=work / "joeynmt.log", env=env)
-    return {"steps": int(reports[-1][0]) if reports else 0, "tok_s": median_after_first_minute(speeds),
+    return {"steps": steps, "tok_s": median_after_first_minute(speeds),
             "hyp_tok": hyp, "decode_s": decode_s}
 
 
