@@ -10,6 +10,7 @@ Needs the optional extra: pip install 'mtkit[ct2]'.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,21 +144,46 @@ class CTranslate2Translator(TextTranslator):
         self.max_positions = json.loads((directory / META_FILE).read_text())["max_positions"]
 
     def _search(self, sources: list[list[str]]) -> list[list[Hypothesis]]:
-        """Search per group of sources that share a length limit (CTranslate2 takes one limit per call)."""
+        """Decode every sentence with its own length limit, in as few engine calls as possible.
+
+        CTranslate2 takes one length limit per call, and calls of a few sentences each are slow.
+        So all sentences go in one call under the largest limit; a sentence is decoded again under
+        its own limit only where the search ran up to that limit (at most its limit minus one steps):
+        until a search's last step, a larger limit changes nothing in it.
+        """
         cfg = self.cfg
         limits = [max(1, int(cfg.max_len_a * (len(s) - 1) + cfg.max_len_b)) for s in sources]  # tokens without </s>
-        out: list[list[Hypothesis]] = [[] for _ in sources]
-        for limit in sorted(set(limits)):
-            group = [i for i, value in enumerate(limits) if value == limit]
-            results = self.translator.translate_batch(
-                [sources[i] for i in group], beam_size=cfg.beam, num_hypotheses=cfg.nbest, length_penalty=cfg.lenpen,
-                max_decoding_length=limit, min_decoding_length=cfg.min_len, no_repeat_ngram_size=cfg.no_repeat_ngram,
-                return_scores=True, max_batch_size=self.batch_size, max_input_length=self.max_positions,
-                sampling_topk=(cfg.top_k or 0) if cfg.sample else 1, sampling_topp=cfg.top_p, sampling_temperature=cfg.temperature,
-            )
-            for i, result in zip(group, results):
-                out[i] = [Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score)
-                          for tokens, score in zip(result.hypotheses, result.scores)]
+        if cfg.beam > 1 and cfg.lenpen == 0:
+            # Without a length penalty CTranslate2 exits early, before the step where it stopped can be
+            # read from its hypotheses: decode under each sentence's own limit.
+            out: list[tuple[list[Hypothesis], float]] = [([], math.inf)] * len(sources)
+        else:
+            out = self._translate(sources, max(limits))
+        for limit in sorted({limits[i] for i, (_, steps) in enumerate(out) if steps >= limits[i] - 1}):
+            again = [i for i, (_, steps) in enumerate(out) if limits[i] == limit and steps >= limit - 1]
+            for i, result in zip(again, self._translate([sources[i] for i in again], limit)):
+                out[i] = result
+        return [hyps for hyps, _ in out]
+
+    def _translate(self, sources: list[list[str]], limit: int) -> list[tuple[list[Hypothesis], float]]:
+        """The n-best hypotheses of each source, and the last step its search ran.
+
+        Beam search stops once it has `beam` finished hypotheses, so the longest of those is the
+        step where it stopped (ask for all of them: fewer than `beam` finished before that step).
+        """
+        cfg = self.cfg
+        finished = cfg.beam if cfg.beam > 1 else cfg.nbest
+        results = self.translator.translate_batch(
+            sources, beam_size=cfg.beam, num_hypotheses=finished, length_penalty=cfg.lenpen,
+            max_decoding_length=limit, min_decoding_length=cfg.min_len, no_repeat_ngram_size=cfg.no_repeat_ngram,
+            return_scores=True, max_batch_size=self.batch_size, max_input_length=self.max_positions,
+            sampling_topk=(cfg.top_k or 0) if cfg.sample else 1, sampling_topp=cfg.top_p, sampling_temperature=cfg.temperature,
+        )
+        out = []
+        for result in results:
+            hyps = [Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score)
+                    for tokens, score in zip(result.hypotheses, result.scores)]
+            out.append((hyps[: cfg.nbest], max(len(h.tokens) for h in hyps)))
         return out
 
     def translate_hypotheses(self, lines: Sequence[str]) -> list[list[tuple[Hypothesis, str]]]:

@@ -60,6 +60,37 @@ def test_greedy_translations_are_identical(model_file, corpus, tmp_path):
     assert ours == theirs
 
 
+@pytest.mark.parametrize("beam,lenpen,nbest,eos_scale", [(1, 1.0, 1, 1.2), (4, 0.6, 2, 0.95), (4, 1.0, 4, 0.95),
+                                                         (4, 0.0, 1, 0.95)])
+def test_one_call_under_the_largest_limit_equals_a_call_per_limit(trained_run, corpus, tmp_path, beam, lenpen, nbest,
+                                                                   eos_scale):
+    """The engine decodes everything under the largest length limit and decodes again only the
+    searches that ran up to their own limit; reference: one CTranslate2 call per distinct limit.
+    Short limits (a = 0.5, b = 3) and a rescaled </s> embedding make the tiny model stop early on
+    some sentences and run into the limit on others, so both paths are taken."""
+    model_file = load_model_file(trained_run)
+    model_file.weights["tgt_embed.tokens.weight"][EOS_ID] *= eos_scale
+    export_ctranslate2(model_file, tmp_path / "ct2")
+    cfg = SearchConfig(beam=beam, lenpen=lenpen, nbest=nbest, max_len_a=0.5, max_len_b=3)
+    engine = CTranslate2Translator(tmp_path / "ct2", cfg, device="cpu", compute_type="float32")
+    src_tok, tgt_tok = model_file.src_tokenizer, model_file.tgt_tokenizer
+    lines = (corpus / "train.en").read_text().splitlines()[:60]
+    sources = [[src_tok.id_to_token(i) for i in row] + ["</s>"] for row in src_tok.encode_batch(lines)]
+    limits = [max(1, int(0.5 * (len(s) - 1) + 3)) for s in sources]
+    expected = {}
+    for limit in set(limits):
+        group = [i for i, value in enumerate(limits) if value == limit]
+        results = engine.translator.translate_batch([sources[i] for i in group], beam_size=beam, num_hypotheses=nbest,
+                                                    length_penalty=lenpen, max_decoding_length=limit, return_scores=True)
+        expected.update({i: [(r, pytest.approx(score, abs=1e-5)) for r, score in zip(result.hypotheses, result.scores)]
+                         for i, result in zip(group, results)})
+    got = engine._search(sources)
+    reached = sum(len(hyps[0].tokens) >= limit for hyps, limit in zip(got, limits))
+    assert 0 < reached < len(sources)
+    assert [[([tgt_tok.id_to_token(t) for t in h.tokens], h.score) for h in hyps] for hyps in got] == \
+        [expected[i] for i in range(len(sources))]
+
+
 def test_export_and_engine_through_the_cli(trained_run, corpus, tmp_path):
     result = run_mtkit("export", "-m", trained_run, "-o", tmp_path / "ct2", "--quantization", "int8")
     assert result.returncode == 0, result.stderr.decode()
