@@ -19,6 +19,8 @@ Each tool runs at its best setting on a CPU: mtkit in bf16 autocast when the CPU
 (--mtkit-precision), the peers in fp32 (neither trains in reduced precision on a CPU). Training
 speed is each tool's own count of non-padding target tokens per second after the first minute;
 decoding speed is wall-clock of the translation command, model loading included for all three.
+Each tool's figures go to WORK/results.json as soon as it finishes; a tool that fails is reported
+and skipped, and `--tools eole` (say) later adds to the results of the same budget.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ SHAPE = dict(layers=3, d_model=256, heads=4, ffn=1024, dropout=0.1)
 SPLITS = ("train", "val", "test2016")
 
 
+class ToolFailed(Exception):
+    """One tool's run failed; the others still run, and earlier results are kept."""
+
+
 def run(command: list, log: Path | None = None, timeout: float | None = None, stdin: Path | None = None,
         stdout: Path | None = None, env: dict | None = None) -> float:
     """Run a command (stopped with SIGINT then SIGKILL after `timeout` s); returns wall seconds."""
@@ -70,7 +76,7 @@ def run(command: list, log: Path | None = None, timeout: float | None = None, st
             return time.perf_counter() - started
     if code != 0:
         tail = log.read_text(errors="replace")[-3000:] if log else ""
-        sys.exit(f"failed ({code}): {' '.join(map(str, command))}\n{tail}")
+        raise ToolFailed(f"failed ({code}): {' '.join(map(str, command))}\n{tail}")
     return time.perf_counter() - started
 
 
@@ -194,7 +200,7 @@ def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
         speeds.append((stamp - first, float(match.group(3))))  # elapsed from the log's timestamps, tokens/s
     latest = out / "model" / "latest.ckpt"  # saved at every validation (every 50 updates, 100 dev sentences)
     if not latest.exists():
-        sys.exit(f"JoeyNMT saved no checkpoint within the budget; see {out / 'model' / 'train.log'}")
+        raise ToolFailed(f"JoeyNMT saved no checkpoint within the budget; see {out / 'model' / 'train.log'}")
     settings = yaml.safe_load(config.read_text())
     settings["testing"]["load_model"] = str(latest.resolve())
     config.write_text(yaml.safe_dump(settings, sort_keys=False))
@@ -247,7 +253,7 @@ def run_eole(work: Path, python: Path, seconds: float, threads: int) -> dict:
         speeds.append((float(match.group(4)), float(match.group(3))))  # tgt tok/s, seconds since start
     checkpoints = sorted(out.glob("model/step_*"), key=lambda p: int(p.name.split("_")[1]))
     if not checkpoints:
-        sys.exit(f"eole saved no checkpoint within the budget; see {out / 'train.log'}")
+        raise ToolFailed(f"eole saved no checkpoint within the budget; see {out / 'train.log'}")
     checkpoint = checkpoints[-1]
     _fix_eole_config(checkpoint / "config.json")
     hyp = out / "hyp.tok"
@@ -288,19 +294,29 @@ def main() -> None:
     references = (work / "data" / "test.ref").read_text(encoding="utf-8").splitlines()
     seconds = args.minutes * 60
 
-    results = {}
+    # Each tool's figures are saved as soon as it finishes, so a failure (or a later `--tools eole`)
+    # keeps the others; only results of the same budget and test size are shown together.
+    saved = work / "results.json"
+    setting = {"minutes": args.minutes, "sentences": len(references), "threads": args.threads}
+    previous = json.loads(saved.read_text()) if saved.exists() else {}
+    results = previous.get("tools", {}) if previous.get("setting") == setting else {}
     for name in tools:
         print(f"{name}: training for {args.minutes:g} minutes", file=sys.stderr)
-        if name == "mtkit":
-            result = run_mtkit(work, seconds, args.threads, args.mtkit_precision)
-        elif name == "joeynmt":
-            result = run_joeynmt(work, pythons[name], seconds, args.threads)
-        else:
-            result = run_eole(work, pythons[name], seconds, args.threads)
+        try:
+            if name == "mtkit":
+                result = run_mtkit(work, seconds, args.threads, args.mtkit_precision)
+            elif name == "joeynmt":
+                result = run_joeynmt(work, pythons[name], seconds, args.threads)
+            else:
+                result = run_eole(work, pythons[name], seconds, args.threads)
+        except ToolFailed as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            continue
         hyp = result.pop("hyp") if "hyp" in result else detokenize(tokenizer, result.pop("hyp_tok"))
         result["bleu"] = sacrebleu.corpus_bleu(hyp, [references]).score
         result["sent_s"] = len(references) / result["decode_s"]
         results[name] = result
+        saved.write_text(json.dumps({"setting": setting, "tools": results}, indent=1) + "\n")
 
     print(f"conditions: {conditions()}; {args.threads} threads for every tool")
     print(f"Multi30k en->de, 8k joint BPE, 3+3 layers, d_model 256, 4 heads, FFN 1024, pre-norm, ~4096-token batches; "
