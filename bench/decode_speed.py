@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="de")
     parser.add_argument("--beams", default="1,5")
-    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--precisions", default="fp32,bf16", help="mtkit PyTorch precisions; empty for none")
     parser.add_argument("--ct2", default="", help="CTranslate2 quantizations to add, e.g. float32,int8")
     parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args()
@@ -39,7 +39,7 @@ def main() -> None:
     rows = []
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with tempfile.TemporaryDirectory() as tmp:
-        settings = [("pytorch", args.model, precision, precision) for precision in args.precisions.split(",")]
+        settings = [("pytorch", args.model, precision, precision) for precision in filter(None, args.precisions.split(","))]
         for quantization in filter(None, args.ct2.split(",")):
             exported = Path(tmp) / f"ct2-{quantization}"
             run_measured(mtkit_command("export", "-m", args.model, "--format", "ctranslate2",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
@@ -138,8 +139,10 @@ class CTranslate2Translator(TextTranslator):
         self.src_tokenizer = Tokenizer.load(directory / "src_tokenizer.json")
         self.tgt_tokenizer = Tokenizer.load(directory / "tgt_tokenizer.json")
         device = ("cuda" if ctranslate2.get_cuda_device_count() else "cpu") if device == "auto" else device
+        # CTranslate2's own default is 4 threads whatever the machine: on 2 cores that oversubscribes
+        # them. Use as many as torch does (the physical cores, or OMP_NUM_THREADS).
         self.translator = ctranslate2.Translator(str(directory), device=device, compute_type=compute_type,
-                                                 intra_threads=threads)
+                                                 intra_threads=threads or torch.get_num_threads())
         self.batch_size = batch_size
         self.max_positions = json.loads((directory / META_FILE).read_text())["max_positions"]
 
