@@ -175,7 +175,7 @@ def joey_config(work: Path, model_dir: Path) -> str:
         "training": {"optimizer": "adam", "adam_betas": [0.9, 0.98], "learning_rate": 2e-3, "learning_rate_min": 1e-8,
                      "scheduling": "warmupinversesquareroot", "learning_rate_warmup": 500, "label_smoothing": 0.1,
                      "loss": "crossentropy", "batch_size": 4096, "batch_type": "token", "normalization": "tokens",
-                     "epochs": 1000, "validation_freq": 50, "logging_freq": 20, "eval_metrics": ["bleu"],
+                     "epochs": 1000, "validation_freq": 50, "logging_freq": 10, "eval_metrics": ["bleu"],
                      "early_stopping_metric": "bleu", "keep_best_ckpts": 1, "overwrite": True,
                      "shuffle": True, "print_valid_sents": []},
         "model": {"initializer": "xavier_uniform", "embed_initializer": "xavier_uniform", "bias_initializer": "zeros",
