@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import sacrebleu
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mtkit import __version__, console
@@ -46,6 +45,7 @@ from mtkit.config import RESUMABLE_KEYS, Config, build_config, config_from_dict,
 from mtkit.data import ParallelDataset, check_tokenizers_match, load_tokenizers, read_manifest
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.errors import MtkitError
+from mtkit.loss import label_smoothed_loss
 from mtkit.model import Transformer
 from mtkit.schedule import inverse_sqrt_lr, linear_decay_lr
 from mtkit.search import SearchConfig
@@ -56,20 +56,6 @@ MAX_CONSECUTIVE_NONFINITE = 32
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CHECKPOINT_DIR, "run.json", "tensorboard")
-
-
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy (the training loss) and summed NLL (for reporting) over (N, V) logits.
-
-    With smoothing epsilon the target distribution is (1 - epsilon) on the reference token plus
-    epsilon spread evenly over the vocabulary. torch's fused cross_entropy does this in one pass;
-    the NLL needs no gradient, so it costs one logsumexp.
-    """
-    logits = logits.float()
-    loss = F.cross_entropy(logits, target, label_smoothing=epsilon, reduction="sum")
-    with torch.no_grad():
-        nll = (torch.logsumexp(logits, dim=-1) - logits.gather(1, target[:, None]).squeeze(1)).sum()
-    return loss, nll
 
 
 class TrainingObjective(nn.Module):

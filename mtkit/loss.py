@@ -1,0 +1,45 @@
+"""The training loss: label-smoothed cross-entropy (Szegedy et al., 2016), with the plain NLL beside it.
+
+With smoothing epsilon over a vocabulary of V, the target distribution is (1 - epsilon) on the
+reference token plus epsilon / V on every token (the definition of torch's cross_entropy), so
+per position
+
+    loss = (1 - epsilon) * nll + epsilon * smooth,   nll = -log p(reference),   smooth = -mean_v log p(v)
+
+and the gradient with respect to the logits is softmax - (1 - epsilon) * onehot - epsilon / V.
+On a CPU the vocabulary projection's softmax is the largest cost after the matrix products;
+this computes the loss, the NLL and that gradient from one log_softmax, which is about twice as
+fast as torch's cross_entropy followed by a separate logsumexp for the NLL.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class _LabelSmoothedCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        nll = -log_probs.gather(1, target[:, None]).sum()
+        smooth = -log_probs.sum() / logits.size(-1)
+        ctx.save_for_backward(log_probs, target)
+        ctx.epsilon, ctx.logits_dtype = epsilon, logits.dtype
+        ctx.mark_non_differentiable(nll)
+        return (1.0 - epsilon) * nll + epsilon * smooth, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
+        log_probs, target = ctx.saved_tensors
+        grad = log_probs.exp()  # the softmax
+        grad.sub_(ctx.epsilon / log_probs.size(-1))
+        grad.scatter_add_(1, target[:, None], grad.new_full((target.numel(), 1), ctx.epsilon - 1.0))
+        grad.mul_(grad_loss)
+        return grad.to(ctx.logits_dtype), None, None
+
+
+def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross-entropy (the training loss) and summed NLL (for reporting, no
+    gradient) over (N, V) logits and (N,) reference ids; both in fp32 whatever the logits' dtype."""
+    return _LabelSmoothedCrossEntropy.apply(logits, target, epsilon)
