@@ -214,6 +214,13 @@ def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
 
 # --- eole ----------------------------------------------------------------------------------------
 
+def noam_peak(peak: float, warmup: int) -> float:
+    """eole's learning_rate for a "noam" schedule that peaks at `peak` after `warmup` updates
+    (rate x d^-0.5 x min(step^-0.5, step x warmup^-1.5)). Its "rsqrt" schedule has no warm-up: it
+    holds rate / sqrt(warmup) until then, which at 2e-3 left the model untrained after 15 minutes."""
+    return peak * (SHAPE["d_model"] * warmup) ** 0.5
+
+
 def eole_config(work: Path, model_dir: Path) -> str:
     data = work / "data"
     config = {
@@ -227,8 +234,8 @@ def eole_config(work: Path, model_dir: Path) -> str:
                      "batch_type": "tokens", "batch_size": 4096, "valid_batch_size": 2048, "batch_size_multiple": 1,
                      "bucket_size": 32768, "num_workers": 0, "accum_count": [1], "accum_steps": [0],
                      "dropout": [SHAPE["dropout"]], "attention_dropout": [0.0], "dropout_steps": [0],
-                     "compute_dtype": "fp32", "optim": "adam", "learning_rate": 2e-3, "warmup_steps": 500,
-                     "decay_method": "rsqrt", "adam_beta2": 0.98, "max_grad_norm": 0.0, "label_smoothing": 0.1,
+                     "compute_dtype": "fp32", "optim": "adam", "learning_rate": noam_peak(2e-3, 500), "warmup_steps": 500,
+                     "decay_method": "noam", "adam_beta2": 0.98, "max_grad_norm": 0.0, "label_smoothing": 0.1,
                      "param_init_method": "xavier_uniform", "normalization": "tokens"},
         "model": {"architecture": "transformer", "hidden_size": SHAPE["d_model"], "layers": SHAPE["layers"],
                   "heads": SHAPE["heads"], "transformer_ff": SHAPE["ffn"], "share_decoder_embeddings": True,

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from mtkit.config import build_config
-from mtkit.model import MultiHeadAttention, Transformer, attention_with_weights, sinusoidal_positions
+from mtkit.model import Dropout, MultiHeadAttention, Transformer, attention_with_weights, sinusoidal_positions
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 from conftest import tiny_model
@@ -149,3 +149,35 @@ def test_cpu_autocast_forward_is_close_to_fp32(dtype):
         low = model(src, tgt)
     assert low.dtype == dtype
     assert torch.allclose(F.softmax(low.float(), -1), F.softmax(model(src, tgt), -1), atol=0.02)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_cpu_dropout_drops_at_rate_p_and_scales_kept_values_exactly(p):
+    torch.manual_seed(0)
+    x = torch.rand(400, 250) + 0.5  # 100,000 values, none zero
+    out = Dropout(p).train()(x)
+
+    kept = out != 0
+    # The kept fraction is binomial: within 5 standard deviations of 1 - p.
+    assert abs(kept.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / x.numel()) ** 0.5
+    torch.testing.assert_close(out[kept], x[kept] * (65536 / (65536 - round(p * 65536))), rtol=0, atol=0)
+
+
+def test_cpu_dropout_gradient_is_the_same_mask_and_scale():
+    x = torch.randn(61, 33, requires_grad=True)  # not a multiple of four values
+    weights = torch.randn(61, 33)
+    out = Dropout(0.2).train()(x)
+    (out * weights).sum().backward()
+    scale = 1 / (1 - round(0.2 * 65536) / 65536)
+    torch.testing.assert_close(x.grad, (out != 0) * weights * scale)
+
+
+def test_cpu_dropout_masks_follow_torch_seed_and_eval_is_identity():
+    x = torch.ones(1000)
+    torch.manual_seed(3)
+    first = Dropout(0.5).train()(x)
+    torch.manual_seed(3)
+    again = Dropout(0.5).train()(x)
+    assert torch.equal(first, again) and not torch.equal(first, Dropout(0.5).train()(x))
+    assert torch.equal(Dropout(0.5).eval()(x), x) and torch.equal(Dropout(0.0).train()(x), x)
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros(1000))
