@@ -21,7 +21,7 @@ import torch
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
-from mtkit.search import Hypothesis, SearchConfig
+from mtkit.search import Hypothesis, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.translate import TextTranslator
 from mtkit.tokenizer import PAD, Tokenizer
@@ -155,16 +155,19 @@ class CTranslate2Translator(TextTranslator):
         until a search's last step, a larger limit changes nothing in it.
         """
         cfg = self.cfg
-        limits = [max(1, int(cfg.max_len_a * (len(s) - 1) + cfg.max_len_b)) for s in sources]  # tokens without </s>
+        limits = [max_output_length(len(s) - 1, cfg) for s in sources]  # sources end with </s>
         if cfg.beam > 1 and cfg.lenpen == 0:
             # Without a length penalty CTranslate2 exits early, before the step where it stopped can be
             # read from its hypotheses: decode under each sentence's own limit.
             out: list[tuple[list[Hypothesis], float]] = [([], math.inf)] * len(sources)
         else:
             out = self._translate(sources, max(limits))
-        for limit in sorted({limits[i] for i, (_, steps) in enumerate(out) if steps >= limits[i] - 1}):
-            again = [i for i, (_, steps) in enumerate(out) if limits[i] == limit and steps >= limit - 1]
-            for i, result in zip(again, self._translate([sources[i] for i in again], limit)):
+        again: dict[int, list[int]] = {}  # limit -> the sentences to decode again under it
+        for i, (_, steps) in enumerate(out):
+            if steps >= limits[i] - 1:
+                again.setdefault(limits[i], []).append(i)
+        for limit, indices in sorted(again.items()):
+            for i, result in zip(indices, self._translate([sources[i] for i in indices], limit)):
                 out[i] = result
         return [hyps for hyps, _ in out]
 

@@ -65,9 +65,15 @@ def pad_batch(sentences: list, device: torch.device | str = "cpu", prefix: int |
     return batch.to(device)
 
 
+def max_output_length(source_tokens: int, cfg: SearchConfig) -> int:
+    """The length limit of a translation, both without </s>: a x source tokens + b, at least 1.
+    Every engine takes it from here, so they agree to the last float rounding."""
+    return max(1, int(cfg.max_len_a * source_tokens + cfg.max_len_b))
+
+
 def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
     source_tokens = (src != PAD_ID).sum(dim=1) - 1  # without </s>
-    return (cfg.max_len_a * source_tokens + cfg.max_len_b).long().clamp(min=1)
+    return torch.tensor([max_output_length(n, cfg) for n in source_tokens.tolist()], device=src.device)
 
 
 def _constrain(lprobs: Tensor, step: int, max_lens: Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:

@@ -5,7 +5,16 @@ import torch
 import torch.nn.functional as F
 
 from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig, beam_search, greedy_search, length_penalty, pad_batch, search
+from mtkit.search import (
+    SearchConfig,
+    beam_search,
+    greedy_search,
+    length_penalty,
+    max_output_length,
+    max_output_lengths,
+    pad_batch,
+    search,
+)
 from mtkit.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
 from conftest import tiny_model
@@ -126,3 +135,11 @@ def test_invalid_settings():
         SearchConfig(beam=0).validate()
     with pytest.raises(MtkitError, match="--nbest"):
         SearchConfig(beam=2, nbest=3).validate()
+
+
+def test_length_limit_is_computed_in_double_precision_for_every_engine():
+    # In float32, 0.7 x 10 is 6.9999998 and would truncate to 6; the limit is 7 for every engine.
+    cfg = SearchConfig(max_len_a=0.7, max_len_b=0)
+    src = pad_batch([[4] * 10, [5] * 3, []], suffix=EOS_ID)
+    assert max_output_length(10, cfg) == 7
+    assert max_output_lengths(src, cfg).tolist() == [7, 2, 1]  # 0.7 x 3 = 2.1; at least 1
