@@ -42,8 +42,10 @@ def conditions() -> str:
     except OSError:
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    return (f"date {date.today()}, {os.cpu_count()} CPU cores ({cpu}), torch {torch.__version__} "
-            f"with {torch.get_num_threads()} threads, GPU: {gpu}")
+    return (
+        f"date {date.today()}, {os.cpu_count()} CPU cores ({cpu}), torch {torch.__version__} "
+        f"with {torch.get_num_threads()} threads, GPU: {gpu}"
+    )
 
 
 def print_table(headers: list[str], rows: list[list[object]]) -> None:

@@ -35,29 +35,81 @@ def main() -> None:
 
     tokenizer = load_model_file(args.model).tgt_tokenizer
     print(f"conditions: {conditions()}")
-    print(f"model: {args.model}; test2016 {args.src}->{args.tgt}, 1,000 sentences, batch size {args.batch_size}, lenpen 0.6\n")
+    print(
+        f"model: {args.model}; test2016 {args.src}->{args.tgt}, 1,000 sentences, batch size {args.batch_size}, lenpen 0.6\n"
+    )
     rows = []
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with tempfile.TemporaryDirectory() as tmp:
-        settings = [("pytorch", args.model, precision, precision) for precision in filter(None, args.precisions.split(","))]
+        settings = [
+            ("pytorch", args.model, precision, precision) for precision in filter(None, args.precisions.split(","))
+        ]
         for quantization in filter(None, args.ct2.split(",")):
             exported = Path(tmp) / f"ct2-{quantization}"
-            run_measured(mtkit_command("export", "-m", args.model, "--format", "ctranslate2",
-                                       "--quantization", quantization, "-o", exported))
+            run_measured(
+                mtkit_command(
+                    "export",
+                    "-m",
+                    args.model,
+                    "--format",
+                    "ctranslate2",
+                    "--quantization",
+                    quantization,
+                    "-o",
+                    exported,
+                )
+            )
             settings.append(("ctranslate2", exported, "auto", quantization))  # auto: the exported quantization
         for beam in map(int, args.beams.split(",")):
             for engine, model, precision, label in settings:
                 hyp, scores = Path(tmp) / f"hyp{beam}{engine}{label}", Path(tmp) / "scores.json"
                 with open(scores, "w") as out:
-                    _, rss = run_measured(mtkit_command(
-                        "evaluate", "-m", model, "--engine", engine, "--src", args.data / f"test2016.{args.src}",
-                        "--ref", args.data / f"test2016.{args.tgt}", "--beam", beam, "--precision", precision,
-                        "--device", device, "--batch-size", args.batch_size, "--json", "--metrics", "bleu", "-o", hyp), stdout=out)
+                    _, rss = run_measured(
+                        mtkit_command(
+                            "evaluate",
+                            "-m",
+                            model,
+                            "--engine",
+                            engine,
+                            "--src",
+                            args.data / f"test2016.{args.src}",
+                            "--ref",
+                            args.data / f"test2016.{args.tgt}",
+                            "--beam",
+                            beam,
+                            "--precision",
+                            precision,
+                            "--device",
+                            device,
+                            "--batch-size",
+                            args.batch_size,
+                            "--json",
+                            "--metrics",
+                            "bleu",
+                            "-o",
+                            hyp,
+                        ),
+                        stdout=out,
+                    )
                 result = json.loads(scores.read_text())
-                tokens = sum(len(ids) + 1 for ids in tokenizer.encode_batch(hyp.read_text(encoding="utf-8").splitlines()))
-                rows.append([f"{'greedy' if beam == 1 else f'beam {beam}'}", engine, label, device, result["sentences_per_s"],
-                             tokens / result["seconds"], result["bleu"]["score"], rss])
-    print_table(["search", "engine", "precision", "device", "sentences/s", "target tok/s", "BLEU", "peak RSS MiB"], rows)
+                tokens = sum(
+                    len(ids) + 1 for ids in tokenizer.encode_batch(hyp.read_text(encoding="utf-8").splitlines())
+                )
+                rows.append(
+                    [
+                        f"{'greedy' if beam == 1 else f'beam {beam}'}",
+                        engine,
+                        label,
+                        device,
+                        result["sentences_per_s"],
+                        tokens / result["seconds"],
+                        result["bleu"]["score"],
+                        rss,
+                    ]
+                )
+    print_table(
+        ["search", "engine", "precision", "device", "sentences/s", "target tok/s", "BLEU", "peak RSS MiB"], rows
+    )
 
 
 if __name__ == "__main__":

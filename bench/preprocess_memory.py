@@ -24,9 +24,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         tokenizer = work / "tokenizer.json"
-        seconds, rss = run_measured(mtkit_command("train-tokenizer", "-i", args.data / "train.en", "-i", args.data / "train.de",
-                                                  "-o", tokenizer, "--vocab-size", args.vocab_size))
-        print(f"\ntokenizer: {args.vocab_size} joint BPE on Multi30k train (58,000 lines): {seconds:.1f} s, peak {rss:.0f} MiB\n")
+        seconds, rss = run_measured(
+            mtkit_command(
+                "train-tokenizer",
+                "-i",
+                args.data / "train.en",
+                "-i",
+                args.data / "train.de",
+                "-o",
+                tokenizer,
+                "--vocab-size",
+                args.vocab_size,
+            )
+        )
+        print(
+            f"\ntokenizer: {args.vocab_size} joint BPE on Multi30k train (58,000 lines): {seconds:.1f} s, peak {rss:.0f} MiB\n"
+        )
         rows = []
         for scale in map(int, args.scales.split(",")):
             prefix = work / f"train{scale}x"
@@ -34,8 +47,21 @@ def main() -> None:
                 text = (args.data / f"train.{lang}").read_text(encoding="utf-8")
                 Path(f"{prefix}.{lang}").write_text(text * scale, encoding="utf-8")
             pairs = 29000 * scale
-            seconds, rss = run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", prefix,
-                                                      "--tokenizer", tokenizer, "-o", work / f"bin{scale}"))
+            seconds, rss = run_measured(
+                mtkit_command(
+                    "preprocess",
+                    "-s",
+                    "en",
+                    "-t",
+                    "de",
+                    "--train",
+                    prefix,
+                    "--tokenizer",
+                    tokenizer,
+                    "-o",
+                    work / f"bin{scale}",
+                )
+            )
             rows.append([f"{scale}x", f"{pairs:,}", seconds, pairs / seconds, rss])
         print_table(["corpus", "pairs", "seconds", "pairs/s", "peak RSS MiB"], rows)
 

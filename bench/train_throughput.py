@@ -22,10 +22,34 @@ PEAK_TFLOPS = {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}  # H100 SXM dense, fo
 
 
 def build_dataset(data: Path, work: Path) -> Path:
-    run_measured(mtkit_command("train-tokenizer", "-i", data / "train.en", "-i", data / "train.de", "-o", work / "tok.json",
-                               "--vocab-size", 8000))
-    run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", data / "train", "--tokenizer", work / "tok.json",
-                               "-o", work / "bin"))
+    run_measured(
+        mtkit_command(
+            "train-tokenizer",
+            "-i",
+            data / "train.en",
+            "-i",
+            data / "train.de",
+            "-o",
+            work / "tok.json",
+            "--vocab-size",
+            8000,
+        )
+    )
+    run_measured(
+        mtkit_command(
+            "preprocess",
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--train",
+            data / "train",
+            "--tokenizer",
+            work / "tok.json",
+            "-o",
+            work / "bin",
+        )
+    )
     return work / "bin"
 
 
@@ -34,7 +58,9 @@ def flops_per_target_token(src_per_tgt: float) -> float:
     from mtkit.config import build_config
     from mtkit.model import Transformer
 
-    model = Transformer(build_config({"model": {"src_vocab_size": 8000, "tgt_vocab_size": 8000, "joint_vocab": True}}).model)
+    model = Transformer(
+        build_config({"model": {"src_vocab_size": 8000, "tgt_vocab_size": 8000, "joint_vocab": True}}).model
+    )
     encoder = sum(p.numel() for p in model.encoder_layers.parameters())
     decoder = sum(p.numel() for p in model.decoder_layers.parameters())
     output = model.tgt_embed.tokens.weight.numel()
@@ -51,8 +77,10 @@ def main() -> None:
     parser.add_argument("--devices", default="cpu,cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     print(f"conditions: {conditions()}")
-    print(f"model: transformer-small (3+3 layers, d_model 256, 4 heads, FFN 1024, dropout 0.3), 8k joint BPE, "
-          f"max_tokens {args.max_tokens}, {args.steps} updates, first {args.warmup_steps} not timed\n")
+    print(
+        f"model: transformer-small (3+3 layers, d_model 256, 4 heads, FFN 1024, dropout 0.3), 8k joint BPE, "
+        f"max_tokens {args.max_tokens}, {args.steps} updates, first {args.warmup_steps} not timed\n"
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -60,17 +88,37 @@ def main() -> None:
         for device in args.devices.split(","):
             for precision in args.precisions.split(","):
                 run_dir = work / f"run-{device}-{precision}"
-                _, rss = run_measured(mtkit_command(
-                    "train", "-d", data_dir, "-o", run_dir, "--set", "model.preset=transformer-small",
-                    "--set", f"train.max_tokens={args.max_tokens}", "--set", f"train.max_steps={args.steps}",
-                    "--set", "train.log_every=1", "--set", "train.valid_every=100000", "--set", "train.save_every=100000",
-                    "--set", f"train.precision={precision}", "--set", f"train.device={device}"))
+                _, rss = run_measured(
+                    mtkit_command(
+                        "train",
+                        "-d",
+                        data_dir,
+                        "-o",
+                        run_dir,
+                        "--set",
+                        "model.preset=transformer-small",
+                        "--set",
+                        f"train.max_tokens={args.max_tokens}",
+                        "--set",
+                        f"train.max_steps={args.steps}",
+                        "--set",
+                        "train.log_every=1",
+                        "--set",
+                        "train.valid_every=100000",
+                        "--set",
+                        "train.save_every=100000",
+                        "--set",
+                        f"train.precision={precision}",
+                        "--set",
+                        f"train.device={device}",
+                    )
+                )
                 records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
                 # log_every=1: one record per update, with cumulative wall-clock and target tokens.
                 first, last = records[args.warmup_steps - 1], records[-1]
                 seconds = last["elapsed"] - first["elapsed"]
                 tgt = last["target_tokens"] - first["target_tokens"]
-                timed = records[args.warmup_steps:]
+                timed = records[args.warmup_steps :]
                 src = tgt * sum(r["src_tokens_per_s"] for r in timed) / sum(r["tokens_per_s"] for r in timed)
                 row = [device, precision, tgt / seconds, (tgt + src) / seconds, rss]
                 if device == "cuda":

@@ -56,14 +56,29 @@ class ToolFailed(Exception):
     """One tool's run failed; the others still run, and earlier results are kept."""
 
 
-def run(command: list, log: Path | None = None, timeout: float | None = None, stdin: Path | None = None,
-        stdout: Path | None = None, env: dict | None = None) -> float:
+def run(
+    command: list,
+    log: Path | None = None,
+    timeout: float | None = None,
+    stdin: Path | None = None,
+    stdout: Path | None = None,
+    env: dict | None = None,
+) -> float:
     """Run a command (stopped with SIGINT then SIGKILL after `timeout` s); returns wall seconds."""
     started = time.perf_counter()
-    with open(log or os.devnull, "ab") as err, open(stdin or os.devnull, "rb") as inp, \
-            open(stdout or os.devnull, "wb") as out:
-        proc = subprocess.Popen([str(c) for c in command], stdin=inp, stdout=out, stderr=err,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+    with (
+        open(log or os.devnull, "ab") as err,
+        open(stdin or os.devnull, "rb") as inp,
+        open(stdout or os.devnull, "wb") as out,
+    ):
+        proc = subprocess.Popen(
+            [str(c) for c in command],
+            stdin=inp,
+            stdout=out,
+            stderr=err,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -93,16 +108,45 @@ def setup_venv(work: Path, name: str, torch_requirement: str) -> Path:
 
 # --- the shared data -----------------------------------------------------------------------------
 
+
 def prepare_data(work: Path, data: Path) -> Tokenizer:
     """mtkit's tokenizer and dataset, and the same subwords as text for the peers."""
     data_dir = work / "data"
     tokenizer_path = data_dir / "tokenizer.json"
     if not (data_dir / "data-bin").exists():
         data_dir.mkdir(parents=True, exist_ok=True)
-        run(mtkit_command("train-tokenizer", "-i", data / "train.en", "-i", data / "train.de", "-o", tokenizer_path,
-                          "--vocab-size", 8000))
-        run(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", data / "train", "--valid", data / "val",
-                          "--test", data / "test2016", "--tokenizer", tokenizer_path, "-o", data_dir / "data-bin"))
+        run(
+            mtkit_command(
+                "train-tokenizer",
+                "-i",
+                data / "train.en",
+                "-i",
+                data / "train.de",
+                "-o",
+                tokenizer_path,
+                "--vocab-size",
+                8000,
+            )
+        )
+        run(
+            mtkit_command(
+                "preprocess",
+                "-s",
+                "en",
+                "-t",
+                "de",
+                "--train",
+                data / "train",
+                "--valid",
+                data / "val",
+                "--test",
+                data / "test2016",
+                "--tokenizer",
+                tokenizer_path,
+                "-o",
+                data_dir / "data-bin",
+            )
+        )
     tokenizer = Tokenizer.load(tokenizer_path)
     for split in SPLITS:
         for lang in ("en", "de"):
@@ -133,53 +177,151 @@ def median_after_first_minute(pairs: list[tuple[float, float]]) -> float:
 
 # --- mtkit -------------------------------------------------------------------------------------
 
+
 def run_mtkit(work: Path, seconds: float, threads: int, precision: str) -> dict:
     out = work / "mtkit"
     settings = [
-        "model.preset=transformer-small", f"model.encoder_layers={SHAPE['layers']}", f"model.decoder_layers={SHAPE['layers']}",
-        f"model.d_model={SHAPE['d_model']}", f"model.heads={SHAPE['heads']}", f"model.ffn_dim={SHAPE['ffn']}",
-        f"model.dropout={SHAPE['dropout']}", "model.norm=pre", "train.max_tokens=4096", "train.lr=2e-3",
-        "train.warmup=500", "train.lr_schedule=linear", f"train.max_time={seconds}", f"train.precision={precision}",
-        f"train.threads={threads}", "train.log_every=50", "train.valid_every=100000", "train.save_every=100000",
+        "model.preset=transformer-small",
+        f"model.encoder_layers={SHAPE['layers']}",
+        f"model.decoder_layers={SHAPE['layers']}",
+        f"model.d_model={SHAPE['d_model']}",
+        f"model.heads={SHAPE['heads']}",
+        f"model.ffn_dim={SHAPE['ffn']}",
+        f"model.dropout={SHAPE['dropout']}",
+        "model.norm=pre",
+        "train.max_tokens=4096",
+        "train.lr=2e-3",
+        "train.warmup=500",
+        "train.lr_schedule=linear",
+        f"train.max_time={seconds}",
+        f"train.precision={precision}",
+        f"train.threads={threads}",
+        "train.log_every=50",
+        "train.valid_every=100000",
+        "train.save_every=100000",
     ]
-    run(mtkit_command("train", "-d", work / "data" / "data-bin", "-o", out / "run", "--force",
-                      *[a for s in settings for a in ("--set", s)]), log=work / "mtkit.log")
+    run(
+        mtkit_command(
+            "train",
+            "-d",
+            work / "data" / "data-bin",
+            "-o",
+            out / "run",
+            "--force",
+            *[a for s in settings for a in ("--set", s)],
+        ),
+        log=work / "mtkit.log",
+    )
     records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     speeds = [(r["elapsed"], r["tokens_per_s"]) for r in records if "tokens_per_s" in r]
     source, hyp = work / "data" / "test.src.txt", out / "hyp.txt"
-    seconds_decoding = run(mtkit_command("translate", "-m", out / "run", "--checkpoint", "last", "--beam", "5",
-                                         "--precision", precision, "-i", source, "-o", hyp), log=work / "mtkit.log",
-                           env={"OMP_NUM_THREADS": str(threads)})
-    return {"steps": records[-1]["step"], "tok_s": median_after_first_minute(speeds),
-            "hyp": hyp.read_text(encoding="utf-8").splitlines(), "decode_s": seconds_decoding}
+    seconds_decoding = run(
+        mtkit_command(
+            "translate",
+            "-m",
+            out / "run",
+            "--checkpoint",
+            "last",
+            "--beam",
+            "5",
+            "--precision",
+            precision,
+            "-i",
+            source,
+            "-o",
+            hyp,
+        ),
+        log=work / "mtkit.log",
+        env={"OMP_NUM_THREADS": str(threads)},
+    )
+    return {
+        "steps": records[-1]["step"],
+        "tok_s": median_after_first_minute(speeds),
+        "hyp": hyp.read_text(encoding="utf-8").splitlines(),
+        "decode_s": seconds_decoding,
+    }
 
 
 # --- JoeyNMT -------------------------------------------------------------------------------------
 
+
 def joey_config(work: Path, model_dir: Path) -> str:
     data = work / "data"
     side = lambda lang: {  # noqa: E731
-        "lang": lang, "level": "word", "lowercase": False, "normalize": False, "max_length": 250,
-        "voc_file": str(data / "vocab.txt"), "tokenizer_type": "none"}
+        "lang": lang,
+        "level": "word",
+        "lowercase": False,
+        "normalize": False,
+        "max_length": 250,
+        "voc_file": str(data / "vocab.txt"),
+        "tokenizer_type": "none",
+    }
     layer = lambda: {  # noqa: E731
-        "type": "transformer", "num_layers": SHAPE["layers"], "num_heads": SHAPE["heads"],
-        "embeddings": {"embedding_dim": SHAPE["d_model"], "scale": True}, "hidden_size": SHAPE["d_model"],
-        "ff_size": SHAPE["ffn"], "dropout": SHAPE["dropout"], "layer_norm": "pre"}
+        "type": "transformer",
+        "num_layers": SHAPE["layers"],
+        "num_heads": SHAPE["heads"],
+        "embeddings": {"embedding_dim": SHAPE["d_model"], "scale": True},
+        "hidden_size": SHAPE["d_model"],
+        "ff_size": SHAPE["ffn"],
+        "dropout": SHAPE["dropout"],
+        "layer_norm": "pre",
+    }
     config = {
-        "name": "vs_peers", "joeynmt_version": "2.3.0", "model_dir": str(model_dir), "use_cuda": False, "fp16": False,
+        "name": "vs_peers",
+        "joeynmt_version": "2.3.0",
+        "model_dir": str(model_dir),
+        "use_cuda": False,
+        "fp16": False,
         "random_seed": 1,
-        "data": {"train": str(data / "train.tok"), "dev": str(data / "val.tok"), "test": str(data / "test2016.tok"),
-                 "dataset_type": "plain", "sample_dev_subset": 100, "src": side("en"), "trg": side("de")},
-        "testing": {"n_best": 1, "beam_size": 5, "beam_alpha": 0.6, "batch_size": 4096, "batch_type": "token",
-                    "max_output_length": 100, "eval_metrics": ["bleu"]},
-        "training": {"optimizer": "adam", "adam_betas": [0.9, 0.98], "learning_rate": 2e-3, "learning_rate_min": 1e-8,
-                     "scheduling": "warmupinversesquareroot", "learning_rate_warmup": 500, "label_smoothing": 0.1,
-                     "loss": "crossentropy", "batch_size": 4096, "batch_type": "token", "normalization": "tokens",
-                     "epochs": 1000, "validation_freq": 50, "logging_freq": 10, "eval_metrics": ["bleu"],
-                     "early_stopping_metric": "bleu", "keep_best_ckpts": 1, "overwrite": True,
-                     "shuffle": True, "print_valid_sents": []},
-        "model": {"initializer": "xavier_uniform", "embed_initializer": "xavier_uniform", "bias_initializer": "zeros",
-                  "tied_embeddings": True, "tied_softmax": True, "encoder": layer(), "decoder": layer()},
+        "data": {
+            "train": str(data / "train.tok"),
+            "dev": str(data / "val.tok"),
+            "test": str(data / "test2016.tok"),
+            "dataset_type": "plain",
+            "sample_dev_subset": 100,
+            "src": side("en"),
+            "trg": side("de"),
+        },
+        "testing": {
+            "n_best": 1,
+            "beam_size": 5,
+            "beam_alpha": 0.6,
+            "batch_size": 4096,
+            "batch_type": "token",
+            "max_output_length": 100,
+            "eval_metrics": ["bleu"],
+        },
+        "training": {
+            "optimizer": "adam",
+            "adam_betas": [0.9, 0.98],
+            "learning_rate": 2e-3,
+            "learning_rate_min": 1e-8,
+            "scheduling": "warmupinversesquareroot",
+            "learning_rate_warmup": 500,
+            "label_smoothing": 0.1,
+            "loss": "crossentropy",
+            "batch_size": 4096,
+            "batch_type": "token",
+            "normalization": "tokens",
+            "epochs": 1000,
+            "validation_freq": 50,
+            "logging_freq": 10,
+            "eval_metrics": ["bleu"],
+            "early_stopping_metric": "bleu",
+            "keep_best_ckpts": 1,
+            "overwrite": True,
+            "shuffle": True,
+            "print_valid_sents": [],
+        },
+        "model": {
+            "initializer": "xavier_uniform",
+            "embed_initializer": "xavier_uniform",
+            "bias_initializer": "zeros",
+            "tied_embeddings": True,
+            "tied_softmax": True,
+            "encoder": layer(),
+            "decoder": layer(),
+        },
     }
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -206,13 +348,18 @@ def run_joeynmt(work: Path, python: Path, seconds: float, threads: int) -> dict:
     config.write_text(yaml.safe_dump(settings, sort_keys=False))
     hyp = out / "hyp.tok"
     # Its `translate -o` crashes in 2.3: read the translations from stdout.
-    decode_s = run([python, "-m", "joeynmt", "translate", config], stdin=work / "data" / "test.src.tok",
-                   stdout=hyp, log=work / "joeynmt.log", env=env)
-    return {"steps": steps, "tok_s": median_after_first_minute(speeds),
-            "hyp_tok": hyp, "decode_s": decode_s}
+    decode_s = run(
+        [python, "-m", "joeynmt", "translate", config],
+        stdin=work / "data" / "test.src.tok",
+        stdout=hyp,
+        log=work / "joeynmt.log",
+        env=env,
+    )
+    return {"steps": steps, "tok_s": median_after_first_minute(speeds), "hyp_tok": hyp, "decode_s": decode_s}
 
 
 # --- eole ----------------------------------------------------------------------------------------
+
 
 def noam_peak(peak: float, warmup: int) -> float:
     """eole's learning_rate for a "noam" schedule that peaks at `peak` after `warmup` updates
@@ -224,23 +371,63 @@ def noam_peak(peak: float, warmup: int) -> float:
 def eole_config(work: Path, model_dir: Path) -> str:
     data = work / "data"
     config = {
-        "save_data": str(model_dir / "data"), "overwrite": True, "seed": 1, "report_every": 20,
-        "src_vocab": str(data / "vocab.eole"), "tgt_vocab": str(data / "vocab.eole"), "share_vocab": True,
-        "src_vocab_size": 8000, "tgt_vocab_size": 8000, "vocab_size_multiple": 1, "n_sample": 0,
-        "data": {"corpus_1": {"path_src": str(data / "train.tok.en"), "path_tgt": str(data / "train.tok.de")},
-                 "valid": {"path_src": str(data / "val.tok.en"), "path_tgt": str(data / "val.tok.de")}},
-        "training": {"model_path": str(model_dir / "model"), "save_checkpoint_steps": 50, "keep_checkpoint": 1,
-                     "train_steps": 1_000_000, "valid_steps": 1_000_000, "world_size": 1, "gpu_ranks": [],
-                     "batch_type": "tokens", "batch_size": 4096, "valid_batch_size": 2048, "batch_size_multiple": 1,
-                     "bucket_size": 32768, "num_workers": 0, "accum_count": [1], "accum_steps": [0],
-                     "dropout": [SHAPE["dropout"]], "attention_dropout": [0.0], "dropout_steps": [0],
-                     "compute_dtype": "fp32", "optim": "adam", "learning_rate": noam_peak(2e-3, 500), "warmup_steps": 500,
-                     "decay_method": "noam", "adam_beta2": 0.98, "max_grad_norm": 0.0, "label_smoothing": 0.1,
-                     "param_init_method": "xavier_uniform", "normalization": "tokens"},
-        "model": {"architecture": "transformer", "hidden_size": SHAPE["d_model"], "layers": SHAPE["layers"],
-                  "heads": SHAPE["heads"], "transformer_ff": SHAPE["ffn"], "share_decoder_embeddings": True,
-                  "share_embeddings": True, "layer_norm": "standard", "add_qkvbias": True,
-                  "embeddings": {"word_vec_size": SHAPE["d_model"], "position_encoding_type": "SinusoidalInterleaved"}},
+        "save_data": str(model_dir / "data"),
+        "overwrite": True,
+        "seed": 1,
+        "report_every": 20,
+        "src_vocab": str(data / "vocab.eole"),
+        "tgt_vocab": str(data / "vocab.eole"),
+        "share_vocab": True,
+        "src_vocab_size": 8000,
+        "tgt_vocab_size": 8000,
+        "vocab_size_multiple": 1,
+        "n_sample": 0,
+        "data": {
+            "corpus_1": {"path_src": str(data / "train.tok.en"), "path_tgt": str(data / "train.tok.de")},
+            "valid": {"path_src": str(data / "val.tok.en"), "path_tgt": str(data / "val.tok.de")},
+        },
+        "training": {
+            "model_path": str(model_dir / "model"),
+            "save_checkpoint_steps": 50,
+            "keep_checkpoint": 1,
+            "train_steps": 1_000_000,
+            "valid_steps": 1_000_000,
+            "world_size": 1,
+            "gpu_ranks": [],
+            "batch_type": "tokens",
+            "batch_size": 4096,
+            "valid_batch_size": 2048,
+            "batch_size_multiple": 1,
+            "bucket_size": 32768,
+            "num_workers": 0,
+            "accum_count": [1],
+            "accum_steps": [0],
+            "dropout": [SHAPE["dropout"]],
+            "attention_dropout": [0.0],
+            "dropout_steps": [0],
+            "compute_dtype": "fp32",
+            "optim": "adam",
+            "learning_rate": noam_peak(2e-3, 500),
+            "warmup_steps": 500,
+            "decay_method": "noam",
+            "adam_beta2": 0.98,
+            "max_grad_norm": 0.0,
+            "label_smoothing": 0.1,
+            "param_init_method": "xavier_uniform",
+            "normalization": "tokens",
+        },
+        "model": {
+            "architecture": "transformer",
+            "hidden_size": SHAPE["d_model"],
+            "layers": SHAPE["layers"],
+            "heads": SHAPE["heads"],
+            "transformer_ff": SHAPE["ffn"],
+            "share_decoder_embeddings": True,
+            "share_embeddings": True,
+            "layer_norm": "standard",
+            "add_qkvbias": True,
+            "embeddings": {"word_vec_size": SHAPE["d_model"], "position_encoding_type": "SinusoidalInterleaved"},
+        },
     }
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -264,9 +451,32 @@ def run_eole(work: Path, python: Path, seconds: float, threads: int) -> dict:
     checkpoint = checkpoints[-1]
     _fix_eole_config(checkpoint / "config.json")
     hyp = out / "hyp.tok"
-    decode_s = run([eole, "predict", "-model_path", checkpoint, "-src", work / "data" / "test.src.tok", "-output", hyp,
-                    "-beam_size", 5, "-batch_size", 4096, "-batch_type", "tokens", "-length_penalty", "wu", "-alpha", 0.6,
-                    "-max_length", 100], log=out / "predict.log", env=env)
+    decode_s = run(
+        [
+            eole,
+            "predict",
+            "-model_path",
+            checkpoint,
+            "-src",
+            work / "data" / "test.src.tok",
+            "-output",
+            hyp,
+            "-beam_size",
+            5,
+            "-batch_size",
+            4096,
+            "-batch_type",
+            "tokens",
+            "-length_penalty",
+            "wu",
+            "-alpha",
+            0.6,
+            "-max_length",
+            100,
+        ],
+        log=out / "predict.log",
+        env=env,
+    )
     return {"steps": steps, "tok_s": median_after_first_minute(speeds), "hyp_tok": hyp, "decode_s": decode_s}
 
 
@@ -294,8 +504,11 @@ def main() -> None:
     tools = args.tools.split(",")
     pythons = {name: setup_venv(work, name, args.torch) for name in tools if name in PEERS}
     tokenizer = prepare_data(work, args.data)
-    for name, source in (("test.src.tok", work / "data" / "test2016.tok.en"), ("test.src.txt", args.data / "test2016.en"),
-                         ("test.ref", args.data / "test2016.de")):
+    for name, source in (
+        ("test.src.tok", work / "data" / "test2016.tok.en"),
+        ("test.src.txt", args.data / "test2016.en"),
+        ("test.ref", args.data / "test2016.de"),
+    ):
         lines = source.read_text(encoding="utf-8").splitlines()[: args.sentences]
         (work / "data" / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     references = (work / "data" / "test.ref").read_text(encoding="utf-8").splitlines()
@@ -326,15 +539,27 @@ def main() -> None:
         saved.write_text(json.dumps({"setting": setting, "tools": results}, indent=1) + "\n")
 
     print(f"conditions: {conditions()}; {args.threads} threads for every tool")
-    print(f"Multi30k en->de, 8k joint BPE, 3+3 layers, d_model 256, 4 heads, FFN 1024, pre-norm, ~4096-token batches; "
-          f"{args.minutes:g} minutes of training each; test2016 first {len(references)} sentences, beam 5, last checkpoint\n")
+    print(
+        f"Multi30k en->de, 8k joint BPE, 3+3 layers, d_model 256, 4 heads, FFN 1024, pre-norm, ~4096-token batches; "
+        f"{args.minutes:g} minutes of training each; test2016 first {len(references)} sentences, beam 5, last checkpoint\n"
+    )
     rows = []
     for name, r in results.items():
         ours = results.get("mtkit")
         ratio = lambda key: f"{ours[key] / r[key]:.2f}x" if ours and name != "mtkit" and r[key] else "-"  # noqa: E731
         rows.append([name, r["steps"], r["tok_s"], ratio("tok_s"), r["bleu"], r["sent_s"], ratio("sent_s")])
-    print_table(["tool", "updates", "train tgt tok/s", "mtkit/this", f"BLEU after {args.minutes:g} min", "beam-5 sent/s",
-                 "mtkit/this"], rows)
+    print_table(
+        [
+            "tool",
+            "updates",
+            "train tgt tok/s",
+            "mtkit/this",
+            f"BLEU after {args.minutes:g} min",
+            "beam-5 sent/s",
+            "mtkit/this",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

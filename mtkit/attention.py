@@ -51,7 +51,9 @@ def attention_weights(model: Transformer, src_ids: Sequence[int], tgt_ids: Seque
     tgt_in = torch.tensor([[BOS_ID] + list(tgt_ids)], device=device)
     with recording(model):
         model(src, tgt_in)
-        return {kind: torch.stack([m.weights[0].float().cpu() for m in attention_modules(model, kind)]) for kind in KINDS}
+        return {
+            kind: torch.stack([m.weights[0].float().cpu() for m in attention_modules(model, kind)]) for kind in KINDS
+        }
 
 
 def word_starts(tokens: Sequence[str]) -> list[int]:

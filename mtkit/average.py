@@ -32,7 +32,10 @@ def select_checkpoints(run_dir: Path, last: int | None, best: int | None) -> lis
 def _check_compatible(first: ModelFile, other: ModelFile, path: Path) -> None:
     if asdict(first.config) != asdict(other.config):
         raise MtkitError(f"{path}: a different model architecture than the first checkpoint")
-    if (first.src_tokenizer.sha256, first.tgt_tokenizer.sha256) != (other.src_tokenizer.sha256, other.tgt_tokenizer.sha256):
+    if (first.src_tokenizer.sha256, first.tgt_tokenizer.sha256) != (
+        other.src_tokenizer.sha256,
+        other.tgt_tokenizer.sha256,
+    ):
         raise MtkitError(f"{path}: a different vocabulary/tokenizer than the first checkpoint")
     for name, tensor in first.weights.items():
         if name not in other.weights or other.weights[name].shape != tensor.shape:

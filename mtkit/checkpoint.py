@@ -50,8 +50,12 @@ def load_payload(path: Path, expected_format: str) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        reason = next((line.strip() for line in str(err).splitlines() if "Unsupported global" in line), "code or unknown objects")
-        raise MtkitError(f"{path}: refused to load: it holds objects other than tensors and plain data ({reason})") from None
+        reason = next(
+            (line.strip() for line in str(err).splitlines() if "Unsupported global" in line), "code or unknown objects"
+        )
+        raise MtkitError(
+            f"{path}: refused to load: it holds objects other than tensors and plain data ({reason})"
+        ) from None
     except Exception as err:  # a truncated or foreign file raises many different errors
         raise MtkitError(f"{path}: {what} ({type(err).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != expected_format:
@@ -88,15 +92,25 @@ def model_payload(model_state: dict, config: ModelConfig, src_tok: Tokenizer, tg
 
 
 def save_model_file(path: Path, model_file: ModelFile) -> None:
-    payload = model_payload(model_file.weights, model_file.config, model_file.src_tokenizer, model_file.tgt_tokenizer, model_file.meta)
+    payload = model_payload(
+        model_file.weights, model_file.config, model_file.src_tokenizer, model_file.tgt_tokenizer, model_file.meta
+    )
     save_payload(payload, path)
 
 
 def model_file_from_payload(payload: dict, source: str) -> ModelFile:
     try:
         src_tok = Tokenizer(payload["src_tokenizer"])
-        tgt_tok = src_tok if payload["tgt_tokenizer"] == payload["src_tokenizer"] else Tokenizer(payload["tgt_tokenizer"])
-        return ModelFile(config_from_dict({"model": payload["config"]}).model, payload["model"], src_tok, tgt_tok, payload.get("meta", {}))
+        tgt_tok = (
+            src_tok if payload["tgt_tokenizer"] == payload["src_tokenizer"] else Tokenizer(payload["tgt_tokenizer"])
+        )
+        return ModelFile(
+            config_from_dict({"model": payload["config"]}).model,
+            payload["model"],
+            src_tok,
+            tgt_tok,
+            payload.get("meta", {}),
+        )
     except (KeyError, TypeError) as err:
         raise MtkitError(f"{source}: damaged model file (missing {err})") from None
     except MtkitError as err:

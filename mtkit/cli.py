@@ -55,7 +55,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = None,
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = None,
 ) -> None:
     """Transformer neural machine translation from the command line."""
 
@@ -66,9 +68,13 @@ def main_options(
 @app.command("train-tokenizer")
 @handle_errors
 def train_tokenizer_command(
-    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Raw text file (plain or .gz); repeat for several.")],
+    inputs: Annotated[
+        list[Path], typer.Option("--input", "-i", help="Raw text file (plain or .gz); repeat for several.")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write tokenizer.json.")],
-    vocab_size: Annotated[int, typer.Option("--vocab-size", help="Vocabulary size, special and byte tokens included.")] = 8000,
+    vocab_size: Annotated[
+        int, typer.Option("--vocab-size", help="Vocabulary size, special and byte tokens included.")
+    ] = 8000,
     kind: Annotated[str, typer.Option("--type", help="Subword model: bpe or unigram.")] = "bpe",
     min_frequency: Annotated[int, typer.Option("--min-frequency", help="BPE: least count for a merge.")] = 2,
 ) -> None:
@@ -81,7 +87,9 @@ def train_tokenizer_command(
     from mtkit.tokenizer import train_tokenizer
 
     report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency)
-    console.info(f"wrote {output}: {kind} vocabulary of {report.vocab_size:,} from {report.lines:,} lines in {report.seconds:.1f}s")
+    console.info(
+        f"wrote {output}: {kind} vocabulary of {report.vocab_size:,} from {report.lines:,} lines in {report.seconds:.1f}s"
+    )
 
 
 # --- preprocess ----------------------------------------------------------------------------------
@@ -97,11 +105,17 @@ def preprocess(
     output: Annotated[Path, typer.Option("--output", "-o", help="Dataset directory to create.")],
     valid: Annotated[Optional[Path], typer.Option(help="Validation prefix.")] = None,
     test: Annotated[Optional[Path], typer.Option(help="Test prefix.")] = None,
-    tgt_tokenizer: Annotated[Optional[Path], typer.Option(help="Target tokenizer.json for separate vocabularies.")] = None,
+    tgt_tokenizer: Annotated[
+        Optional[Path], typer.Option(help="Target tokenizer.json for separate vocabularies.")
+    ] = None,
     strip: Annotated[bool, typer.Option(help="Strip whitespace around each line.")] = True,
     drop_empty: Annotated[bool, typer.Option(help="Drop training pairs with an empty side.")] = True,
-    max_len: Annotated[int, typer.Option(help="Drop training pairs with more subwords on either side (0: no limit).")] = 250,
-    max_ratio: Annotated[float, typer.Option(help="Drop training pairs whose subword length ratio exceeds this (0: off).")] = 3.0,
+    max_len: Annotated[
+        int, typer.Option(help="Drop training pairs with more subwords on either side (0: no limit).")
+    ] = 250,
+    max_ratio: Annotated[
+        float, typer.Option(help="Drop training pairs whose subword length ratio exceeds this (0: off).")
+    ] = 3.0,
     dedup: Annotated[bool, typer.Option(help="Drop exact duplicate training pairs.")] = False,
     force: Annotated[bool, typer.Option(help="Replace an existing dataset directory.")] = False,
 ) -> None:
@@ -116,8 +130,10 @@ def preprocess(
     manifest = run_preprocess(src_lang, tgt_lang, splits, tokenizer, output, tgt_tokenizer, rules, force)
     for name, split in manifest["splits"].items():
         dropped = ", ".join(f"{rule} {n}" for rule, n in split["dropped"].items() if n) or "none"
-        console.info(f"{name}: kept {split['kept']:,} of {split['read']:,} pairs (dropped: {dropped}); "
-                     f"{split['src_tokens']:,} source and {split['tgt_tokens']:,} target subwords")
+        console.info(
+            f"{name}: kept {split['kept']:,} of {split['read']:,} pairs (dropped: {dropped}); "
+            f"{split['src_tokens']:,} source and {split['tgt_tokens']:,} target subwords"
+        )
     console.info(f"wrote {output} in {manifest['seconds']:.1f}s")
 
 
@@ -127,11 +143,21 @@ def preprocess(
 @app.command("train")
 @handle_errors
 def train_command(
-    data: Annotated[Optional[Path], typer.Option("--data", "-d", help="Dataset directory from mtkit preprocess.")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run directory for checkpoints and logs.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML config with model: and train: sections.")] = None,
-    overrides: Annotated[Optional[list[str]], typer.Option("--set", help="Override a setting: section.key=value (repeatable).")] = None,
-    resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this directory exactly where it stopped.")] = None,
+    data: Annotated[
+        Optional[Path], typer.Option("--data", "-d", help="Dataset directory from mtkit preprocess.")
+    ] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Run directory for checkpoints and logs.")
+    ] = None,
+    config: Annotated[
+        Optional[Path], typer.Option("--config", "-c", help="YAML config with model: and train: sections.")
+    ] = None,
+    overrides: Annotated[
+        Optional[list[str]], typer.Option("--set", help="Override a setting: section.key=value (repeatable).")
+    ] = None,
+    resume: Annotated[
+        Optional[Path], typer.Option(help="Continue the run in this directory exactly where it stopped.")
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace a run that RUN_DIR already holds.")] = False,
 ) -> None:
     """Train a Transformer (CPU or GPU, mixed precision, resumable; runs under torchrun for several processes).
@@ -145,7 +171,9 @@ def train_command(
 
     if resume:
         if config:
-            raise MtkitError("--config cannot be combined with --resume: the run keeps its config (use --set for stopping criteria)")
+            raise MtkitError(
+                "--config cannot be combined with --resume: the run keeps its config (use --set for stopping criteria)"
+            )
         train(None, data, resume, resume=True, overrides=overrides or [])
         return
     if data is None or output is None:
@@ -162,7 +190,9 @@ def average(
     checkpoints: Annotated[list[Path], typer.Argument(help="Model files, or one run directory with --last/--best.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The averaged model file to write.")],
     last: Annotated[Optional[int], typer.Option(help="Average the run's last N checkpoints.")] = None,
-    best: Annotated[Optional[int], typer.Option(help="Average the run's N best checkpoints by validation metric.")] = None,
+    best: Annotated[
+        Optional[int], typer.Option(help="Average the run's N best checkpoints by validation metric.")
+    ] = None,
 ) -> None:
     """Average checkpoints' weights into one self-contained model file.
 
@@ -183,7 +213,9 @@ def average(
 
 # --- translate and evaluate share their decoding options -----------------------------------------
 
-ModelOption = Annotated[Path, typer.Option("--model", "-m", help="Model file, or a run directory (its best checkpoint).")]
+ModelOption = Annotated[
+    Path, typer.Option("--model", "-m", help="Model file, or a run directory (its best checkpoint).")
+]
 CheckpointOption = Annotated[str, typer.Option(help="With a run directory: best or last checkpoint.")]
 BeamOption = Annotated[int, typer.Option(help="Beam size (1 = greedy).")]
 LenpenOption = Annotated[float, typer.Option(help="Length penalty alpha: scores / ((5+len)/6)^alpha.")]
@@ -195,12 +227,15 @@ BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 PrecisionOption = Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")]
-EngineOption = Annotated[str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")]
+EngineOption = Annotated[
+    str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")
+]
 COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _make_translator(engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, batch_size: int,
-                     max_tokens: int):
+def _make_translator(
+    engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, batch_size: int, max_tokens: int
+):
     if engine == "pytorch":
         from mtkit.checkpoint import load_model_file
         from mtkit.translate import Translator
@@ -215,13 +250,36 @@ def _make_translator(engine: str, model: Path, checkpoint: str, cfg, device: str
     raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
 
 
-def _search_config(beam: int, lenpen: float, max_len_a: float, max_len_b: int, min_len: int, nbest: int = 1,
-                   no_repeat_ngram: int = 0, sample: bool = False, temperature: float = 1.0, top_k: int = 0,
-                   top_p: float = 1.0, seed: int = 0):
+def _search_config(
+    beam: int,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    min_len: int,
+    nbest: int = 1,
+    no_repeat_ngram: int = 0,
+    sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+):
     from mtkit.search import SearchConfig
 
-    cfg = SearchConfig(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, nbest=nbest,
-                       no_repeat_ngram=no_repeat_ngram, sample=sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    cfg = SearchConfig(
+        beam=beam,
+        lenpen=lenpen,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        nbest=nbest,
+        no_repeat_ngram=no_repeat_ngram,
+        sample=sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
     cfg.validate()
     return cfg
 
@@ -239,7 +297,9 @@ def _input_lines(path: Optional[Path]) -> Iterator[str]:
 def translate(
     model: ModelOption,
     input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Source text file (default: stdin).")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write translations here (default: stdout).")] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write translations here (default: stdout).")
+    ] = None,
     checkpoint: CheckpointOption = "best",
     beam: BeamOption = 5,
     lenpen: LenpenOption = 0.6,
@@ -256,7 +316,9 @@ def translate(
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
     buffer_size: Annotated[int, typer.Option(help="Lines read before translating (1 on a terminal).")] = 2000,
-    alignment: Annotated[bool, typer.Option(help="Append <TAB> and a source-target word alignment (i-j pairs).")] = False,
+    alignment: Annotated[
+        bool, typer.Option(help="Append <TAB> and a source-target word alignment (i-j pairs).")
+    ] = False,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -271,7 +333,9 @@ def translate(
     """
     from mtkit.textio import atomic_path, count_lines
 
-    cfg = _search_config(beam, lenpen, max_len_a, max_len_b, min_len, nbest, no_repeat_ngram, sample, temperature, top_k, top_p, seed)
+    cfg = _search_config(
+        beam, lenpen, max_len_a, max_len_b, min_len, nbest, no_repeat_ngram, sample, temperature, top_k, top_p, seed
+    )
     if alignment and engine != "pytorch":
         raise MtkitError("--alignment needs --engine pytorch")
     translator = _make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
@@ -310,7 +374,9 @@ def translate(
 @handle_errors
 def evaluate(
     ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (raw text); repeat for several.")],
-    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model file or run directory to translate with.")] = None,
+    model: Annotated[
+        Optional[Path], typer.Option("--model", "-m", help="Model file or run directory to translate with.")
+    ] = None,
     src: Annotated[Optional[Path], typer.Option(help="Source file to translate.")] = None,
     hyp: Annotated[Optional[Path], typer.Option(help="Score existing translations instead of translating.")] = None,
     metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf,ter",
@@ -359,8 +425,13 @@ def evaluate(
 
         write_text_atomic(output, "".join(line + "\n" for line in hypotheses))
     result = score(hypotheses, list(references.values()), names, lowercase, tokenize)
-    result.update({"sentences": len(hypotheses), "seconds": round(seconds, 3),
-                   "sentences_per_s": round(len(hypotheses) / seconds, 2) if hyp is None and seconds > 0 else None})
+    result.update(
+        {
+            "sentences": len(hypotheses),
+            "seconds": round(seconds, 3),
+            "sentences_per_s": round(len(hypotheses) / seconds, 2) if hyp is None and seconds > 0 else None,
+        }
+    )
     if as_json:
         print(json.dumps(result))
         return
@@ -369,7 +440,9 @@ def evaluate(
     table.add_column("score", justify="right")
     table.add_column("signature", overflow="fold")
     for name in names:
-        table.add_row(name.upper() if name != "chrf" else "chrF", f"{result[name]['score']:.2f}", result[name]["signature"])
+        table.add_row(
+            name.upper() if name != "chrf" else "chrF", f"{result[name]['score']:.2f}", result[name]["signature"]
+        )
     from rich.console import Console
 
     Console(soft_wrap=False).print(table)
@@ -381,7 +454,9 @@ def export(
     model: ModelOption,
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
     fmt: Annotated[str, typer.Option("--format", help="Export format: ctranslate2.")] = "ctranslate2",
-    quantization: Annotated[str, typer.Option(help="float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")] = "float32",
+    quantization: Annotated[
+        str, typer.Option(help="float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
+    ] = "float32",
     checkpoint: CheckpointOption = "best",
     force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
 ) -> None:
@@ -395,7 +470,9 @@ def export(
     if fmt != "ctranslate2":
         raise MtkitError(f"--format {fmt}: only ctranslate2 is supported")
     export_ctranslate2(load_model_file(model, checkpoint), output, quantization, force)
-    console.info(f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}")
+    console.info(
+        f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}"
+    )
 
 
 # --- looking inside ------------------------------------------------------------------------------
@@ -420,11 +497,16 @@ def attention(
     model: ModelOption,
     src: Annotated[str, typer.Option("--src", help="The source sentence.")],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="FILE.png, .svg, .html or .json.")] = None,
-    tgt: Annotated[Optional[str], typer.Option("--tgt", help="A reference to force-decode instead of translating.")] = None,
+    tgt: Annotated[
+        Optional[str], typer.Option("--tgt", help="A reference to force-decode instead of translating.")
+    ] = None,
     kind: Annotated[str, typer.Option(help="cross (target x source), encoder or decoder self-attention.")] = "cross",
     layer: Annotated[str, typer.Option(help="Layer 1..N, or all (default: the last).")] = "last",
     head: Annotated[str, typer.Option(help="Head 1..h, mean (over heads) or all (a grid).")] = "mean",
-    fmt: Annotated[Optional[str], typer.Option("--format", help="png, svg, html or json (default: from -o; json prints to stdout).")] = None,
+    fmt: Annotated[
+        Optional[str],
+        typer.Option("--format", help="png, svg, html or json (default: from -o; json prints to stdout)."),
+    ] = None,
     size: Annotated[Optional[str], typer.Option(help="Image size in pixels, WIDTHxHEIGHT.")] = None,
     checkpoint: CheckpointOption = "best",
     beam: BeamOption = 5,
@@ -440,7 +522,7 @@ def attention(
 
     if kind not in KINDS:
         raise MtkitError(f"--kind {kind}: must be one of {', '.join(KINDS)}")
-    fmt = (fmt or (output.suffix.lstrip(".").lower() if output else "json"))
+    fmt = fmt or (output.suffix.lstrip(".").lower() if output else "json")
     if fmt not in ("png", "svg", "html", "json"):
         raise MtkitError(f"--format {fmt}: must be png, svg, html or json")
     if fmt != "json" and output is None:
@@ -452,14 +534,26 @@ def attention(
     if tgt is not None:
         tgt_ids = tgt_tok.encode_batch([tgt.strip()])[0]
     else:
-        tgt_ids = translate_ids(net, [src_ids], SearchConfig(beam=beam, lenpen=0.6), net.tgt_embed.tokens.weight.device)[0][0].tokens
+        tgt_ids = translate_ids(
+            net, [src_ids], SearchConfig(beam=beam, lenpen=0.6), net.tgt_embed.tokens.weight.device
+        )[0][0].tokens
     weights = attention_weights(net, src_ids, tgt_ids)[kind]  # (layers, heads, queries, keys)
     src_labels = [src_tok.id_to_token(i) for i in src_ids] + ["</s>"]
     tgt_inputs = ["<s>"] + [tgt_tok.id_to_token(i) for i in tgt_ids]
     tgt_outputs = tgt_inputs[1:] + ["</s>"]
-    rows, cols = {"cross": (tgt_outputs, src_labels), "encoder": (src_labels, src_labels), "decoder": (tgt_inputs, tgt_inputs)}[kind]
+    rows, cols = {
+        "cross": (tgt_outputs, src_labels),
+        "encoder": (src_labels, src_labels),
+        "decoder": (tgt_inputs, tgt_inputs),
+    }[kind]
     n_layers, n_heads = weights.shape[:2]
-    layers = list(range(n_layers)) if layer == "all" else [n_layers - 1] if layer == "last" else _pick(layer, n_layers, "layer", ("all", "last"))
+    layers = (
+        list(range(n_layers))
+        if layer == "all"
+        else [n_layers - 1]
+        if layer == "last"
+        else _pick(layer, n_layers, "layer", ("all", "last"))
+    )
     heads = _pick(head, n_heads, "head", ("mean", "all"))
     maps = []
     for l in layers:
@@ -469,8 +563,14 @@ def attention(
             for h in range(n_heads) if heads == "all" else heads:
                 maps.append((f"{kind} attention, layer {l + 1}, head {h + 1}", weights[l, h]))
     if fmt == "json":
-        payload = {"kind": kind, "source": src, "target": tgt_tok.decode_batch([tgt_ids])[0], "rows": rows, "columns": cols,
-                   "maps": [{"title": title, "weights": matrix.tolist()} for title, matrix in maps]}
+        payload = {
+            "kind": kind,
+            "source": src,
+            "target": tgt_tok.decode_batch([tgt_ids])[0],
+            "rows": rows,
+            "columns": cols,
+            "maps": [{"title": title, "weights": matrix.tolist()} for title, matrix in maps],
+        }
         text = json.dumps(payload)
         if output:
             from mtkit.textio import write_text_atomic
@@ -490,7 +590,9 @@ def attention(
         pixels = _parse_size(size) if size else None
         columns = n_heads if heads == "all" else 1
         draw_heatmaps(maps, rows, cols, output, columns, pixels)
-    console.info(f"wrote {output}: {len(maps)} heatmap(s) of {kind} attention; translation: {tgt_tok.decode_batch([tgt_ids])[0]}")
+    console.info(
+        f"wrote {output}: {len(maps)} heatmap(s) of {kind} attention; translation: {tgt_tok.decode_batch([tgt_ids])[0]}"
+    )
 
 
 def _parse_size(text: str) -> tuple[int, int]:
@@ -507,7 +609,9 @@ def _parse_size(text: str) -> tuple[int, int]:
 @handle_errors
 def plot(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (reads its metrics.jsonl).")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Image file (default: RUN_DIR/curves.png).")] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Image file (default: RUN_DIR/curves.png).")
+    ] = None,
 ) -> None:
     """Plot training and validation curves (loss, perplexity, BLEU, learning rate, tokens/s); works while training runs.
 

@@ -111,9 +111,19 @@ class Config:
 
 # Settings that may change when a run is resumed: they stop or report, but do not change the model or data order.
 RESUMABLE_KEYS = {
-    "train.max_steps", "train.max_epochs", "train.max_time", "train.patience", "train.log_every",
-    "train.valid_every", "train.save_every", "train.keep_last", "train.keep_best", "train.device",
-    "train.valid_beam", "train.valid_max_sentences", "train.threads",
+    "train.max_steps",
+    "train.max_epochs",
+    "train.max_time",
+    "train.patience",
+    "train.log_every",
+    "train.valid_every",
+    "train.save_every",
+    "train.keep_last",
+    "train.keep_best",
+    "train.device",
+    "train.valid_beam",
+    "train.valid_max_sentences",
+    "train.threads",
 }
 
 

@@ -116,8 +116,12 @@ def export_ctranslate2(model_file: ModelFile, output: Path, quantization: str = 
         MtkitConverter().convert(str(tmp), quantization=None if quantization == "float32" else quantization)
         model_file.src_tokenizer.save(tmp / "src_tokenizer.json")
         model_file.tgt_tokenizer.save(tmp / "tgt_tokenizer.json")
-        meta = {"format": "mtkit-ctranslate2", "quantization": quantization, "max_positions": MAX_POSITIONS,
-                "source": model_file.meta}
+        meta = {
+            "format": "mtkit-ctranslate2",
+            "quantization": quantization,
+            "max_positions": MAX_POSITIONS,
+            "source": model_file.meta,
+        }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
@@ -128,8 +132,15 @@ class CTranslate2Translator(TextTranslator):
     ((5 + length) / 6) ** lenpen), and applies one length limit per batch.
     """
 
-    def __init__(self, directory: Path, cfg: SearchConfig, device: str = "auto", compute_type: str = "default",
-                 batch_size: int = 128, threads: int = 0):
+    def __init__(
+        self,
+        directory: Path,
+        cfg: SearchConfig,
+        device: str = "auto",
+        compute_type: str = "default",
+        batch_size: int = 128,
+        threads: int = 0,
+    ):
         ctranslate2 = _ctranslate2()
         directory = Path(directory)
         if not (directory / META_FILE).is_file():
@@ -141,8 +152,9 @@ class CTranslate2Translator(TextTranslator):
         device = ("cuda" if ctranslate2.get_cuda_device_count() else "cpu") if device == "auto" else device
         # CTranslate2's own default is 4 threads whatever the machine: on 2 cores that oversubscribes
         # them. Use as many as torch does (the physical cores, or OMP_NUM_THREADS).
-        self.translator = ctranslate2.Translator(str(directory), device=device, compute_type=compute_type,
-                                                 intra_threads=threads or torch.get_num_threads())
+        self.translator = ctranslate2.Translator(
+            str(directory), device=device, compute_type=compute_type, intra_threads=threads or torch.get_num_threads()
+        )
         self.batch_size = batch_size
         self.max_positions = json.loads((directory / META_FILE).read_text())["max_positions"]
 
@@ -180,15 +192,26 @@ class CTranslate2Translator(TextTranslator):
         cfg = self.cfg
         finished = cfg.beam if cfg.beam > 1 else cfg.nbest
         results = self.translator.translate_batch(
-            sources, beam_size=cfg.beam, num_hypotheses=finished, length_penalty=cfg.lenpen,
-            max_decoding_length=limit, min_decoding_length=cfg.min_len, no_repeat_ngram_size=cfg.no_repeat_ngram,
-            return_scores=True, max_batch_size=self.batch_size, max_input_length=self.max_positions,
-            sampling_topk=(cfg.top_k or 0) if cfg.sample else 1, sampling_topp=cfg.top_p, sampling_temperature=cfg.temperature,
+            sources,
+            beam_size=cfg.beam,
+            num_hypotheses=finished,
+            length_penalty=cfg.lenpen,
+            max_decoding_length=limit,
+            min_decoding_length=cfg.min_len,
+            no_repeat_ngram_size=cfg.no_repeat_ngram,
+            return_scores=True,
+            max_batch_size=self.batch_size,
+            max_input_length=self.max_positions,
+            sampling_topk=(cfg.top_k or 0) if cfg.sample else 1,
+            sampling_topp=cfg.top_p,
+            sampling_temperature=cfg.temperature,
         )
         out = []
         for result in results:
-            hyps = [Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score)
-                    for tokens, score in zip(result.hypotheses, result.scores)]
+            hyps = [
+                Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score)
+                for tokens, score in zip(result.hypotheses, result.scores)
+            ]
             out.append((hyps[: cfg.nbest], max(len(h.tokens) for h in hyps)))
         return out
 

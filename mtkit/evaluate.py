@@ -34,8 +34,13 @@ def parse_metrics(text: str) -> list[str]:
     return metrics
 
 
-def score(hypotheses: list[str], references: list[list[str]], metrics: list[str], lowercase: bool = False,
-          tokenize: str | None = None) -> dict[str, Any]:
+def score(
+    hypotheses: list[str],
+    references: list[list[str]],
+    metrics: list[str],
+    lowercase: bool = False,
+    tokenize: str | None = None,
+) -> dict[str, Any]:
     """{"bleu": {"score", "signature"}, ...} for the metrics asked for, against one or more reference sets."""
     scorers = {
         "bleu": lambda: BLEU(lowercase=lowercase, tokenize=tokenize),

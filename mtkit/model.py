@@ -84,7 +84,9 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(batch, length, heads * d_k)  # (B, L, d)
 
 
-def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> tuple[Tensor, Tensor]:
+def attention_with_weights(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
+) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k) + B) V, returning the weights too (slow path, for inspection)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
     if is_causal:
@@ -186,7 +188,9 @@ class DecoderLayer(nn.Module):
         self.cross_block = SubLayer(cfg.d_model, cfg.dropout, pre)
         self.ffn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
 
-    def forward(self, x: Tensor, memory_kv: tuple[Tensor, Tensor], src_mask: Tensor, cache: LayerCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory_kv: tuple[Tensor, Tensor], src_mask: Tensor, cache: LayerCache | None = None
+    ) -> Tensor:
         x = self.self_block(x, lambda h: self._self_attend(h, cache))
         x = self.cross_block(x, lambda h: self.cross_attn(h, *memory_kv, mask=src_mask))
         return self.ffn_block(x, self.ffn)

@@ -34,14 +34,20 @@ def heatmap_size(n_maps: int, columns: int, rows: int, cols: int) -> tuple[int, 
     return width, height
 
 
-def draw_heatmaps(maps: list[tuple[str, Any]], row_labels: list[str], col_labels: list[str], path: Path,
-                  columns: int, size: tuple[int, int] | None = None) -> tuple[int, int]:
+def draw_heatmaps(
+    maps: list[tuple[str, Any]],
+    row_labels: list[str],
+    col_labels: list[str],
+    path: Path,
+    columns: int,
+    size: tuple[int, int] | None = None,
+) -> tuple[int, int]:
     """Draw each (title, matrix) as a heatmap in a grid and save as PNG or SVG; returns the size in pixels."""
     plt = pyplot()
     width, height = size or heatmap_size(len(maps), columns, len(row_labels), len(col_labels))
     grid_rows = math.ceil(len(maps) / columns)
     fig, axes = plt.subplots(grid_rows, columns, figsize=(width / DPI, height / DPI), dpi=DPI, squeeze=False)
-    for ax in axes.flat[len(maps):]:
+    for ax in axes.flat[len(maps) :]:
         ax.axis("off")
     for ax, (title, matrix) in zip(axes.flat, maps):
         image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
@@ -58,10 +64,12 @@ def draw_heatmaps(maps: list[tuple[str, Any]], row_labels: list[str], col_labels
 
 def write_heatmaps_html(maps: list[tuple[str, Any]], row_labels: list[str], col_labels: list[str], path: Path) -> None:
     """A self-contained HTML page: one table per map, each cell shaded by its weight (no scripts)."""
-    parts = ["<!doctype html><meta charset='utf-8'><title>mtkit attention</title>",
-             "<style>body{font-family:sans-serif} table{border-collapse:collapse;margin:1em 0} "
-             "td{width:2em;height:2em;text-align:center;font-size:9px} th{font-weight:normal;font-size:12px} "
-             "thead th{writing-mode:vertical-rl}</style>"]
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>mtkit attention</title>",
+        "<style>body{font-family:sans-serif} table{border-collapse:collapse;margin:1em 0} "
+        "td{width:2em;height:2em;text-align:center;font-size:9px} th{font-weight:normal;font-size:12px} "
+        "thead th{writing-mode:vertical-rl}</style>",
+    ]
     for title, matrix in maps:
         parts.append(f"<h3>{html.escape(title)}</h3><table><thead><tr><th></th>")
         parts.extend(f"<th>{html.escape(label)}</th>" for label in col_labels)
@@ -71,7 +79,9 @@ def write_heatmaps_html(maps: list[tuple[str, Any]], row_labels: list[str], col_
             for weight in row:
                 shade = int(255 * (1.0 - weight))
                 text = "#fff" if weight > 0.5 else "#000"
-                parts.append(f"<td style='background:rgb({shade},{shade},255);color:{text}' title='{weight:.3f}'>{weight:.2f}</td>")
+                parts.append(
+                    f"<td style='background:rgb({shade},{shade},255);color:{text}' title='{weight:.3f}'>{weight:.2f}</td>"
+                )
             parts.append("</tr>")
         parts.append("</tbody></table>")
     write_text_atomic(path, "".join(parts) + "\n")

@@ -149,13 +149,18 @@ def preprocess(
     dtype = ids_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size))
     start = time.perf_counter()
     with atomic_directory(output, force) as tmp:
-        src_file, tgt_file = ("tokenizer.json", "tokenizer.json") if joint else ("tokenizer.src.json", "tokenizer.tgt.json")
+        src_file, tgt_file = (
+            ("tokenizer.json", "tokenizer.json") if joint else ("tokenizer.src.json", "tokenizer.tgt.json")
+        )
         src_tok.save(tmp / src_file)
         tgt_tok.save(tmp / tgt_file)
         reports = {}
         for split, prefix in splits.items():
             paths = [_existing(prefix, lang) for lang in (src_lang, tgt_lang)]
-            writers = (SentenceWriter(tmp / f"{split}.{src_lang}", dtype), SentenceWriter(tmp / f"{split}.{tgt_lang}", dtype))
+            writers = (
+                SentenceWriter(tmp / f"{split}.{src_lang}", dtype),
+                SentenceWriter(tmp / f"{split}.{tgt_lang}", dtype),
+            )
             try:
                 split_rules = rules if split == "train" else None
                 reports[split] = _encode_split(paths[0], paths[1], writers, (src_tok, tgt_tok), split_rules, split)
@@ -190,5 +195,3 @@ def _existing(prefix: Path, lang: str) -> Path:
 
 def _dropped_summary(report: SplitReport) -> str:
     return ", ".join(f"{rule}: {count}" for rule, count in report.dropped.items())
-
-

@@ -56,9 +56,14 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def pad_batch(sentences: list, device: torch.device | str = "cpu", prefix: int | None = None, suffix: int | None = None) -> Tensor:
+def pad_batch(
+    sentences: list, device: torch.device | str = "cpu", prefix: int | None = None, suffix: int | None = None
+) -> Tensor:
     """Right-pad lists of ids into a (B, L) tensor, optionally adding a token before and after each."""
-    rows = [([prefix] if prefix is not None else []) + list(map(int, s)) + ([suffix] if suffix is not None else []) for s in sentences]
+    rows = [
+        ([prefix] if prefix is not None else []) + list(map(int, s)) + ([suffix] if suffix is not None else [])
+        for s in sentences
+    ]
     batch = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
     for i, row in enumerate(rows):
         batch[i, : len(row)] = torch.tensor(row, dtype=torch.long)
@@ -139,7 +144,9 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
             for row in finished.nonzero().flatten().tolist():
                 length = history.size(1)
                 score = log_probs[row].item()
-                results[alive[row]] = [Hypothesis(history[row, :-1].tolist(), score / length_penalty(length, cfg.lenpen), score)]
+                results[alive[row]] = [
+                    Hypothesis(history[row, :-1].tolist(), score / length_penalty(length, cfg.lenpen), score)
+                ]
             keep = (~finished).nonzero().flatten()
             if keep.numel() == 0:
                 break
@@ -179,7 +186,9 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
                 row = i * k + int(top_beam[i, j])
                 log_prob = float(top_scores[i, j])
                 length = history.size(1) + 1
-                finished[sentence].append(Hypothesis(history[row].tolist(), log_prob / length_penalty(length, cfg.lenpen), log_prob))
+                finished[sentence].append(
+                    Hypothesis(history[row].tolist(), log_prob / length_penalty(length, cfg.lenpen), log_prob)
+                )
         done = torch.tensor([len(finished[int(s)]) >= k for s in alive], device=device)
         done |= ~torch.isfinite(top_scores[:, 0]) | (step >= max_lens[alive])
         # Continue with the k best candidates that did not end.

@@ -66,7 +66,9 @@ class TrainingObjective(nn.Module):
         self.model = model
         self.label_smoothing = label_smoothing
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)
         real = tgt_out != PAD_ID
@@ -95,7 +97,11 @@ class MetricsLog:
     def __init__(self, path: Path, resume_step: int | None):
         self.path = path
         if resume_step is not None and path.exists():  # drop what was logged after the resumed checkpoint
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= resume_step]
+            kept = [
+                line
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if json.loads(line)["step"] <= resume_step
+            ]
             path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
         self._file = open(path, "a", encoding="utf-8")
         self._tensorboard = _tensorboard_writer(path.parent / "tensorboard")
@@ -126,8 +132,12 @@ def _rng_state() -> dict[str, Any]:
     np_state = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "numpy": {
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -139,7 +149,9 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     numpy = state["numpy"]
-    np.random.set_state(("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"]))
+    np.random.set_state(
+        ("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -174,7 +186,9 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     existing = [name for name in RUN_FILES if (run_dir / name).exists()]
     if existing and not force:
-        raise MtkitError(f"{run_dir}: already holds a run ({', '.join(existing)}); use --resume to continue it or --force to replace it")
+        raise MtkitError(
+            f"{run_dir}: already holds a run ({', '.join(existing)}); use --resume to continue it or --force to replace it"
+        )
     for name in existing:
         target = run_dir / name
         shutil.rmtree(target) if target.is_dir() else target.unlink()
@@ -238,14 +252,22 @@ class Trainer:
     def _make_optimizer(self) -> torch.optim.Optimizer:
         options: dict[str, Any] = dict(lr=self.cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=self.cfg.weight_decay)
         options["fused" if self.device.type == "cuda" else "foreach"] = True
-        return torch.optim.AdamW(self.model.parameters(), **options) if self.cfg.weight_decay else torch.optim.Adam(self.model.parameters(), **options)
+        return (
+            torch.optim.AdamW(self.model.parameters(), **options)
+            if self.cfg.weight_decay
+            else torch.optim.Adam(self.model.parameters(), **options)
+        )
 
     # --- the batch stream --------------------------------------------------------------------
 
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        batches, skipped = make_batches(self.train_data.src_lengths, self.train_data.tgt_lengths, self.cfg.max_tokens, self.cfg.seed, epoch)
+        batches, skipped = make_batches(
+            self.train_data.src_lengths, self.train_data.tgt_lengths, self.cfg.max_tokens, self.cfg.seed, epoch
+        )
         if len(skipped) and epoch == self.progress.epoch and self.dist.is_main and self.progress.batch_in_epoch == 0:
-            console.warn(f"skipped {len(skipped)} sentence pairs longer than train.max_tokens={self.cfg.max_tokens} on their own")
+            console.warn(
+                f"skipped {len(skipped)} sentence pairs longer than train.max_tokens={self.cfg.max_tokens} on their own"
+            )
         if not batches:
             raise MtkitError(f"no training batch fits train.max_tokens={self.cfg.max_tokens}: raise it")
         return batches
@@ -310,8 +332,14 @@ class Trainer:
         if not finite:
             return {"skipped": "nonfinite"}
         sums = self._sum_over_ranks([loss_sum, nll_sum, float(src_tokens)])
-        return {"loss": sums[0] / total_tgt, "nll": sums[1] / total_tgt, "lr": lr, "grad_norm": grad_norm,
-                "tgt_tokens": float(total_tgt), "src_tokens": sums[2]}
+        return {
+            "loss": sums[0] / total_tgt,
+            "nll": sums[1] / total_tgt,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tgt_tokens": float(total_tgt),
+            "src_tokens": sums[2],
+        }
 
     def _learning_rate(self) -> float:
         step = self.progress.step + 1
@@ -338,8 +366,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        console.warn(f"out of memory on a batch of {sentences} sentences at step {self.progress.step + 1}: "
-                     "skipped that update (lower train.max_tokens if this repeats)")
+        console.warn(
+            f"out of memory on a batch of {sentences} sentences at step {self.progress.step + 1}: "
+            "skipped that update (lower train.max_tokens if this repeats)"
+        )
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
         if not self.dist.enabled:
@@ -355,11 +385,20 @@ class Trainer:
         assert self.valid_data is not None
         self.model.eval()
         loss_sum = nll_sum = tokens = 0.0
-        batches, _ = make_batches(self.valid_data.src_lengths, self.valid_data.tgt_lengths, max(self.cfg.max_tokens, 1 << 14), 0, 0, shuffle=False)
+        batches, _ = make_batches(
+            self.valid_data.src_lengths,
+            self.valid_data.tgt_lengths,
+            max(self.cfg.max_tokens, 1 << 14),
+            0,
+            0,
+            shuffle=False,
+        )
         for indices in batches:
             batch = collate(self.valid_data, indices).to(self.device)
             with autocast(self.device, self.precision):
-                loss, nll = TrainingObjective(self.model, self.cfg.label_smoothing)(batch.src, batch.tgt_in, batch.tgt_out)
+                loss, nll = TrainingObjective(self.model, self.cfg.label_smoothing)(
+                    batch.src, batch.tgt_in, batch.tgt_out
+                )
             loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.tgt_tokens
         result = {"valid_loss": nll_sum / tokens, "valid_ppl": math.exp(min(nll_sum / tokens, 50.0))}
         if self.cfg.valid_metric != "loss" or self.cfg.valid_beam > 1:
@@ -369,7 +408,11 @@ class Trainer:
 
     def _valid_scores(self) -> dict[str, float]:
         assert self.valid_data is not None
-        count = len(self.valid_data) if not self.cfg.valid_max_sentences else min(len(self.valid_data), self.cfg.valid_max_sentences)
+        count = (
+            len(self.valid_data)
+            if not self.cfg.valid_max_sentences
+            else min(len(self.valid_data), self.cfg.valid_max_sentences)
+        )
         sources = [self.valid_data.src[i] for i in range(count)]
         search_cfg = SearchConfig(beam=self.cfg.valid_beam, lenpen=0.6 if self.cfg.valid_beam > 1 else 1.0)
         hyps = translate_ids(self.model, sources, search_cfg, self.device, self.precision)
@@ -383,8 +426,13 @@ class Trainer:
     # --- checkpoints -------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
-        return {"step": self.progress.step, "epoch": self.progress.epoch, "data_dir": str(self.data_dir.resolve()),
-                "src_lang": self.train_data.src_lang, "tgt_lang": self.train_data.tgt_lang}
+        return {
+            "step": self.progress.step,
+            "epoch": self.progress.epoch,
+            "data_dir": str(self.data_dir.resolve()),
+            "src_lang": self.train_data.src_lang,
+            "tgt_lang": self.train_data.tgt_lang,
+        }
 
     def save_checkpoint(self, metric: float | None) -> None:
         rng_states = self.dist.gather_objects(_rng_state())  # every rank's dropout RNG, for exact resume
@@ -393,8 +441,10 @@ class Trainer:
         step = self.progress.step
         name = f"step_{step:08d}.pt"
         weights = self.model.state_dict()
-        save_payload(model_payload(weights, self.config.model, self.src_tokenizer, self.tgt_tokenizer, self._meta()),
-                     self.run_dir / CHECKPOINT_DIR / name)
+        save_payload(
+            model_payload(weights, self.config.model, self.src_tokenizer, self.tgt_tokenizer, self._meta()),
+            self.run_dir / CHECKPOINT_DIR / name,
+        )
         state = {
             "format": STATE_FORMAT,
             "mtkit_version": __version__,
@@ -412,7 +462,9 @@ class Trainer:
         entries = [e for e in read_index(self.run_dir) if e["step"] != step]
         entries.append({"step": step, "file": name, "metric_name": self.cfg.valid_metric, "metric": metric})
         entries.sort(key=lambda e: e["step"])
-        keep = {e["file"] for e in last_entries(entries, self.cfg.keep_last) + best_entries(entries, self.cfg.keep_best)}
+        keep = {
+            e["file"] for e in last_entries(entries, self.cfg.keep_last) + best_entries(entries, self.cfg.keep_best)
+        }
         write_index(self.run_dir, [e for e in entries if e["file"] in keep])
         for entry in entries:
             if entry["file"] not in keep:
@@ -420,7 +472,9 @@ class Trainer:
 
     def _load_state(self) -> None:
         state = load_payload(self.run_dir / STATE_FILE, STATE_FORMAT)
-        check_tokenizers_match(self.data_dir, state["src_tokenizer_sha256"], state["tgt_tokenizer_sha256"], "the run's checkpoint")
+        check_tokenizers_match(
+            self.data_dir, state["src_tokenizer_sha256"], state["tgt_tokenizer_sha256"], "the run's checkpoint"
+        )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler and state["scaler"]:
@@ -490,11 +544,20 @@ class Trainer:
                 consecutive_bad = 0
                 self.progress.step += 1
                 self.progress.target_tokens += int(stats["tgt_tokens"])
-                for key, value in (("tgt", stats["tgt_tokens"]), ("src", stats["src_tokens"]), ("time", elapsed),
-                                   ("loss", stats["loss"]), ("nll", stats["nll"]), ("updates", 1)):
+                for key, value in (
+                    ("tgt", stats["tgt_tokens"]),
+                    ("src", stats["src_tokens"]),
+                    ("time", elapsed),
+                    ("loss", stats["loss"]),
+                    ("nll", stats["nll"]),
+                    ("updates", 1),
+                ):
                     window[key] += value
                 step = self.progress.step
-                bar.advance(1, f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {window['tgt'] / max(window['time'], 1e-9):,.0f} tgt tok/s")
+                bar.advance(
+                    1,
+                    f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {window['tgt'] / max(window['time'], 1e-9):,.0f} tgt tok/s",
+                )
                 if step % self.cfg.log_every == 0 and log:
                     log.write(self._log_record(stats, window))
                 if step % self.cfg.log_every == 0:
@@ -506,7 +569,10 @@ class Trainer:
                     metric = self._after_validation(scores)
                     if log:
                         log.write({"step": step, **scores})
-                        console.info(f"step {step}: " + " ".join(f"{k.removeprefix('valid_')} {v:.3f}" for k, v in scores.items()))
+                        console.info(
+                            f"step {step}: "
+                            + " ".join(f"{k.removeprefix('valid_')} {v:.3f}" for k, v in scores.items())
+                        )
                 self.progress.elapsed = wall_clock()
                 reason = self._should_stop()
                 # Ranks must agree on stopping (elapsed time and signals differ between them).
@@ -522,20 +588,38 @@ class Trainer:
         seconds = max(window["time"], 1e-9)
         updates = max(window["updates"], 1)
         nll = window["nll"] / updates
-        return {"step": self.progress.step, "epoch": self.progress.epoch, "loss": window["loss"] / updates, "nll": nll,
-                "ppl": math.exp(min(nll, 50.0)), "lr": stats["lr"], "grad_norm": stats["grad_norm"],
-                "tokens_per_s": window["tgt"] / seconds, "src_tokens_per_s": window["src"] / seconds,
-                "elapsed": round(self.progress.elapsed, 3), "target_tokens": self.progress.target_tokens, "skipped_updates": self.progress.nonfinite_updates,
-                "oom_updates": self.progress.oom_updates}
+        return {
+            "step": self.progress.step,
+            "epoch": self.progress.epoch,
+            "loss": window["loss"] / updates,
+            "nll": nll,
+            "ppl": math.exp(min(nll, 50.0)),
+            "lr": stats["lr"],
+            "grad_norm": stats["grad_norm"],
+            "tokens_per_s": window["tgt"] / seconds,
+            "src_tokens_per_s": window["src"] / seconds,
+            "elapsed": round(self.progress.elapsed, 3),
+            "target_tokens": self.progress.target_tokens,
+            "skipped_updates": self.progress.nonfinite_updates,
+            "oom_updates": self.progress.oom_updates,
+        }
 
 
-def train(config: Config | None, data_dir: Path | None, run_dir: Path, resume: bool = False, force: bool = False,
-          overrides: list[str] | None = None) -> str:
+def train(
+    config: Config | None,
+    data_dir: Path | None,
+    run_dir: Path,
+    resume: bool = False,
+    force: bool = False,
+    overrides: list[str] | None = None,
+) -> str:
     """Start (or resume) a run; returns the reason it stopped."""
     run_dir = Path(run_dir)
     if resume:
         if not (run_dir / STATE_FILE).is_file():
-            raise MtkitError(f"{run_dir}: nothing to resume (no {STATE_FILE}; start a run with mtkit train -d DATA -o {run_dir})")
+            raise MtkitError(
+                f"{run_dir}: nothing to resume (no {STATE_FILE}; start a run with mtkit train -d DATA -o {run_dir})"
+            )
         config = resume_config(run_dir, overrides or [])
         state_data_dir = load_payload(run_dir / STATE_FILE, STATE_FORMAT)["data_dir"]
         data_dir = Path(data_dir) if data_dir else Path(state_data_dir)

@@ -91,7 +91,9 @@ class TextTranslator:
         """The best translation of each line ("" for a blank line)."""
         return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
 
-    def translate_stream(self, lines: Iterable[str], chunk_lines: int) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
+    def translate_stream(
+        self, lines: Iterable[str], chunk_lines: int
+    ) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
         """Translate an endless stream in chunks, yielding (line, its n-best) in input order."""
         chunk: list[str] = []
         for line in lines:

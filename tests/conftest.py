@@ -19,9 +19,24 @@ REPO = Path(__file__).resolve().parents[1]
 MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", REPO.parent / "shared" / "data" / "multi30k"))
 
 TINY_TRAIN = [
-    "--set", "model.preset=transformer-tiny", "--set", "train.max_tokens=600", "--set", "train.warmup=5",
-    "--set", "train.lr=5e-3", "--set", "train.log_every=1", "--set", "train.valid_every=1000",
-    "--set", "train.save_every=1000", "--set", "train.valid_metric=loss", "--set", "train.threads=1",
+    "--set",
+    "model.preset=transformer-tiny",
+    "--set",
+    "train.max_tokens=600",
+    "--set",
+    "train.warmup=5",
+    "--set",
+    "train.lr=5e-3",
+    "--set",
+    "train.log_every=1",
+    "--set",
+    "train.valid_every=1000",
+    "--set",
+    "train.save_every=1000",
+    "--set",
+    "train.valid_metric=loss",
+    "--set",
+    "train.threads=1",
 ]
 
 
@@ -67,10 +82,15 @@ def data_dir(corpus: Path, tokenizer_path: Path, tmp_path_factory) -> Path:
     return out
 
 
-def run_mtkit(*args: str, stdin: bytes | None = None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_mtkit(
+    *args: str, stdin: bytes | None = None, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess (no terminal: quiet, line-oriented output)."""
     return subprocess.run(
-        [sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True, timeout=timeout,
+        [sys.executable, "-m", "mtkit", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
     )
 
@@ -79,8 +99,18 @@ def run_mtkit(*args: str, stdin: bytes | None = None, env: dict | None = None, t
 def trained_run(data_dir: Path, tmp_path_factory) -> Path:
     """A tiny model trained for 40 updates, with checkpoints at steps 20 and 40."""
     run_dir = tmp_path_factory.mktemp("run") / "run"
-    result = run_mtkit("train", "-d", data_dir, "-o", run_dir, *TINY_TRAIN, "--set", "train.max_steps=40",
-                       "--set", "train.save_every=20")
+    result = run_mtkit(
+        "train",
+        "-d",
+        data_dir,
+        "-o",
+        run_dir,
+        *TINY_TRAIN,
+        "--set",
+        "train.max_steps=40",
+        "--set",
+        "train.save_every=20",
+    )
     assert result.returncode == 0, result.stderr.decode()
     return run_dir
 
@@ -88,5 +118,11 @@ def trained_run(data_dir: Path, tmp_path_factory) -> Path:
 def tiny_model(vocab: int = 12, seed: int = 0, **overrides) -> Transformer:
     """A randomly initialised tiny model over a vocabulary of `vocab` ids, in eval mode."""
     torch.manual_seed(seed)
-    values = {"preset": "transformer-tiny", "src_vocab_size": vocab, "tgt_vocab_size": vocab, "joint_vocab": True, **overrides}
+    values = {
+        "preset": "transformer-tiny",
+        "src_vocab_size": vocab,
+        "tgt_vocab_size": vocab,
+        "joint_vocab": True,
+        **overrides,
+    }
     return Transformer(build_config({"model": values}).model).eval()

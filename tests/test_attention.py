@@ -62,15 +62,39 @@ def png_size(path) -> tuple[int, int]:
 
 
 def test_attention_png_of_the_requested_size(trained_run, tmp_path):
-    result = run_mtkit("attention", "-m", trained_run, "--src", "A dog runs.", "--head", "all", "--size", "640x300",
-                       "-o", tmp_path / "a.png")
+    result = run_mtkit(
+        "attention",
+        "-m",
+        trained_run,
+        "--src",
+        "A dog runs.",
+        "--head",
+        "all",
+        "--size",
+        "640x300",
+        "-o",
+        tmp_path / "a.png",
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert png_size(tmp_path / "a.png") == (640, 300)
 
 
 def test_attention_json_svg_and_html(trained_run, tmp_path):
-    result = run_mtkit("attention", "-m", trained_run, "--src", "A dog runs.", "--tgt", "Ein Hund rennt.", "--kind", "decoder",
-                       "--layer", "all", "--head", "all")
+    result = run_mtkit(
+        "attention",
+        "-m",
+        trained_run,
+        "--src",
+        "A dog runs.",
+        "--tgt",
+        "Ein Hund rennt.",
+        "--kind",
+        "decoder",
+        "--layer",
+        "all",
+        "--head",
+        "all",
+    )
     payload = json.loads(result.stdout)
     assert payload["rows"] == payload["columns"] and payload["rows"][0] == "<s>"
     assert len(payload["maps"]) == 2  # tiny model: 1 layer x 2 heads
@@ -86,7 +110,9 @@ def test_attention_json_svg_and_html(trained_run, tmp_path):
 
 
 def test_translate_with_alignment(trained_run):
-    result = run_mtkit("translate", "-m", trained_run, "--alignment", "--beam", "2", stdin=b"A dog runs fast.\n\nTwo men.\n")
+    result = run_mtkit(
+        "translate", "-m", trained_run, "--alignment", "--beam", "2", stdin=b"A dog runs fast.\n\nTwo men.\n"
+    )
     lines = result.stdout.decode().split("\n")[:-1]
     assert len(lines) == 3 and lines[1] == "\t"
     for line, source in ((lines[0], "A dog runs fast."), (lines[2], "Two men.")):

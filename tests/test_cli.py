@@ -29,14 +29,47 @@ def test_version():
 
 
 def test_tokenizer_and_preprocess_commands(tmp_path, corpus):
-    result = run_mtkit("train-tokenizer", "-i", corpus / "train.en", "-i", corpus / "train.de", "-o", tmp_path / "tok.json",
-                       "--vocab-size", "400")
+    result = run_mtkit(
+        "train-tokenizer",
+        "-i",
+        corpus / "train.en",
+        "-i",
+        corpus / "train.de",
+        "-o",
+        tmp_path / "tok.json",
+        "--vocab-size",
+        "400",
+    )
     assert result.returncode == 0 and "vocabulary of 400 from 800 lines" in result.stderr.decode()
-    result = run_mtkit("preprocess", "-s", "en", "-t", "de", "--train", corpus / "train", "--valid", corpus / "valid",
-                       "--tokenizer", tmp_path / "tok.json", "-o", tmp_path / "bin")
+    result = run_mtkit(
+        "preprocess",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--train",
+        corpus / "train",
+        "--valid",
+        corpus / "valid",
+        "--tokenizer",
+        tmp_path / "tok.json",
+        "-o",
+        tmp_path / "bin",
+    )
     assert result.returncode == 0 and "train: kept 400 of 400 pairs" in result.stderr.decode()
-    again = run_mtkit("preprocess", "-s", "en", "-t", "de", "--train", corpus / "train", "--tokenizer", tmp_path / "tok.json",
-                      "-o", tmp_path / "bin")
+    again = run_mtkit(
+        "preprocess",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--train",
+        corpus / "train",
+        "--tokenizer",
+        tmp_path / "tok.json",
+        "-o",
+        tmp_path / "bin",
+    )
     assert again.returncode == 1 and "already exists (use --force" in again.stderr.decode()
 
 
@@ -45,7 +78,10 @@ def test_tokenizer_and_preprocess_commands(tmp_path, corpus):
     [
         (["train-tokenizer", "-i", "missing.txt", "-o", "t.json"], "missing.txt: no such file"),
         (["train-tokenizer", "-i", "{src}", "-o", "t.json", "--vocab-size", "100"], "--vocab-size 100 is too small"),
-        (["preprocess", "-s", "en", "-t", "de", "--train", "nowhere", "--tokenizer", "t.json", "-o", "x"], "nowhere.en: no such file"),
+        (
+            ["preprocess", "-s", "en", "-t", "de", "--train", "nowhere", "--tokenizer", "t.json", "-o", "x"],
+            "nowhere.en: no such file",
+        ),
     ],
 )
 def test_bad_input_is_one_line_without_traceback(tmp_path, corpus, args, message):
@@ -69,8 +105,19 @@ def test_translate_keeps_lines_order_and_blanks(trained_run):
 
 def test_translate_file_to_file_equals_stdin(trained_run, corpus, tmp_path):
     piped = run_mtkit("translate", "-m", trained_run, "--beam", "1", stdin=(corpus / "test.en").read_bytes())
-    written = run_mtkit("translate", "-m", trained_run, "--beam", "1", "-i", corpus / "test.en", "-o", tmp_path / "out.de",
-                        "--batch-size", "3")
+    written = run_mtkit(
+        "translate",
+        "-m",
+        trained_run,
+        "--beam",
+        "1",
+        "-i",
+        corpus / "test.en",
+        "-o",
+        tmp_path / "out.de",
+        "--batch-size",
+        "3",
+    )
     assert written.returncode == 0 and written.stdout == b""
     assert (tmp_path / "out.de").read_bytes() == piped.stdout
     assert len(piped.stdout.decode().splitlines()) == 20
@@ -99,8 +146,18 @@ def test_translate_bad_inputs(trained_run, tmp_path):
 
 def test_a_very_long_line_is_translated(trained_run):
     long_line = " ".join(["A dog runs across the green field."] * 120)  # ~1000 subwords, past the 256-entry table
-    result = run_mtkit("translate", "-m", trained_run, "--beam", "1", "--max-len-a", "0", "--max-len-b", "5",
-                       stdin=(long_line + "\nA cat.\n").encode())
+    result = run_mtkit(
+        "translate",
+        "-m",
+        trained_run,
+        "--beam",
+        "1",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "5",
+        stdin=(long_line + "\nA cat.\n").encode(),
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert len(result.stdout.decode().split("\n")) == 3
 
@@ -114,7 +171,9 @@ def test_crafted_pickle_is_refused(tmp_path):
     torch.save({"format": MODEL_FORMAT, "model": Exploit()}, path)
     result = run_mtkit("translate", "-m", path, stdin=b"x\n")
     stderr = result.stderr.decode()
-    assert result.returncode == 1 and "refused to load" in stderr and "this would run code" not in result.stdout.decode()
+    assert (
+        result.returncode == 1 and "refused to load" in stderr and "this would run code" not in result.stdout.decode()
+    )
     with open(tmp_path / "raw.pt", "wb") as handle:
         pickle.dump(Exploit(), handle)
     assert run_mtkit("translate", "-m", tmp_path / "raw.pt", stdin=b"x\n").returncode == 1
@@ -153,14 +212,29 @@ def test_average_refuses_different_architectures(trained_run, tmp_path):
 
 
 def test_evaluate_json_and_table(trained_run, corpus, tmp_path):
-    result = run_mtkit("evaluate", "-m", trained_run, "--src", corpus / "test.en", "--ref", corpus / "test.de", "--json",
-                       "--beam", "2", "-o", tmp_path / "hyp.de")
+    result = run_mtkit(
+        "evaluate",
+        "-m",
+        trained_run,
+        "--src",
+        corpus / "test.en",
+        "--ref",
+        corpus / "test.de",
+        "--json",
+        "--beam",
+        "2",
+        "-o",
+        tmp_path / "hyp.de",
+    )
     assert result.returncode == 0, result.stderr.decode()
     scores = json.loads(result.stdout)
     assert set(scores) == {"bleu", "chrf", "ter", "sentences", "seconds", "sentences_per_s"}
     assert scores["sentences"] == 20 and scores["bleu"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    rescored = json.loads(run_mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--ref", corpus / "test.de", "--json",
-                                    "--metrics", "bleu").stdout)
+    rescored = json.loads(
+        run_mtkit(
+            "evaluate", "--hyp", tmp_path / "hyp.de", "--ref", corpus / "test.de", "--json", "--metrics", "bleu"
+        ).stdout
+    )
     assert rescored["bleu"] == scores["bleu"] and "chrf" not in rescored
     table = run_mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--ref", corpus / "test.de", "--lowercase")
     assert "BLEU" in table.stdout.decode() and "case:lc" in table.stdout.decode()
@@ -173,7 +247,9 @@ def test_evaluate_scores_match_sacrebleu(corpus, tmp_path):
     hyps = [" ".join(h.split()[::-1]) for h in hyps]  # a poor system with a known score
     write_lines(tmp_path / "hyp.de", hyps)
     refs = (corpus / "test.de").read_text().splitlines()
-    result = json.loads(run_mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--ref", corpus / "test.de", "--json").stdout)
+    result = json.loads(
+        run_mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--ref", corpus / "test.de", "--json").stdout
+    )
     assert result["bleu"]["score"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 4)
     assert result["ter"]["score"] == round(sacrebleu.corpus_ter(hyps, [refs]).score, 4)
 
@@ -194,8 +270,13 @@ def test_a_line_typed_on_a_terminal_is_translated_at_once(trained_run):
     import sys
 
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "translate", "-m", str(trained_run), "--beam", "1"],
-                            stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mtkit", "translate", "-m", str(trained_run), "--beam", "1"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         os.write(controller, b"A dog runs.\n")
         ready, _, _ = select.select([proc.stdout], [], [], 120)

@@ -49,12 +49,16 @@ def test_bad_yaml_names_file_and_line(tmp_path):
 
 def test_overrides_parse_yaml_scalars():
     assert parse_overrides(["train.lr=1e-3", "model.tie_embeddings=false", "train.max_steps=5"]) == {
-        "train": {"lr": "1e-3", "max_steps": 5}, "model": {"tie_embeddings": False}}
+        "train": {"lr": "1e-3", "max_steps": 5},
+        "model": {"tie_embeddings": False},
+    }
     assert build_config(parse_overrides(["train.lr=1e-3"])).train.lr == 1e-3
 
 
 def test_presets_are_the_paper_sizes():
-    assert PRESETS["transformer-base"] == dict(d_model=512, heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, dropout=0.1)
+    assert PRESETS["transformer-base"] == dict(
+        d_model=512, heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, dropout=0.1
+    )
     assert PRESETS["transformer-big"]["d_model"] == 1024 and PRESETS["transformer-big"]["dropout"] == 0.3
 
 

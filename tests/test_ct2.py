@@ -15,7 +15,6 @@ from mtkit.translate import Translator
 from conftest import run_mtkit
 
 
-
 @pytest.fixture(scope="module", params=["post", "pre"])
 def model_file(request, trained_run, tmp_path_factory):
     """The tiny trained model, and a pre-norm variant with random final norms (exercises the other layout)."""
@@ -41,8 +40,10 @@ def test_forced_decoding_scores_match(model_file, corpus, tmp_path):
     sources = (corpus / "test.en").read_text().splitlines()[:10]
     targets = (corpus / "test.de").read_text().splitlines()[:10]
     src_ids, tgt_ids = src_tok.encode_batch(sources), tgt_tok.encode_batch(targets)
-    ct2_scores = engine.score_batch([[src_tok.id_to_token(i) for i in s] + ["</s>"] for s in src_ids],
-                                    [[tgt_tok.id_to_token(i) for i in t] for t in tgt_ids])
+    ct2_scores = engine.score_batch(
+        [[src_tok.id_to_token(i) for i in s] + ["</s>"] for s in src_ids],
+        [[tgt_tok.id_to_token(i) for i in t] for t in tgt_ids],
+    )
     model = model_file.build_model()
     for s, t, scored in zip(src_ids, tgt_ids, ct2_scores):
         with torch.no_grad():
@@ -60,10 +61,12 @@ def test_greedy_translations_are_identical(model_file, corpus, tmp_path):
     assert ours == theirs
 
 
-@pytest.mark.parametrize("beam,lenpen,nbest,eos_scale", [(1, 1.0, 1, 1.2), (4, 0.6, 2, 0.95), (4, 1.0, 4, 0.95),
-                                                         (4, 0.0, 1, 0.95)])
-def test_one_call_under_the_largest_limit_equals_a_call_per_limit(trained_run, corpus, tmp_path, beam, lenpen, nbest,
-                                                                   eos_scale):
+@pytest.mark.parametrize(
+    "beam,lenpen,nbest,eos_scale", [(1, 1.0, 1, 1.2), (4, 0.6, 2, 0.95), (4, 1.0, 4, 0.95), (4, 0.0, 1, 0.95)]
+)
+def test_one_call_under_the_largest_limit_equals_a_call_per_limit(
+    trained_run, corpus, tmp_path, beam, lenpen, nbest, eos_scale
+):
     """The engine decodes everything under the largest length limit and decodes again only the
     searches that ran up to their own limit; reference: one CTranslate2 call per distinct limit.
     Short limits (a = 0.5, b = 3) and a rescaled </s> embedding make the tiny model stop early on
@@ -80,26 +83,48 @@ def test_one_call_under_the_largest_limit_equals_a_call_per_limit(trained_run, c
     expected = {}
     for limit in set(limits):
         group = [i for i, value in enumerate(limits) if value == limit]
-        results = engine.translator.translate_batch([sources[i] for i in group], beam_size=beam, num_hypotheses=nbest,
-                                                    length_penalty=lenpen, max_decoding_length=limit, return_scores=True)
-        expected.update({i: [(r, pytest.approx(score, abs=1e-5)) for r, score in zip(result.hypotheses, result.scores)]
-                         for i, result in zip(group, results)})
+        results = engine.translator.translate_batch(
+            [sources[i] for i in group],
+            beam_size=beam,
+            num_hypotheses=nbest,
+            length_penalty=lenpen,
+            max_decoding_length=limit,
+            return_scores=True,
+        )
+        expected.update(
+            {
+                i: [(r, pytest.approx(score, abs=1e-5)) for r, score in zip(result.hypotheses, result.scores)]
+                for i, result in zip(group, results)
+            }
+        )
     got = engine._search(sources)
     reached = sum(len(hyps[0].tokens) >= limit for hyps, limit in zip(got, limits))
     assert 0 < reached < len(sources)
-    assert [[([tgt_tok.id_to_token(t) for t in h.tokens], h.score) for h in hyps] for hyps in got] == \
-        [expected[i] for i in range(len(sources))]
+    assert [[([tgt_tok.id_to_token(t) for t in h.tokens], h.score) for h in hyps] for hyps in got] == [
+        expected[i] for i in range(len(sources))
+    ]
 
 
 def test_export_and_engine_through_the_cli(trained_run, corpus, tmp_path):
     result = run_mtkit("export", "-m", trained_run, "-o", tmp_path / "ct2", "--quantization", "int8")
     assert result.returncode == 0, result.stderr.decode()
-    translated = run_mtkit("translate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--beam", "2",
-                           stdin=b"A dog.\n\nTwo cats.\n")
+    translated = run_mtkit(
+        "translate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--beam", "2", stdin=b"A dog.\n\nTwo cats.\n"
+    )
     assert translated.returncode == 0, translated.stderr.decode()
     assert len(translated.stdout.decode().split("\n")) == 4
-    scored = run_mtkit("evaluate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--src", corpus / "test.en",
-                       "--ref", corpus / "test.de", "--json")
+    scored = run_mtkit(
+        "evaluate",
+        "--engine",
+        "ctranslate2",
+        "-m",
+        tmp_path / "ct2",
+        "--src",
+        corpus / "test.en",
+        "--ref",
+        corpus / "test.de",
+        "--json",
+    )
     assert scored.returncode == 0, scored.stderr.decode()
     again = run_mtkit("export", "-m", trained_run, "-o", tmp_path / "ct2")
     assert again.returncode == 1 and "already exists" in again.stderr.decode()

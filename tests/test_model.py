@@ -112,7 +112,9 @@ def test_reordering_the_cache_follows_the_rows():
 
 
 def test_transformer_base_parameter_count():
-    cfg = build_config({"model": {"preset": "transformer-base", "src_vocab_size": 37000, "tgt_vocab_size": 37000, "joint_vocab": True}})
+    cfg = build_config(
+        {"model": {"preset": "transformer-base", "src_vocab_size": 37000, "tgt_vocab_size": 37000, "joint_vocab": True}}
+    )
     model = Transformer(cfg.model)
     d, ff, n = 512, 2048, 6
     attention = 4 * (d * d + d)

@@ -66,7 +66,11 @@ def test_each_cleaning_rule_drops_exactly_its_pairs(tmp_path, tokenizer_path):
 
 
 def test_rules_can_be_switched_off(tmp_path, tokenizer_path):
-    pairs = [("A dog runs.", "Ein Hund rennt."), ("A dog runs.", "Ein Hund rennt."), ("A dog.", " ".join(["Hund"] * 12))]
+    pairs = [
+        ("A dog runs.", "Ein Hund rennt."),
+        ("A dog runs.", "Ein Hund rennt."),
+        ("A dog.", " ".join(["Hund"] * 12)),
+    ]
     prefix = make_corpus(tmp_path, pairs)
     rules = CleaningRules(max_len=0, max_ratio=0, dedup=False)
     manifest = preprocess("src", "tgt", {"train": prefix}, tokenizer_path, tmp_path / "bin", rules=rules)
@@ -143,8 +147,14 @@ def test_separate_vocabularies(tmp_path, corpus):
 
     train_tokenizer([corpus / "train.en"], tmp_path / "en.json", vocab_size=400)
     train_tokenizer([corpus / "train.de"], tmp_path / "de.json", vocab_size=450)
-    manifest = preprocess("en", "de", {"train": corpus / "train"}, tmp_path / "en.json", tmp_path / "bin",
-                          tgt_tokenizer_path=tmp_path / "de.json")
+    manifest = preprocess(
+        "en",
+        "de",
+        {"train": corpus / "train"},
+        tmp_path / "en.json",
+        tmp_path / "bin",
+        tgt_tokenizer_path=tmp_path / "de.json",
+    )
     assert manifest["joint_vocab"] is False
     src_tok, tgt_tok = load_tokenizers(tmp_path / "bin")
     assert (src_tok.vocab_size, tgt_tok.vocab_size) == (400, 450)

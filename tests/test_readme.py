@@ -10,7 +10,15 @@ import pytest
 
 from conftest import REPO, TINY_TRAIN
 
-SHRINK_TRAINING = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.save_every=1", "--set", "train.keep_last=5"]
+SHRINK_TRAINING = [
+    *TINY_TRAIN,
+    "--set",
+    "train.max_steps=5",
+    "--set",
+    "train.save_every=1",
+    "--set",
+    "train.keep_last=5",
+]
 
 
 def readme_commands() -> list[tuple[str, str]]:
@@ -45,15 +53,20 @@ def tour_dir(multi30k, tmp_path_factory):
 
 
 def test_every_readme_command_runs(tour_dir):
-    env = {**os.environ, "DATA": str(tour_dir / "data"), "OMP_NUM_THREADS": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "DATA": str(tour_dir / "data"),
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     for command, shown in readme_commands():
         if command.startswith("mtkit train ") and "--resume" not in command:
             command = re.sub(r"\s+#.*$", "", command)  # flags appended after a shell comment would be ignored
             command += " " + " ".join(SHRINK_TRAINING)
         command = command.replace("--vocab-size 8000", "--vocab-size 500")
-        result = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=tour_dir, env=env,
-                                capture_output=True, timeout=600)
+        result = subprocess.run(
+            ["bash", "-c", f"set -o pipefail; {command}"], cwd=tour_dir, env=env, capture_output=True, timeout=600
+        )
         stderr = result.stderr.decode()
         if shown.startswith("error:"):
             assert result.returncode == 1 and stderr.strip() == shown.strip(), command

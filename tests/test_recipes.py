@@ -32,7 +32,9 @@ def paper_size(d: int, ff: int, layers: int, vocab: int, pre_norm: bool = False)
 )
 def test_recipe_configs_parse_and_build_the_expected_model(config, expected):
     vocab = 37000 if "wmt14" in config else 10000 if "iwslt" in config else 8000
-    cfg = load_config(RECIPES / config, [f"model.src_vocab_size={vocab}", f"model.tgt_vocab_size={vocab}", "model.joint_vocab=true"])
+    cfg = load_config(
+        RECIPES / config, [f"model.src_vocab_size={vocab}", f"model.tgt_vocab_size={vocab}", "model.joint_vocab=true"]
+    )
     assert Transformer(cfg.model).num_parameters() == expected
 
 
@@ -64,9 +66,23 @@ def made_up_data(tmp_path_factory, tokenizer_path):
 
 @pytest.mark.parametrize("config", ["wmt14_en_de/base.yaml", "wmt14_en_de/big.yaml", "iwslt14_de_en/config.yaml"])
 def test_paper_recipes_take_training_steps_on_cpu(config, made_up_data, tmp_path):
-    result = run_mtkit("train", "-d", made_up_data, "-o", tmp_path / "run", "-c", RECIPES / config,
-                       "--set", "train.max_steps=2", "--set", "train.max_tokens=200", "--set", "train.log_every=1",
-                       "--set", "train.threads=1")
+    result = run_mtkit(
+        "train",
+        "-d",
+        made_up_data,
+        "-o",
+        tmp_path / "run",
+        "-c",
+        RECIPES / config,
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "train.max_tokens=200",
+        "--set",
+        "train.log_every=1",
+        "--set",
+        "train.threads=1",
+    )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert "stopped at step 2" in result.stderr.decode()
 

@@ -106,7 +106,9 @@ def test_nbest_is_sorted_and_scores_are_forced_log_probs(model):
 def test_length_limits(model):
     src = pad_batch(SOURCES, suffix=EOS_ID)
     for beam in (1, 3):
-        for hyps, src_ids in zip(search(model, src, SearchConfig(beam=beam, max_len_a=0.5, max_len_b=1, min_len=2)), SOURCES):
+        for hyps, src_ids in zip(
+            search(model, src, SearchConfig(beam=beam, max_len_a=0.5, max_len_b=1, min_len=2)), SOURCES
+        ):
             limit = max(int(0.5 * len(src_ids) + 1), 1)
             assert min(2, limit) <= len(hyps[0].tokens) <= limit
 
@@ -124,7 +126,10 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(model):
     greedy = search(model, src, SearchConfig(beam=1, max_len_b=5))
     top1 = search(model, src, SearchConfig(beam=1, max_len_b=5, sample=True, top_k=1, seed=3))
     assert [h[0].tokens for h in greedy] == [h[0].tokens for h in top1]
-    draws = [search(model, src, SearchConfig(beam=1, max_len_b=5, sample=True, temperature=2.0, seed=s)) for s in (7, 7, 8, 9)]
+    draws = [
+        search(model, src, SearchConfig(beam=1, max_len_b=5, sample=True, temperature=2.0, seed=s))
+        for s in (7, 7, 8, 9)
+    ]
     as_tokens = [[h[0].tokens for h in d] for d in draws]
     assert as_tokens[0] == as_tokens[1]  # same seed, same draw
     assert as_tokens[0] != as_tokens[2] or as_tokens[0] != as_tokens[3]  # other seeds draw otherwise

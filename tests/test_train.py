@@ -30,11 +30,17 @@ def losses(run_dir):
 def test_tiny_model_overfits_a_tiny_corpus(tmp_path, tokenizer_path):
     from mtkit.preprocess import preprocess
 
-    lines = [("A dog runs.", "Ein Hund rennt."), ("Two men talk.", "Zwei Männer reden."), ("A red car.", "Ein rotes Auto.")]
+    lines = [
+        ("A dog runs.", "Ein Hund rennt."),
+        ("Two men talk.", "Zwei Männer reden."),
+        ("A red car.", "Ein rotes Auto."),
+    ]
     write_lines(tmp_path / "c.en", [s for s, _ in lines] * 4)
     write_lines(tmp_path / "c.de", [t for _, t in lines] * 4)
     preprocess("en", "de", {"train": tmp_path / "c"}, tokenizer_path, tmp_path / "bin")
-    config = tiny_config("train.max_steps=150", "model.d_model=32", "model.ffn_dim=64", "train.lr=1e-2", "train.label_smoothing=0")
+    config = tiny_config(
+        "train.max_steps=150", "model.d_model=32", "model.ffn_dim=64", "train.lr=1e-2", "train.label_smoothing=0"
+    )
     train(config, tmp_path / "bin", tmp_path / "run")
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["nll"] > 5.0  # about ln(500) at the start
@@ -62,9 +68,24 @@ def test_linear_schedule_follows_the_step_budget(tmp_path, data_dir):
 
 def test_sigterm_saves_and_resume_continues_exactly(tmp_path, data_dir):
     run = tmp_path / "run"
-    args = ["train", "-d", data_dir, "-o", run, *TINY_TRAIN, "--set", "train.max_steps=100000", "--set", "model.dropout=0.1"]
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        "train",
+        "-d",
+        data_dir,
+        "-o",
+        run,
+        *TINY_TRAIN,
+        "--set",
+        "train.max_steps=100000",
+        "--set",
+        "model.dropout=0.1",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mtkit", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and len(losses(run)) >= 5):
         time.sleep(0.2)
@@ -77,8 +98,18 @@ def test_sigterm_saves_and_resume_continues_exactly(tmp_path, data_dir):
     result = run_mtkit("train", "--resume", run, "--set", f"train.max_steps={stopped_at + 4}")
     assert result.returncode == 0, result.stderr.decode()
     reference = tmp_path / "reference"
-    result = run_mtkit("train", "-d", data_dir, "-o", reference, *TINY_TRAIN, "--set", f"train.max_steps={stopped_at + 4}",
-                       "--set", "model.dropout=0.1")
+    result = run_mtkit(
+        "train",
+        "-d",
+        data_dir,
+        "-o",
+        reference,
+        *TINY_TRAIN,
+        "--set",
+        f"train.max_steps={stopped_at + 4}",
+        "--set",
+        "model.dropout=0.1",
+    )
     assert result.returncode == 0
     assert losses(run) == losses(reference)
 
@@ -131,8 +162,18 @@ def test_disk_full_keeps_the_previous_checkpoint(tmp_path, data_dir, monkeypatch
 
 
 def test_sentences_longer_than_max_tokens_are_skipped_with_a_warning(tmp_path, data_dir):
-    result = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "run", *TINY_TRAIN, "--set", "train.max_tokens=60",
-                       "--set", "train.max_steps=2")
+    result = run_mtkit(
+        "train",
+        "-d",
+        data_dir,
+        "-o",
+        tmp_path / "run",
+        *TINY_TRAIN,
+        "--set",
+        "train.max_tokens=60",
+        "--set",
+        "train.max_steps=2",
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert "longer than train.max_tokens=60" in result.stderr.decode()
 
@@ -147,13 +188,27 @@ def test_checkpoint_files_are_data_and_carry_everything(trained_run):
 
 
 def test_keep_last_removes_old_checkpoints(tmp_path, data_dir):
-    train(tiny_config("train.max_steps=6", "train.save_every=1", "train.keep_last=2", "train.keep_best=0"), data_dir, tmp_path / "run")
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.pt")) == ["step_00000005.pt", "step_00000006.pt"]
+    train(
+        tiny_config("train.max_steps=6", "train.save_every=1", "train.keep_last=2", "train.keep_best=0"),
+        data_dir,
+        tmp_path / "run",
+    )
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.pt")) == [
+        "step_00000005.pt",
+        "step_00000006.pt",
+    ]
 
 
 def test_early_stopping_and_best_checkpoint(tmp_path, data_dir):
-    config = tiny_config("train.max_steps=200", "train.valid_every=2", "train.patience=2", "train.lr=5.0", "train.warmup=0",
-                         "train.keep_best=1", "train.keep_last=1")
+    config = tiny_config(
+        "train.max_steps=200",
+        "train.valid_every=2",
+        "train.patience=2",
+        "train.lr=5.0",
+        "train.warmup=0",
+        "train.keep_best=1",
+        "train.keep_last=1",
+    )
     reason = train(config, data_dir, tmp_path / "run")
     assert "no improvement of valid loss in 2 validations" in reason
     entries = read_index(tmp_path / "run")
@@ -213,8 +268,21 @@ def test_two_processes_match_one_process(tmp_path, data_dir):
     common = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.update_freq=2"]
     single = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "one", *common)
     assert single.returncode == 0, single.stderr.decode()
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "mtkit",
-                "train", "-d", str(data_dir), "-o", str(tmp_path / "two"), *common]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "mtkit",
+        "train",
+        "-d",
+        str(data_dir),
+        "-o",
+        str(tmp_path / "two"),
+        *common,
+    ]
     double = subprocess.run(torchrun, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert double.returncode == 0, double.stderr.decode()[-3000:]
     one = load_payload(tmp_path / "one" / STATE_FILE, "mtkit-train-state")["model"]
@@ -255,16 +323,34 @@ def test_out_of_memory_skips_the_update_and_continues(tmp_path, data_dir, monkey
 
 def test_resume_accepts_unchanged_values_and_new_stopping_criteria(tmp_path, data_dir):
     train(tiny_config("train.max_steps=1", "train.lr=1e-3"), data_dir, tmp_path / "run")
-    reason = train(None, None, tmp_path / "run", resume=True, overrides=["train.lr=1e-3", "train.max_steps=2", "train.patience=3"])
+    reason = train(
+        None, None, tmp_path / "run", resume=True, overrides=["train.lr=1e-3", "train.max_steps=2", "train.patience=3"]
+    )
     assert "max_steps=2" in reason
 
 
 def test_kill_9_never_damages_saved_checkpoints(tmp_path, data_dir):
     run = tmp_path / "run"
-    args = ["train", "-d", data_dir, "-o", run, *TINY_TRAIN, "--set", "train.max_steps=100000", "--set", "train.save_every=1",
-            "--set", "train.keep_last=3"]
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        "train",
+        "-d",
+        data_dir,
+        "-o",
+        run,
+        *TINY_TRAIN,
+        "--set",
+        "train.max_steps=100000",
+        "--set",
+        "train.save_every=1",
+        "--set",
+        "train.keep_last=3",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mtkit", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and len(losses(run)) >= 8):
         time.sleep(0.05)
