@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine:
 #   make demo   set up, then train -> translate -> evaluate on Multi30k (quick mode, ~10 minutes on 2 cores)
-#   make test   set up, then run the test suite
+#   make test   set up, then lint (ruff check, ruff format --check) and run the test suite
 VENV ?= .venv
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
@@ -18,6 +18,8 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/python -m pytest -q
 
 demo: setup

@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run_measured
 
 

@@ -15,7 +15,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run_measured
 
 PEAK_TFLOPS = {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}  # H100 SXM dense, for MFU on CUDA

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import sacrebleu
 import yaml
-
 from common import DEFAULT_MULTI30K, REPO, conditions, mtkit_command, print_table
 
 sys.path.insert(0, str(REPO))
@@ -543,11 +542,16 @@ def main() -> None:
         f"Multi30k en->de, 8k joint BPE, 3+3 layers, d_model 256, 4 heads, FFN 1024, pre-norm, ~4096-token batches; "
         f"{args.minutes:g} minutes of training each; test2016 first {len(references)} sentences, beam 5, last checkpoint\n"
     )
+    ours = results.get("mtkit")
+
+    def ratio(name: str, r: dict, key: str) -> str:
+        return f"{ours[key] / r[key]:.2f}x" if ours and name != "mtkit" and r[key] else "-"
+
     rows = []
     for name, r in results.items():
-        ours = results.get("mtkit")
-        ratio = lambda key: f"{ours[key] / r[key]:.2f}x" if ours and name != "mtkit" and r[key] else "-"  # noqa: E731
-        rows.append([name, r["steps"], r["tok_s"], ratio("tok_s"), r["bleu"], r["sent_s"], ratio("sent_s")])
+        rows.append(
+            [name, r["steps"], r["tok_s"], ratio(name, r, "tok_s"), r["bleu"], r["sent_s"], ratio(name, r, "sent_s")]
+        )
     print_table(
         [
             "tool",

@@ -1,11 +1,17 @@
-"""Batches by tokens: sentences of similar length together, so that little of a batch is padding."""
+"""Batches by tokens: sentences of similar length together, so that little of a batch is padding.
+
+One packer serves training (source + target budget, shuffled per epoch) and translation
+(source budget, longest first), and one helper pads ids into tensors.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from mtkit.data import ParallelDataset
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -30,6 +36,32 @@ class Batch:
         return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.indices)
 
 
+def pack_by_tokens(
+    order: Sequence[int], widths: np.ndarray, max_tokens: int, max_sentences: int = 0
+) -> list[np.ndarray]:
+    """Cut `order` into consecutive batches of indices whose padded size stays within `max_tokens`.
+
+    `widths` is (N, k): each sentence's width in each of k padded tensors (source, target, ...);
+    a batch costs its sentences x the sum of its widest widths. `max_sentences` (0: no limit) caps
+    the sentences of a batch. A sentence wider than the budget on its own gets a batch of its own.
+    """
+    rows = widths.tolist()
+    batches: list[np.ndarray] = []
+    members: list[int] = []
+    widest = [0] * widths.shape[1]
+    for index in order:
+        wider = [max(a, b) for a, b in zip(widest, rows[index])]
+        full = max_sentences and len(members) >= max_sentences
+        if members and (full or (len(members) + 1) * sum(wider) > max_tokens):
+            batches.append(np.array(members, dtype=np.int64))
+            members, wider = [], rows[index]
+        members.append(index)
+        widest = wider
+    if members:
+        batches.append(np.array(members, dtype=np.int64))
+    return batches
+
+
 def make_batches(
     src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int, seed: int, epoch: int, shuffle: bool = True
 ) -> tuple[list[np.ndarray], np.ndarray]:
@@ -44,43 +76,37 @@ def make_batches(
     rng = np.random.default_rng([seed, epoch])
     tie_break = rng.random(len(src_cost)) if shuffle else np.arange(len(src_cost))
     order = np.lexsort((tie_break, tgt_cost, src_cost))
-    batches: list[np.ndarray] = []
-    skipped: list[int] = []
-    start, longest_src, longest_tgt = 0, 0, 0
-    members: list[int] = []
-    for index in order.tolist():
-        s, t = int(src_cost[index]), int(tgt_cost[index])
-        if s + t > max_tokens:
-            skipped.append(index)
-            continue
-        wider_src, wider_tgt = max(longest_src, s), max(longest_tgt, t)
-        if members and (len(members) + 1) * (wider_src + wider_tgt) > max_tokens:
-            batches.append(np.array(members, dtype=np.int64))
-            members, wider_src, wider_tgt = [], s, t
-        members.append(index)
-        longest_src, longest_tgt = wider_src, wider_tgt
-    if members:
-        batches.append(np.array(members, dtype=np.int64))
+    fits = (src_cost + tgt_cost)[order] <= max_tokens
+    batches = pack_by_tokens(order[fits].tolist(), np.stack([src_cost, tgt_cost], axis=1), max_tokens)
     if shuffle:
         rng.shuffle(batches)  # type: ignore[arg-type]
-    return batches, np.array(skipped, dtype=np.int64)
+    return batches, order[~fits].astype(np.int64)
 
 
-def _pad(rows: list[np.ndarray], prefix: int | None, suffix: int | None) -> torch.Tensor:
-    extra = (prefix is not None) + (suffix is not None)
-    out = np.full((len(rows), max(len(r) for r in rows) + extra), PAD_ID, dtype=np.int64)
-    begin = 1 if prefix is not None else 0
-    for i, row in enumerate(rows):
-        if prefix is not None:
-            out[i, 0] = prefix
-        out[i, begin : begin + len(row)] = row
-        if suffix is not None:
-            out[i, begin + len(row)] = suffix
-    return torch.from_numpy(out)
+def length_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[np.ndarray]:
+    """Indices grouped longest first, each group within batch_size sentences and max_tokens source tokens (+ </s>)."""
+    widths = np.asarray(lengths, dtype=np.int64).reshape(-1, 1) + 1
+    order = np.argsort(-widths[:, 0], kind="stable")
+    return pack_by_tokens(order.tolist(), widths, max_tokens, batch_size)
+
+
+def pad_batch(
+    sentences: Sequence[Sequence[int]],
+    device: torch.device | str = "cpu",
+    prefix: int | None = None,
+    suffix: int | None = None,
+) -> torch.Tensor:
+    """Right-pad sequences of ids into a (B, L) tensor, optionally adding a token before and after each."""
+    head = np.array([prefix] if prefix is not None else [], dtype=np.int64)
+    tail = np.array([suffix] if suffix is not None else [], dtype=np.int64)
+    rows = [torch.from_numpy(np.concatenate([head, np.asarray(s, dtype=np.int64), tail])) for s in sentences]
+    return pad_sequence(rows, batch_first=True, padding_value=PAD_ID).to(device)
 
 
 def collate(dataset: ParallelDataset, indices: np.ndarray) -> Batch:
     pairs = [dataset[int(i)] for i in indices]
     src = [s for s, _ in pairs]
     tgt = [t for _, t in pairs]
-    return Batch(_pad(src, None, EOS_ID), _pad(tgt, BOS_ID, None), _pad(tgt, None, EOS_ID), np.asarray(indices))
+    return Batch(
+        pad_batch(src, suffix=EOS_ID), pad_batch(tgt, prefix=BOS_ID), pad_batch(tgt, suffix=EOS_ID), np.asarray(indices)
+    )

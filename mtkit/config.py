@@ -36,7 +36,7 @@ class ModelConfig:
     ffn_dim: int = 1024
     encoder_layers: int = 3
     decoder_layers: int = 3
-    dropout: float = 0.1
+    dropout: float = 0.3
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     norm: Literal["post", "pre"] = "post"
@@ -84,15 +84,18 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
 
     def validate(self) -> None:
-        for name in ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every", "valid_beam"):
+        at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
+        for name in (*at_least_one, "valid_beam", "keep_last"):
             if getattr(self, name) < 1:
                 raise MtkitError(f"train.{name} must be at least 1")
-        if self.lr <= 0 or self.warmup < 0:
-            raise MtkitError("train.lr must be positive and train.warmup not negative")
+        not_negative = ("warmup", "clip_norm", "weight_decay", "max_epochs", "max_time", "keep_best", "patience")
+        for name in (*not_negative, "valid_max_sentences", "threads"):
+            if getattr(self, name) < 0:
+                raise MtkitError(f"train.{name} must not be negative")
+        if self.lr <= 0:
+            raise MtkitError("train.lr must be positive")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise MtkitError("train.label_smoothing must be in [0, 1)")
-        if self.keep_last < 1:
-            raise MtkitError("train.keep_last must be at least 1")
 
 
 @dataclass
@@ -234,3 +237,20 @@ def config_from_dict(tree: dict[str, dict[str, Any]]) -> Config:
 def load_config(path: Path | None, overrides: list[str]) -> Config:
     tree = read_yaml(path) if path else {}
     return build_config(merge_trees(tree, parse_overrides(overrides)))
+
+
+def resume_config(saved: dict[str, dict[str, Any]], overrides: list[str]) -> Config:
+    """A run's saved config with only the stopping/reporting settings (RESUMABLE_KEYS) changed."""
+    before = config_from_dict(saved).to_dict()
+    config = config_from_dict(merge_trees(saved, parse_overrides(overrides)))
+    config.train.validate()
+    after = config.to_dict()
+    for section, values in after.items():
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            if value != before[section][key] and dotted not in RESUMABLE_KEYS:
+                raise MtkitError(
+                    f"--set {dotted}: cannot change on resume (it would change the model or the data order); "
+                    f"these can: {', '.join(sorted(RESUMABLE_KEYS))}"
+                )
+    return config

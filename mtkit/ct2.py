@@ -23,8 +23,8 @@ from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
 from mtkit.search import Hypothesis, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
-from mtkit.translate import TextTranslator
 from mtkit.tokenizer import PAD, Tokenizer
+from mtkit.translate import TextTranslator
 
 QUANTIZATIONS = ("float32", "int8", "int16", "float16", "bfloat16", "int8_float32", "int8_bfloat16")
 MAX_POSITIONS = 1024

@@ -1,9 +1,13 @@
-"""Many processes with torch.distributed: set-up from torchrun's environment, and small helpers."""
+"""Many processes with torch.distributed: set-up from torchrun's environment, and the collectives training uses.
+
+Every collective goes through `Distributed._all_reduce`, on a tensor of the device the backend
+accepts: the rank's GPU under nccl (which handles CUDA tensors only), the CPU under gloo.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -14,6 +18,7 @@ class Distributed:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where collectives run
 
     @property
     def enabled(self) -> bool:
@@ -23,27 +28,30 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def _all_reduce(self, values: list[float], op: dist.ReduceOp.RedOpType) -> list[float]:
+        if not self.enabled:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=op)
+        return tensor.tolist()
+
     def any(self, flag: bool) -> bool:
         """True on every rank if `flag` is true on any rank (keeps ranks in step)."""
-        if not self.enabled:
-            return flag
-        value = torch.tensor([1.0 if flag else 0.0])
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item())
+        return self._all_reduce([1.0 if flag else 0.0], dist.ReduceOp.MAX)[0] > 0
 
     def max(self, value: float) -> float:
         """The largest of the ranks' values, on every rank."""
-        if not self.enabled:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return float(tensor.item())
+        return self._all_reduce([value], dist.ReduceOp.MAX)[0]
+
+    def sum(self, values: list[float]) -> list[float]:
+        """The element-wise sums of the ranks' values, on every rank."""
+        return self._all_reduce(values, dist.ReduceOp.SUM)
 
     def broadcast_object(self, obj):
         if not self.enabled:
             return obj
         holder = [obj]
-        dist.broadcast_object_list(holder, src=0)
+        dist.broadcast_object_list(holder, src=0, device=self.device)
         return holder[0]
 
     def gather_objects(self, obj) -> list:
@@ -63,9 +71,13 @@ def init_distributed(device_type: str) -> Distributed:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return Distributed()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # all_gather_object and barrier use the current device under nccl
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return Distributed(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
 def shutdown_distributed() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from mtkit.errors import MtkitError
@@ -41,7 +43,10 @@ def score(
     lowercase: bool = False,
     tokenize: str | None = None,
 ) -> dict[str, Any]:
-    """{"bleu": {"score", "signature"}, ...} for the metrics asked for, against one or more reference sets."""
+    """{"bleu": {"score", "signature"}, ...} for the metrics asked for, against one or more reference sets.
+
+    This is the one place that computes BLEU, chrF and TER: `mtkit evaluate` and validation during
+    training both score through it."""
     scorers = {
         "bleu": lambda: BLEU(lowercase=lowercase, tokenize=tokenize),
         "chrf": lambda: CHRF(lowercase=lowercase),
@@ -54,5 +59,23 @@ def score(
         except Exception as err:  # sacrebleu rejects unknown tokenizers with assorted errors
             raise MtkitError(f"{name}: {err}") from None
         corpus = metric.corpus_score(hypotheses, references)
-        result[name] = {"score": round(corpus.score, 4), "signature": str(metric.get_signature())}
+        result[name] = {"score": corpus.score, "signature": str(metric.get_signature())}
     return result
+
+
+def report_json(scores: dict[str, Any], sentences: int, seconds: float, translated: bool) -> str:
+    """One JSON object: each metric's score (4 decimals) and signature, the count, and the translation speed."""
+    rounded = {name: {**value, "score": round(value["score"], 4)} for name, value in scores.items()}
+    speed = round(sentences / seconds, 2) if translated and seconds > 0 else None
+    return json.dumps({**rounded, "sentences": sentences, "seconds": round(seconds, 3), "sentences_per_s": speed})
+
+
+def report_table(scores: dict[str, Any], title: str) -> Table:
+    """A table of metric, score (2 decimals) and signature, in the order the metrics were asked for."""
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("score", justify="right")
+    table.add_column("signature", overflow="fold")
+    for name, value in scores.items():
+        table.add_row(name.upper() if name != "chrf" else "chrF", f"{round(value['score'], 4):.2f}", value["signature"])
+    return table

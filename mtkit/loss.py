@@ -15,7 +15,10 @@ fast as torch's cross_entropy followed by a separate logsumexp for the NLL.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from mtkit.model import Transformer
+from mtkit.tokenizer import PAD_ID
 
 
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -48,3 +51,19 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
     """Summed label-smoothed cross-entropy (the training loss) and summed NLL (for reporting, no
     gradient) over (N, V) logits and (N,) reference ids; both in fp32 whatever the logits' dtype."""
     return _LabelSmoothedCrossEntropy.apply(logits, target, epsilon)
+
+
+class TrainingObjective(nn.Module):
+    """Teacher-forced loss of a batch; the unit that DistributedDataParallel wraps."""
+
+    def __init__(self, model: Transformer, label_smoothing: float):
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+        memory, src_mask = self.model.encode(src)
+        hidden = self.model.decode(tgt_in, memory, src_mask)
+        real = tgt_out != PAD_ID
+        logits = self.model.logits(hidden[real])  # only real positions reach the vocabulary projection
+        return label_smoothed_loss(logits, tgt_out[real], self.label_smoothing)

@@ -255,7 +255,7 @@ class Transformer(nn.Module):
         self._init_linear_layers()
 
     def _init_linear_layers(self) -> None:
-        for name, module in self.named_modules():
+        for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:

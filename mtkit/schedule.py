@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from mtkit.config import TrainConfig
+
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
     """Linear warm-up to `peak_lr` at `warmup`, then decay with 1/sqrt(step).
@@ -27,3 +29,14 @@ def linear_decay_lr(step: int, peak_lr: float, warmup: int, budget_used: float) 
     step = max(step, 1)
     ramp = step / warmup if warmup else 1.0
     return peak_lr * max(0.0, min(ramp, 1.0, 1.0 - budget_used))
+
+
+def learning_rate(cfg: TrainConfig, step: int, elapsed: float = 0.0) -> float:
+    """The learning rate of update `step` (1-based) under cfg.lr_schedule; `elapsed` is the training
+    wall-clock so far, which the linear schedule counts against cfg.max_time."""
+    if cfg.lr_schedule == "inverse_sqrt":
+        return inverse_sqrt_lr(step, cfg.lr, cfg.warmup)
+    budget_used = step / cfg.max_steps
+    if cfg.max_time:
+        budget_used = max(budget_used, elapsed / cfg.max_time)
+    return linear_decay_lr(step, cfg.lr, cfg.warmup, budget_used)

@@ -56,20 +56,6 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def pad_batch(
-    sentences: list, device: torch.device | str = "cpu", prefix: int | None = None, suffix: int | None = None
-) -> Tensor:
-    """Right-pad lists of ids into a (B, L) tensor, optionally adding a token before and after each."""
-    rows = [
-        ([prefix] if prefix is not None else []) + list(map(int, s)) + ([suffix] if suffix is not None else [])
-        for s in sentences
-    ]
-    batch = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        batch[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return batch.to(device)
-
-
 def max_output_length(source_tokens: int, cfg: SearchConfig) -> int:
     """The length limit of a translation, both without </s>: a x source tokens + b, at least 1.
     Every engine takes it from here, so they agree to the last float rounding."""

@@ -1,62 +1,20 @@
-"""Text in, text out: encode, batch by length, search, restore the input order, decode."""
+"""Translation: text in, text out (encode, batch by length, search, restore the input order, decode).
+
+Also the shape of `mtkit translate`'s output lines (plain, n-best, with alignments).
+"""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-import numpy as np
 import torch
 
+from mtkit.batching import length_batches, pad_batch
 from mtkit.checkpoint import ModelFile
-from mtkit.errors import MtkitError
+from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.model import Transformer
-from mtkit.search import Hypothesis, SearchConfig, pad_batch, search
+from mtkit.search import Hypothesis, SearchConfig, search
 from mtkit.tokenizer import EOS_ID
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise MtkitError("device cuda was asked for, but no CUDA GPU is available (use --device cpu)")
-    if device not in ("cpu", "cuda"):
-        raise MtkitError(f"device {device!r}: must be auto, cpu or cuda")
-    return torch.device(device)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """auto: bf16 on a GPU that supports it, else fp16 on CUDA, fp32 on CPU."""
-    if precision == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "fp32"
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise MtkitError(f"precision {precision!r}: must be auto, fp32, bf16 or fp16")
-    return precision
-
-
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def length_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> Iterator[np.ndarray]:
-    """Indices grouped longest first, each group within batch_size sentences and max_tokens source tokens."""
-    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
-    group: list[int] = []
-    longest = 0
-    for index in order.tolist():
-        width = max(longest, lengths[index] + 1)
-        if group and (len(group) >= batch_size or (len(group) + 1) * width > max_tokens):
-            yield np.array(group)
-            group, width = [], lengths[index] + 1
-        group.append(index)
-        longest = width
-    if group:
-        yield np.array(group)
 
 
 @torch.no_grad()
@@ -138,11 +96,37 @@ class Translator(TextTranslator):
         return out
 
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
-        """Pharaoh-format word alignment of a translation (see mtkit.attention.word_alignment)."""
-        from mtkit.attention import attention_weights, pharaoh, word_alignment
+        """Pharaoh-format word alignment of a translation (see mtkit.inspection.word_alignment)."""
+        from mtkit.inspection import attention_weights, pharaoh, word_alignment
 
         src_line = line.strip()
         src_ids = self.src_tokenizer.encode_batch([src_line])[0]
         weights = attention_weights(self.model, src_ids, hypothesis.tokens)
         tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
         return pharaoh(word_alignment(weights["cross"], self.src_tokenizer.tokens(src_line), tgt_tokens))
+
+
+NbestList = list[tuple[Hypothesis, str]]
+
+
+def output_lines(
+    index: int,
+    line: str,
+    nbest_list: NbestList,
+    nbest: int,
+    alignment: Callable[[str, Hypothesis], str] | None = None,
+) -> list[str]:
+    """What `mtkit translate` prints for one input line, without line endings.
+
+    The best translation ("" for a blank line), or with nbest > 1 one `index<TAB>score<TAB>translation`
+    row per hypothesis (`index<TAB>-inf<TAB>` for a blank line); `alignment(line, hypothesis)` appends
+    `<TAB>` and the word alignment to each row.
+    """
+    if nbest > 1:
+        rows = [f"{index}\t{h.score:.4f}\t{text}" for h, text in nbest_list] or [f"{index}\t-inf\t"]
+    else:
+        rows = [nbest_list[0][1] if nbest_list else ""]
+    if alignment:
+        links = [alignment(line, h) for h, _ in nbest_list] or [""]
+        rows = [f"{row}\t{link}" for row, link in zip(rows, links)]
+    return rows

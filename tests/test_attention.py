@@ -5,12 +5,11 @@ import sys
 
 import pytest
 import torch
-
-from mtkit.attention import attention_weights, recording, word_alignment, word_starts
-from mtkit.errors import MtkitError
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
 from conftest import run_mtkit, tiny_model
+
+from mtkit.errors import MtkitError
+from mtkit.inspection import attention_weights, recording, word_alignment, word_starts
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

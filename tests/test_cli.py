@@ -3,11 +3,10 @@ import pickle
 
 import pytest
 import torch
+from conftest import run_mtkit, write_lines
 
 from mtkit.average import average_checkpoints
 from mtkit.checkpoint import MODEL_FORMAT, load_model_file, load_payload, read_index, save_model_file
-
-from conftest import run_mtkit, write_lines
 
 COMMANDS = ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate", "attention", "plot"]
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mtkit.batching import make_batches
-from mtkit.config import PRESETS, build_config, load_config, parse_overrides
+from mtkit.config import PRESETS, ModelConfig, build_config, load_config, parse_overrides
 from mtkit.errors import MtkitError
 from mtkit.schedule import inverse_sqrt_lr, linear_decay_lr
 
@@ -38,6 +38,35 @@ def test_unknown_key_names_the_valid_ones():
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(MtkitError, match=message):
         load_config(None, [override])
+
+
+NEGATIVE_IS_INVALID = [
+    "warmup", "clip_norm", "weight_decay", "max_epochs", "max_time", "keep_best", "patience",
+    "valid_max_sentences", "threads",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", NEGATIVE_IS_INVALID)
+def test_negative_values_are_refused_and_zero_is_accepted(key):
+    with pytest.raises(MtkitError, match=f"^train.{key} must not be negative$"):
+        load_config(None, [f"train.{key}=-1"])
+    assert getattr(load_config(None, [f"train.{key}=0"]).train, key) == 0
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every", "valid_beam", "keep_last"],
+)
+def test_counts_must_be_at_least_one(key):
+    with pytest.raises(MtkitError, match=f"^train.{key} must be at least 1$"):
+        load_config(None, [f"train.{key}=0"])
+
+
+def test_dataclass_defaults_are_the_default_presets_values():
+    defaults = ModelConfig()
+    assert defaults.preset == "transformer-small"
+    assert {key: getattr(defaults, key) for key in PRESETS[defaults.preset]} == PRESETS[defaults.preset]
+    assert build_config({}).model == defaults
 
 
 def test_bad_yaml_names_file_and_line(tmp_path):

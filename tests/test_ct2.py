@@ -4,6 +4,7 @@ import ctranslate2
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_mtkit
 
 from mtkit.checkpoint import load_model_file
 from mtkit.ct2 import CTranslate2Translator, export_ctranslate2
@@ -11,8 +12,6 @@ from mtkit.errors import MtkitError
 from mtkit.search import SearchConfig
 from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Translator
-
-from conftest import run_mtkit
 
 
 @pytest.fixture(scope="module", params=["post", "pre"])

@@ -3,12 +3,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_model
 
 from mtkit.config import build_config
 from mtkit.model import Dropout, MultiHeadAttention, Transformer, attention_with_weights, sinusoidal_positions
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-from conftest import tiny_model
 
 
 def reference_attention(q, k, v, allowed):

@@ -2,13 +2,12 @@ import json
 
 import numpy as np
 import pytest
+from conftest import write_lines
 
 from mtkit.data import ParallelDataset, check_tokenizers_match
 from mtkit.errors import MtkitError
 from mtkit.preprocess import CleaningRules, preprocess
 from mtkit.tokenizer import Tokenizer
-
-from conftest import write_lines
 
 
 def test_dataset_holds_exactly_the_tokenizer_ids(data_dir, corpus, tokenizer_path):

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TINY_TRAIN
 
 SHRINK_TRAINING = [

@@ -2,14 +2,12 @@
 
 import random
 import subprocess
-from pathlib import Path
 
 import pytest
+from conftest import REPO, run_mtkit, write_lines
 
 from mtkit.config import load_config
 from mtkit.model import Transformer
-
-from conftest import REPO, run_mtkit, write_lines
 
 RECIPES = REPO / "recipes"
 

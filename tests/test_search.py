@@ -3,7 +3,9 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_model
 
+from mtkit.batching import pad_batch
 from mtkit.errors import MtkitError
 from mtkit.search import (
     SearchConfig,
@@ -12,12 +14,9 @@ from mtkit.search import (
     length_penalty,
     max_output_length,
     max_output_lengths,
-    pad_batch,
     search,
 )
 from mtkit.tokenizer import BOS_ID, EOS_ID, UNK_ID
-
-from conftest import tiny_model
 
 VOCAB = 8  # ids 4..7 are "words"; 0-3 are <pad>, <unk>, <s>, </s>
 SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]

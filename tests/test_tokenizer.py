@@ -2,11 +2,10 @@ import json
 import unicodedata
 
 import pytest
+from conftest import write_lines
 
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS, UNK_ID, Tokenizer, train_tokenizer
-
-from conftest import write_lines
 
 
 def normalized(line: str) -> str:

@@ -8,13 +8,12 @@ import time
 
 import pytest
 import torch
+from conftest import TINY_TRAIN, run_mtkit, write_lines
 
 from mtkit.checkpoint import MODEL_FORMAT, STATE_FILE, load_payload, read_index
 from mtkit.config import build_config, parse_overrides
 from mtkit.errors import MtkitError
 from mtkit.train import train
-
-from conftest import TINY_TRAIN, run_mtkit, write_lines
 
 
 def tiny_config(*overrides: str):

@@ -1,0 +1,12 @@
+"""The `mtkit` command line: thin adapters that parse options, call a stage, print a summary.
+
+One module per group of commands; expected failures raise MtkitError, which `handle_errors`
+(in mtkit.cli.app) turns into one red line and exit code 1.
+"""
+
+from mtkit.cli import data, inspection, training, translation  # noqa: F401 - registers the commands, in --help order
+from mtkit.cli.app import app
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,55 @@
+"""The `mtkit` Typer application and the one place where expected failures become a red line and exit 1."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from mtkit import __version__, console
+from mtkit.errors import MtkitError
+
+app = typer.Typer(
+    name="mtkit",
+    help="Transformer neural machine translation: tokenize, preprocess, train, average, translate, evaluate.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+
+def handle_errors(command: Callable) -> Callable:
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except MtkitError as err:
+            console.console.print(f"[bold red]error:[/bold red] {err}", soft_wrap=True, markup=True, highlight=False)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            console.console.print("[red]interrupted[/red]")
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # e.g. `mtkit translate ... | head`
+            sys.stderr.close()
+            raise typer.Exit(0) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"mtkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool | None, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = None,
+) -> None:
+    """Transformer neural machine translation from the command line."""

@@ -1,0 +1,84 @@
+"""Commands that prepare data: train-tokenizer, preprocess."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit import console
+from mtkit.cli.app import app, handle_errors
+
+# --- train-tokenizer -----------------------------------------------------------------------------
+
+
+@app.command("train-tokenizer")
+@handle_errors
+def train_tokenizer_command(
+    inputs: Annotated[
+        list[Path], typer.Option("--input", "-i", help="Raw text file (plain or .gz); repeat for several.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write tokenizer.json.")],
+    vocab_size: Annotated[
+        int, typer.Option("--vocab-size", help="Vocabulary size, special and byte tokens included.")
+    ] = 8000,
+    kind: Annotated[str, typer.Option("--type", help="Subword model: bpe or unigram.")] = "bpe",
+    min_frequency: Annotated[int, typer.Option("--min-frequency", help="BPE: least count for a merge.")] = 2,
+) -> None:
+    """Train a subword tokenizer (BPE or Unigram with byte fallback) on raw text.
+
+    One tokenizer over source and target text gives a joint vocabulary.
+
+    Example: [bold]mtkit train-tokenizer -i train.en -i train.de -o tokenizer.json --vocab-size 8000[/bold]
+    """
+    from mtkit.tokenizer import train_tokenizer
+
+    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency)
+    console.info(
+        f"wrote {output}: {kind} vocabulary of {report.vocab_size:,} from {report.lines:,} lines in {report.seconds:.1f}s"
+    )
+
+
+# --- preprocess ----------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def preprocess(
+    src_lang: Annotated[str, typer.Option("--src-lang", "-s", help="Source language suffix, e.g. en.")],
+    tgt_lang: Annotated[str, typer.Option("--tgt-lang", "-t", help="Target language suffix, e.g. de.")],
+    train: Annotated[Path, typer.Option(help="Training prefix: reads PREFIX.SRC and PREFIX.TGT.")],
+    tokenizer: Annotated[Path, typer.Option(help="tokenizer.json (the source one when vocabularies are separate).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Dataset directory to create.")],
+    valid: Annotated[Path | None, typer.Option(help="Validation prefix.")] = None,
+    test: Annotated[Path | None, typer.Option(help="Test prefix.")] = None,
+    tgt_tokenizer: Annotated[Path | None, typer.Option(help="Target tokenizer.json for separate vocabularies.")] = None,
+    strip: Annotated[bool, typer.Option(help="Strip whitespace around each line.")] = True,
+    drop_empty: Annotated[bool, typer.Option(help="Drop training pairs with an empty side.")] = True,
+    max_len: Annotated[
+        int, typer.Option(help="Drop training pairs with more subwords on either side (0: no limit).")
+    ] = 250,
+    max_ratio: Annotated[
+        float, typer.Option(help="Drop training pairs whose subword length ratio exceeds this (0: off).")
+    ] = 3.0,
+    dedup: Annotated[bool, typer.Option(help="Drop exact duplicate training pairs.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace an existing dataset directory.")] = False,
+) -> None:
+    """Clean, encode and binarize parallel text into a memory-mapped dataset.
+
+    Example: [bold]mtkit preprocess -s en -t de --train data/train --valid data/val --tokenizer tokenizer.json -o data-bin[/bold]
+    """
+    from mtkit.preprocess import CleaningRules
+    from mtkit.preprocess import preprocess as run_preprocess
+
+    splits = {"train": train} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
+    rules = CleaningRules(strip=strip, drop_empty=drop_empty, max_len=max_len, max_ratio=max_ratio, dedup=dedup)
+    manifest = run_preprocess(src_lang, tgt_lang, splits, tokenizer, output, tgt_tokenizer, rules, force)
+    for name, split in manifest["splits"].items():
+        dropped = ", ".join(f"{rule} {n}" for rule, n in split["dropped"].items() if n) or "none"
+        console.info(
+            f"{name}: kept {split['kept']:,} of {split['read']:,} pairs (dropped: {dropped}); "
+            f"{split['src_tokens']:,} source and {split['tgt_tokens']:,} target subwords"
+        )
+    console.info(f"wrote {output} in {manifest['seconds']:.1f}s")

@@ -1,0 +1,90 @@
+"""Options and helpers shared by the commands that decode (translate, evaluate, attention)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit.errors import MtkitError
+
+ModelOption = Annotated[
+    Path, typer.Option("--model", "-m", help="Model file, or a run directory (its best checkpoint).")
+]
+CheckpointOption = Annotated[str, typer.Option(help="With a run directory: best or last checkpoint.")]
+BeamOption = Annotated[int, typer.Option(help="Beam size (1 = greedy).")]
+LenpenOption = Annotated[float, typer.Option(help="Length penalty alpha: scores / ((5+len)/6)^alpha.")]
+MaxLenAOption = Annotated[float, typer.Option(help="Output length <= a * source length + b: a.")]
+MaxLenBOption = Annotated[int, typer.Option(help="Output length <= a * source length + b: b.")]
+MinLenOption = Annotated[int, typer.Option(help="Least output tokens before end of sentence.")]
+NoRepeatOption = Annotated[int, typer.Option(help="Forbid repeating any n-gram of this size (0: off).")]
+BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
+MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
+PrecisionOption = Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")]
+EngineOption = Annotated[
+    str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")
+]
+COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def make_translator(
+    engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, batch_size: int, max_tokens: int
+):
+    if engine == "pytorch":
+        from mtkit.checkpoint import load_model_file
+        from mtkit.translate import Translator
+
+        return Translator(load_model_file(model, checkpoint), cfg, device, precision, batch_size, max_tokens)
+    if engine == "ctranslate2":
+        from mtkit.ct2 import CTranslate2Translator
+
+        if precision not in COMPUTE_TYPES:
+            raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
+        return CTranslate2Translator(model, cfg, device, COMPUTE_TYPES[precision], batch_size)
+    raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
+
+
+def search_config(
+    beam: int,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    min_len: int,
+    nbest: int = 1,
+    no_repeat_ngram: int = 0,
+    sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+):
+    from mtkit.search import SearchConfig
+
+    cfg = SearchConfig(
+        beam=beam,
+        lenpen=lenpen,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        nbest=nbest,
+        no_repeat_ngram=no_repeat_ngram,
+        sample=sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
+    cfg.validate()
+    return cfg
+
+
+def input_lines(path: Path | None) -> Iterator[str]:
+    from mtkit.textio import decode_stream, iter_lines
+
+    if path is None:
+        return decode_stream(sys.stdin.buffer, "<stdin>")
+    return iter_lines(path)

@@ -1,0 +1,81 @@
+"""Commands that make models: train, average."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit import console
+from mtkit.cli.app import app, handle_errors
+from mtkit.errors import MtkitError
+
+# --- train ---------------------------------------------------------------------------------------
+
+
+@app.command("train")
+@handle_errors
+def train_command(
+    data: Annotated[Path | None, typer.Option("--data", "-d", help="Dataset directory from mtkit preprocess.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Run directory for checkpoints and logs.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML config with model: and train: sections.")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a setting: section.key=value (repeatable).")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue the run in this directory exactly where it stopped.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace a run that RUN_DIR already holds.")] = False,
+) -> None:
+    """Train a Transformer (CPU or GPU, mixed precision, resumable; runs under torchrun for several processes).
+
+    Example: [bold]mtkit train -d data-bin -o runs/en-de -c config.yaml --set train.max_steps=20000[/bold]
+
+    Resume:  [bold]mtkit train --resume runs/en-de --set train.max_steps=40000[/bold]
+    """
+    from mtkit.config import load_config
+    from mtkit.train import train
+
+    if resume:
+        if config:
+            raise MtkitError(
+                "--config cannot be combined with --resume: the run keeps its config (use --set for stopping criteria)"
+            )
+        train(None, data, resume, resume=True, overrides=overrides or [])
+        return
+    if data is None or output is None:
+        raise MtkitError("give --data DATA_DIR and --output RUN_DIR (or --resume RUN_DIR)")
+    train(load_config(config, overrides or []), data, output, force=force)
+
+
+# --- average -------------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def average(
+    checkpoints: Annotated[list[Path], typer.Argument(help="Model files, or one run directory with --last/--best.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The averaged model file to write.")],
+    last: Annotated[int | None, typer.Option(help="Average the run's last N checkpoints.")] = None,
+    best: Annotated[int | None, typer.Option(help="Average the run's N best checkpoints by validation metric.")] = None,
+) -> None:
+    """Average checkpoints' weights into one self-contained model file.
+
+    Example: [bold]mtkit average runs/en-de --last 5 -o model.pt[/bold]
+    """
+    from mtkit.average import average_checkpoints, select_checkpoints
+    from mtkit.checkpoint import save_model_file
+
+    if len(checkpoints) == 1 and checkpoints[0].is_dir():
+        paths = select_checkpoints(checkpoints[0], last, best)
+    elif last is not None or best is not None:
+        raise MtkitError("--last/--best take one run directory, not model files")
+    else:
+        paths = checkpoints
+    save_model_file(output, average_checkpoints(paths))
+    console.info(f"wrote {output}: the average of {len(paths)} checkpoints ({', '.join(p.name for p in paths)})")

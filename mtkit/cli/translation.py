@@ -1,0 +1,194 @@
+"""Commands that decode: translate, evaluate, export."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from mtkit import console
+from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import (
+    BatchSizeOption,
+    BeamOption,
+    CheckpointOption,
+    DeviceOption,
+    EngineOption,
+    LenpenOption,
+    MaxLenAOption,
+    MaxLenBOption,
+    MaxTokensOption,
+    MinLenOption,
+    ModelOption,
+    NoRepeatOption,
+    PrecisionOption,
+    input_lines,
+    make_translator,
+    search_config,
+)
+from mtkit.errors import MtkitError
+
+
+@app.command()
+@handle_errors
+def translate(
+    model: ModelOption,
+    input: Annotated[Path | None, typer.Option("--input", "-i", help="Source text file (default: stdin).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write translations here (default: stdout).")
+    ] = None,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+    lenpen: LenpenOption = 0.6,
+    nbest: Annotated[int, typer.Option(help="Print N lines per input: index<TAB>score<TAB>translation.")] = 1,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    min_len: MinLenOption = 1,
+    no_repeat_ngram: NoRepeatOption = 0,
+    sample: Annotated[bool, typer.Option(help="Sample instead of searching (use --beam 1).")] = False,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    top_k: Annotated[int, typer.Option(help="Sample among the k likeliest tokens (0: all).")] = 0,
+    top_p: Annotated[float, typer.Option(help="Sample from the smallest set with this much probability.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Random seed for sampling.")] = 0,
+    batch_size: BatchSizeOption = 128,
+    max_tokens: MaxTokensOption = 8192,
+    buffer_size: Annotated[int, typer.Option(help="Lines read before translating (1 on a terminal).")] = 2000,
+    alignment: Annotated[
+        bool, typer.Option(help="Append <TAB> and a source-target word alignment (i-j pairs).")
+    ] = False,
+    engine: EngineOption = "pytorch",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+) -> None:
+    """Translate raw text, one output line per input line, in order (stdin to stdout by default).
+
+    With --alignment each line is `translation<TAB>i-j ...`: source word i aligned to target word j
+    (0-based, whitespace-separated words), from the penultimate decoder layer's cross-attention
+    averaged over heads.
+
+    Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
+    """
+    from mtkit.textio import atomic_path, count_lines
+    from mtkit.translate import output_lines
+
+    cfg = search_config(
+        beam, lenpen, max_len_a, max_len_b, min_len, nbest, no_repeat_ngram, sample, temperature, top_k, top_p, seed
+    )
+    if alignment and engine != "pytorch":
+        raise MtkitError("--alignment needs --engine pytorch")
+    translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
+    interactive = input is None and sys.stdin.isatty()
+    chunk = 1 if interactive else max(1, buffer_size)
+    total = count_lines(input) if input else None
+
+    def write_all(out) -> int:
+        written = 0
+        with console.progress("translating", total=total) as bar:
+            for index, (line, nbest_list) in enumerate(translator.translate_stream(input_lines(input), chunk)):
+                rows = output_lines(index, line, nbest_list, nbest, translator.alignment if alignment else None)
+                out.write("".join(row + "\n" for row in rows))
+                written += 1
+                if interactive or (total is None and written % chunk == 0):
+                    out.flush()
+                bar.advance()
+        out.flush()
+        return written
+
+    if output:
+        with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as out:
+            n = write_all(out)
+        console.info(f"wrote {n:,} translations to {output}")
+    else:
+        write_all(sys.stdout)
+
+
+@app.command()
+@handle_errors
+def evaluate(
+    ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (raw text); repeat for several.")],
+    model: Annotated[
+        Path | None, typer.Option("--model", "-m", help="Model file or run directory to translate with.")
+    ] = None,
+    src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
+    hyp: Annotated[Path | None, typer.Option(help="Score existing translations instead of translating.")] = None,
+    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf,ter",
+    lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
+    tokenize: Annotated[str | None, typer.Option(help="sacrebleu BLEU tokenizer (default 13a).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the translations here.")] = None,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+    lenpen: LenpenOption = 0.6,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    min_len: MinLenOption = 1,
+    no_repeat_ngram: NoRepeatOption = 0,
+    batch_size: BatchSizeOption = 128,
+    max_tokens: MaxTokensOption = 8192,
+    engine: EngineOption = "pytorch",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+) -> None:
+    """Translate a test set (or take translations) and score it with sacrebleu: BLEU, chrF, TER.
+
+    Example: [bold]mtkit evaluate -m model.pt --src test2016.en --ref test2016.de[/bold]
+    """
+    from mtkit.evaluate import check_line_counts, parse_metrics, read_lines_checked, report_json, report_table, score
+
+    names = parse_metrics(metrics)
+    if (hyp is None) == (src is None) or (src is not None and model is None):
+        raise MtkitError("give either --model and --src (to translate), or --hyp (to score existing translations)")
+    references = {path: read_lines_checked(path) for path in ref}
+    source_path = src or hyp
+    assert source_path is not None
+    sources = read_lines_checked(source_path)
+    check_line_counts({source_path: sources, **references})
+    started = time.perf_counter()
+    if hyp is not None:
+        hypotheses = sources
+    else:
+        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
+        translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
+        started = time.perf_counter()  # translation only, not model loading
+        hypotheses = translator.translate(sources)
+    seconds = time.perf_counter() - started
+    if output:
+        from mtkit.textio import write_text_atomic
+
+        write_text_atomic(output, "".join(line + "\n" for line in hypotheses))
+    scores = score(hypotheses, list(references.values()), names, lowercase, tokenize)
+    if as_json:
+        print(report_json(scores, len(hypotheses), seconds, translated=hyp is None))
+    else:
+        Console(soft_wrap=False).print(report_table(scores, f"{source_path} ({len(hypotheses)} sentences)"))
+
+
+@app.command()
+@handle_errors
+def export(
+    model: ModelOption,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
+    fmt: Annotated[str, typer.Option("--format", help="Export format: ctranslate2.")] = "ctranslate2",
+    quantization: Annotated[
+        str, typer.Option(help="float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
+    ] = "float32",
+    checkpoint: CheckpointOption = "best",
+    force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
+) -> None:
+    """Export a model for a deployment engine (CTranslate2), with its tokenizer alongside.
+
+    Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
+    """
+    from mtkit.checkpoint import load_model_file
+    from mtkit.ct2 import export_ctranslate2
+
+    if fmt != "ctranslate2":
+        raise MtkitError(f"--format {fmt}: only ctranslate2 is supported")
+    export_ctranslate2(load_model_file(model, checkpoint), output, quantization, force)
+    console.info(
+        f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}"
+    )

@@ -1,0 +1,43 @@
+"""Where a model runs and in which precision: the device, the numeric precision, autocast.
+
+Training and translation both choose through these functions, so `auto` means the same in both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from mtkit.errors import MtkitError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MtkitError("device cuda was asked for, but no CUDA GPU is available (use --device cpu)")
+    if device not in ("cpu", "cuda"):
+        raise MtkitError(f"device {device!r}: must be auto, cpu or cuda")
+    return torch.device(device)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """auto: bf16 on a GPU that supports it, else fp16 on CUDA, fp32 on CPU."""
+    if precision == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "fp32"
+    if precision not in PRECISIONS:
+        raise MtkitError(f"precision {precision!r}: must be auto, {', '.join(PRECISIONS)}")
+    return precision
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Mixed precision for bf16/fp16 (weights stay fp32); nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)

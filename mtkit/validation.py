@@ -1,0 +1,75 @@
+"""Validation during training: loss and perplexity on the validation set, and BLEU/chrF of real decoding.
+
+The scores come from `mtkit.evaluate.score`, the function `mtkit evaluate` uses, against the
+raw reference lines, so a run's validation BLEU means what `mtkit evaluate` would print.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mtkit.batching import collate, make_batches
+from mtkit.config import TrainConfig
+from mtkit.data import ParallelDataset
+from mtkit.device import autocast
+from mtkit.evaluate import score
+from mtkit.loss import TrainingObjective
+from mtkit.model import Transformer
+from mtkit.search import SearchConfig
+from mtkit.tokenizer import Tokenizer
+from mtkit.translate import translate_ids
+
+VALID_BATCH_TOKENS = 1 << 14  # validation batches are at least this large: no gradients to keep
+
+
+@torch.no_grad()
+def validate(
+    model: Transformer,
+    data: ParallelDataset,
+    tgt_tokenizer: Tokenizer,
+    cfg: TrainConfig,
+    device: torch.device,
+    precision: str,
+) -> dict[str, float]:
+    """valid_loss (NLL per target token), valid_ppl and, when asked for, valid_bleu and valid_chrf."""
+    model.eval()
+    result = _loss(model, data, cfg, device, precision)
+    if cfg.valid_metric != "loss" or cfg.valid_beam > 1:
+        result.update(_decoding_scores(model, data, tgt_tokenizer, cfg, device, precision))
+    model.train()
+    return result
+
+
+def _loss(
+    model: Transformer, data: ParallelDataset, cfg: TrainConfig, device: torch.device, precision: str
+) -> dict[str, float]:
+    objective = TrainingObjective(model, cfg.label_smoothing)
+    nll_sum = tokens = 0.0
+    batches, _ = make_batches(
+        data.src_lengths, data.tgt_lengths, max(cfg.max_tokens, VALID_BATCH_TOKENS), 0, 0, shuffle=False
+    )
+    for indices in batches:
+        batch = collate(data, indices).to(device)
+        with autocast(device, precision):
+            _, nll = objective(batch.src, batch.tgt_in, batch.tgt_out)
+        nll_sum, tokens = nll_sum + nll.item(), tokens + batch.tgt_tokens
+    return {"valid_loss": nll_sum / tokens, "valid_ppl": math.exp(min(nll_sum / tokens, 50.0))}
+
+
+def _decoding_scores(
+    model: Transformer,
+    data: ParallelDataset,
+    tgt_tokenizer: Tokenizer,
+    cfg: TrainConfig,
+    device: torch.device,
+    precision: str,
+) -> dict[str, float]:
+    count = min(len(data), cfg.valid_max_sentences) if cfg.valid_max_sentences else len(data)
+    sources = [data.src[i] for i in range(count)]
+    search_cfg = SearchConfig(beam=cfg.valid_beam, lenpen=0.6 if cfg.valid_beam > 1 else 1.0)
+    hyps = translate_ids(model, sources, search_cfg, device, precision)
+    texts = tgt_tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
+    scores = score(texts, [data.raw_lines("tgt")[:count]], ["bleu", "chrf"])
+    return {"valid_bleu": scores["bleu"]["score"], "valid_chrf": scores["chrf"]["score"]}
