@@ -226,7 +226,15 @@ def read_index(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / CHECKPOINT_DIR / INDEX_FILE
     if not path.is_file():
         return []
-    return json.loads(path.read_text(encoding="utf-8"))["checkpoints"]
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))["checkpoints"]
+        if not all(isinstance(e["step"], int) and isinstance(e["file"], str) for e in entries):
+            raise TypeError("an entry without step or file")
+    except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise MtkitError(
+            f"{path}: damaged ({type(err).__name__}); the checkpoint files beside it are intact: give one of them instead"
+        ) from None
+    return entries
 
 
 def write_index(run_dir: Path, entries: list[dict]) -> None:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     TaskProgressColumn,
@@ -35,9 +36,10 @@ def warn(message: str) -> None:
 class LineProgress:
     """The piped twin of a rich progress bar: one line every `every_s` seconds at most."""
 
-    def __init__(self, description: str, total: float | None, every_s: float = 30.0):
+    def __init__(self, description: str, total: float | None, every_s: float = 30.0, unit: str = ""):
         self.description = description
         self.total = total
+        self.unit = unit
         self.every_s = every_s
         self.completed = 0.0
         self.fields = ""
@@ -49,8 +51,11 @@ class LineProgress:
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
-            total = f"/{self.total:g}" if self.total else ""
-            console.print(f"{self.description}: {self.completed:g}{total} {self.fields}".rstrip())
+            if self.unit == "bytes":
+                done = f"{100 * self.completed / self.total:.0f}%" if self.total else f"{self.completed:,.0f} bytes"
+            else:
+                done = f"{self.completed:g}" + (f"/{self.total:g}" if self.total else "")
+            console.print(f"{self.description}: {done} {self.fields}".rstrip())
 
 
 class BarProgress:
@@ -63,15 +68,19 @@ class BarProgress:
 
 
 @contextmanager
-def progress(description: str, total: float | None = None) -> Iterator[LineProgress | BarProgress]:
-    """A progress reporter with `advance(amount, fields)`: a bar on a terminal, lines otherwise."""
+def progress(description: str, total: float | None = None, unit: str = "") -> Iterator[LineProgress | BarProgress]:
+    """A progress reporter with `advance(amount, fields)`: a bar on a terminal, lines otherwise.
+
+    unit "bytes" shows amounts as file sizes (for inputs read once, advancing by bytes read).
+    """
     if not console.is_terminal:
-        yield LineProgress(description, total)
+        yield LineProgress(description, total, unit=unit)
         return
+    counter = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
     columns = [
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn() if total else TextColumn("{task.completed:,.0f}"),
+        counter if total else TextColumn("{task.completed:,.0f}"),
         TaskProgressColumn() if total else TextColumn(""),
         TimeElapsedColumn(),
         TimeRemainingColumn() if total else TextColumn(""),

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from mtkit.errors import MtkitError
+from mtkit.rundir import read_records
 from mtkit.textio import atomic_path, write_text_atomic
 
 DPI = 100
@@ -91,12 +91,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Every complete line of a metrics.jsonl (a run still writing may leave a partial last line)."""
     if not path.is_file():
         raise MtkitError(f"{path}: no such file (is this a run directory?)")
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    records = read_records(path)
     if not records:
         raise MtkitError(f"{path}: no metrics yet")
     return records

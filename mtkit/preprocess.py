@@ -6,6 +6,7 @@ Everything streams in chunks of lines, so peak memory does not grow with the cor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -17,7 +18,7 @@ from pathlib import Path
 from mtkit import __version__, console
 from mtkit.data import MANIFEST, SentenceWriter, ids_dtype
 from mtkit.errors import MtkitError
-from mtkit.textio import atomic_directory, count_lines, iter_lines
+from mtkit.textio import atomic_directory, iter_lines, line_bytes, progress_size
 from mtkit.tokenizer import Tokenizer
 
 CHUNK_LINES = 20_000
@@ -46,14 +47,16 @@ class SplitReport:
 def _paired_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
     """Yield aligned (source, target) lines; a length mismatch names both files and both counts."""
     missing = object()
-    pairs = itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path), fillvalue=missing)
-    for src, tgt in pairs:
-        if src is missing or tgt is missing:
-            raise MtkitError(
-                f"{src_path} has {count_lines(src_path)} lines but {tgt_path} has {count_lines(tgt_path)}: "
-                "source and target must be line-aligned"
-            )
-        yield src, tgt  # type: ignore[misc]
+    counts = [0, 0]
+    for src, tgt in itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path), fillvalue=missing):
+        counts[0] += src is not missing
+        counts[1] += tgt is not missing
+        if src is not missing and tgt is not missing:
+            yield src, tgt  # type: ignore[misc]
+    if counts[0] != counts[1]:  # the longer file was read to its end to count its lines: each is read once
+        raise MtkitError(
+            f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}: source and target must be line-aligned"
+        )
 
 
 def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
@@ -76,20 +79,26 @@ def _pair_digest(src: list[int], tgt: list[int]) -> bytes:
 
 
 def _encode_split(
-    src_path: Path,
-    tgt_path: Path,
+    paths: list[Path],
     writers: tuple[SentenceWriter, SentenceWriter],
     tokenizers: tuple[Tokenizer, Tokenizer],
     rules: CleaningRules | None,
     description: str,
+    raw: list[Path] | None = None,
 ) -> SplitReport:
-    """Encode one split; `rules` None keeps every line (valid/test)."""
+    """Encode one split; `rules` None keeps every line (valid/test). With `raw` (source and target
+    paths), the lines are also kept there as plain UTF-8 text, from the same single read."""
     report = SplitReport()
     seen: set[bytes] = set()
     src_writer, tgt_writer = writers
     strip = rules.strip if rules else True
-    with console.progress(description, total=count_lines(src_path)) as bar:
-        for chunk in _chunks(_paired_lines(src_path, tgt_path), CHUNK_LINES):
+    total = progress_size(paths[0])  # progress by the source file's bytes: every input is read once
+    with contextlib.ExitStack() as stack:
+        raw_files = [stack.enter_context(open(p, "w", encoding="utf-8")) for p in raw or []]
+        bar = stack.enter_context(console.progress(description, total=total, unit="bytes" if total else ""))
+        for chunk in _chunks(_paired_lines(paths[0], paths[1]), CHUNK_LINES):
+            for side, out in enumerate(raw_files):
+                out.write("".join(pair[side] + "\n" for pair in chunk))
             srcs = [s.strip() if strip else s for s, _ in chunk]
             tgts = [t.strip() if strip else t for _, t in chunk]
             src_ids, tgt_ids = tokenizers[0].encode_batch(srcs), tokenizers[1].encode_batch(tgts)
@@ -108,17 +117,10 @@ def _encode_split(
             src_writer.add_many(kept_src)
             tgt_writer.add_many(kept_tgt)
             report.read += len(chunk)
-            bar.advance(len(chunk))
+            bar.advance(sum(line_bytes(src) for src, _ in chunk) if total else len(chunk))
     report.kept = src_writer.sentences
     report.src_tokens, report.tgt_tokens = src_writer.tokens, tgt_writer.tokens
     return report
-
-
-def _copy_raw(path: Path, destination: Path) -> None:
-    """Keep a valid/test side as plain UTF-8 text, the references that BLEU is computed against."""
-    with open(destination, "w", encoding="utf-8") as out:
-        for line in iter_lines(path):
-            out.write(line + "\n")
 
 
 def _tokenizer_entry(tokenizer: Tokenizer, file: str) -> dict:
@@ -137,6 +139,10 @@ def preprocess(
 ) -> dict:
     """Build a binarized dataset from `splits` ({"train": PREFIX, "valid": PREFIX, ...}); returns the manifest."""
     rules = rules or CleaningRules()
+    if rules.max_len < 0:
+        raise MtkitError(f"--max-len {rules.max_len}: must not be negative (0: no limit)")
+    if rules.max_ratio < 0:
+        raise MtkitError(f"--max-ratio {rules.max_ratio:g}: must not be negative (0: off)")
     if src_lang == tgt_lang:
         raise MtkitError(f"source and target language are both {src_lang!r}")
     for prefix in splits.values():
@@ -161,15 +167,14 @@ def preprocess(
                 SentenceWriter(tmp / f"{split}.{src_lang}", dtype),
                 SentenceWriter(tmp / f"{split}.{tgt_lang}", dtype),
             )
+            # valid/test keep every line, and their raw text too: BLEU is computed against it.
+            raw = None if split == "train" else [tmp / f"{split}.{lang}.txt" for lang in (src_lang, tgt_lang)]
             try:
                 split_rules = rules if split == "train" else None
-                reports[split] = _encode_split(paths[0], paths[1], writers, (src_tok, tgt_tok), split_rules, split)
+                reports[split] = _encode_split(paths, writers, (src_tok, tgt_tok), split_rules, split, raw)
             finally:
                 for writer in writers:
                     writer.close()
-            if split != "train":
-                _copy_raw(paths[0], tmp / f"{split}.{src_lang}.txt")
-                _copy_raw(paths[1], tmp / f"{split}.{tgt_lang}.txt")
         if reports.get("train") is not None and reports["train"].kept == 0:
             raise MtkitError(f"the training set is empty after cleaning ({_dropped_summary(reports['train'])})")
         manifest = {

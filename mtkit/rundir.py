@@ -24,6 +24,11 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CHECKPOINT_DIR, "run.json", 
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:
     """Create RUN_DIR, refusing one that holds a run unless `force` (which clears it)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise MtkitError(f"{run_dir}: exists and is not a directory (a run directory is needed)")
+    blocking = next((p for p in run_dir.parents if p.exists() and not p.is_dir()), None)
+    if blocking:
+        raise MtkitError(f"{run_dir}: {blocking} is not a directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     existing = [name for name in RUN_FILES if (run_dir / name).exists()]
     if existing and not force:
@@ -35,18 +40,27 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
         shutil.rmtree(target) if target.is_dir() else target.unlink()
 
 
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl; a torn last line (a run killed while writing it) is left out."""
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
 class MetricsLog:
     """RUN_DIR/metrics.jsonl, one JSON object per line; tools read it, people read the console."""
 
     def __init__(self, path: Path, resume_step: int | None):
         self.path = path
         if resume_step is not None and path.exists():  # drop what was logged after the resumed checkpoint
-            kept = [
-                line
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if json.loads(line)["step"] <= resume_step
-            ]
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            kept = [line for line in read_records(path) if line["step"] <= resume_step]
+            path.write_text("".join(json.dumps(record) + "\n" for record in kept), encoding="utf-8")
         self._file = open(path, "a", encoding="utf-8")
         self._tensorboard = _tensorboard_writer(path.parent / "tensorboard")
 

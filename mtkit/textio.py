@@ -45,9 +45,21 @@ def decode_stream(handle: Iterable[bytes], source: str) -> Iterator[str]:
         yield decode_line(raw, source, lineno).rstrip("\r\n")
 
 
-def count_lines(path: Path) -> int:
-    with open_binary(path) as handle:
-        return sum(1 for _ in handle)
+def progress_size(path: Path) -> int | None:
+    """The byte size of a regular, uncompressed file, for a progress bar that advances by bytes read.
+
+    None for pipes, FIFOs and .gz files: their size is unknown without reading them, and every input
+    is read exactly once.
+    """
+    path = Path(path)
+    if path.suffix == ".gz" or not path.is_file():
+        return None
+    return path.stat().st_size
+
+
+def line_bytes(line: str) -> int:
+    """How many bytes a line (as iter_lines yields it) took in the file, its line ending included."""
+    return len(line.encode("utf-8")) + 1
 
 
 def sha256_file(path: Path) -> str:
@@ -58,10 +70,30 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def check_output_file(path: Path) -> None:
+    """Refuse an output path that cannot become a file, before any long work starts."""
+    path = Path(path)
+    if path.is_dir():
+        raise MtkitError(f"{path}: is a directory (give a file name)")
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise MtkitError(f"{path}: {parent} is not a directory")
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's (or a directory's) data to the disk, so a power loss cannot leave it empty."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it to `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; fsync it and rename it to `path` only if the block succeeds."""
     path = Path(path)
+    check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -70,7 +102,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
         yield tmp
         if tmp.exists():
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; give them the usual mode
+            fsync_path(tmp)
         os.replace(tmp, path)
+        fsync_path(path.parent)  # the rename itself
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -94,6 +128,9 @@ def atomic_directory(path: Path, force: bool) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
+        for file in sorted(tmp.rglob("*")):
+            fsync_path(file)
+        fsync_path(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -102,6 +139,7 @@ def atomic_directory(path: Path, force: bool) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+        fsync_path(path.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

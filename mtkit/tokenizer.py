@@ -21,7 +21,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from mtkit import console
 from mtkit.errors import MtkitError
-from mtkit.textio import count_lines, iter_lines, write_text_atomic
+from mtkit.textio import check_output_file, iter_lines, line_bytes, progress_size, write_text_atomic
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # their order fixes their ids
@@ -42,6 +42,8 @@ class Tokenizer:
         for token_id, token in enumerate(SPECIAL_TOKENS):
             if self._hf.token_to_id(token) != token_id:
                 raise MtkitError(f"not an mtkit tokenizer: {token} must have id {token_id}")
+        # Text is text: "</s>" or "<pad>" typed by a user are characters, never control ids.
+        self._hf.encode_special_tokens = True
         self.sha256 = hashlib.sha256(json_text.encode("utf-8")).hexdigest()
 
     @classmethod
@@ -116,12 +118,13 @@ def _add_byte_fallback(json_text: str, kind: str) -> str:
 
 
 def _read_lines(paths: Sequence[Path], report: list[int]) -> Iterator[str]:
-    total = sum(count_lines(path) for path in paths)
-    with console.progress("reading text", total=total) as bar:
+    sizes = [progress_size(path) for path in paths]  # by bytes: every input is read once
+    total = None if None in sizes else sum(sizes)
+    with console.progress("reading text", total=total, unit="bytes" if total else "") as bar:
         for path in paths:
             for line in iter_lines(path):
                 report[0] += 1
-                bar.advance()
+                bar.advance(line_bytes(line) if total else 1)
                 yield line
 
 
@@ -137,8 +140,9 @@ def train_tokenizer(
     if kind not in ("bpe", "unigram"):
         raise MtkitError(f"--type {kind}: must be bpe or unigram")
     for path in inputs:
-        if not Path(path).is_file():
+        if not Path(path).exists() or Path(path).is_dir():  # pipes such as <(...) are fine
             raise MtkitError(f"{path}: no such file")
+    check_output_file(output)
     learned_size = vocab_size - len(BYTE_TOKENS)
     if kind == "bpe":
         hf = _blank_tokenizer(models.BPE(unk_token=UNK, byte_fallback=True))

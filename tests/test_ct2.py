@@ -61,7 +61,7 @@ def test_greedy_translations_are_identical(model_file, corpus, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "beam,lenpen,nbest,eos_scale", [(1, 1.0, 1, 1.2), (4, 0.6, 2, 0.95), (4, 1.0, 4, 0.95), (4, 0.0, 1, 0.95)]
+    "beam,lenpen,nbest,eos_scale", [(1, 1.0, 1, 3.0), (4, 0.6, 2, 1.5), (4, 1.0, 4, 2.0), (4, 0.0, 1, 1.5)]
 )
 def test_one_call_under_the_largest_limit_equals_a_call_per_limit(
     trained_run, corpus, tmp_path, beam, lenpen, nbest, eos_scale

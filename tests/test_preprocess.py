@@ -47,15 +47,15 @@ def test_each_cleaning_rule_drops_exactly_its_pairs(tmp_path, tokenizer_path):
         ("A dog runs.", "Ein Hund rennt."),  # kept
         ("   ", "Ein Hund."),  # empty source after stripping
         ("A man.", ""),  # empty target
-        (long_side, long_side),  # too long for max_len 20
+        (long_side, long_side),  # too long for max_len 40
         ("A dog.", " ".join(["Hund"] * 7)),  # length ratio far above 3
         ("A dog runs.", "Ein Hund rennt."),  # exact duplicate of the first pair
         ("  Two cats sit.  ", "Zwei Katzen sitzen."),  # kept, stripped
     ]
     n_long, n_dog, n_hunde = map(len, tokenizer.encode_batch([long_side, "A dog.", pairs[4][1]]))
-    assert n_long > 20 and n_hunde <= 20 and n_hunde / n_dog > 3
+    assert n_long > 40 and n_hunde <= 40 and n_hunde / n_dog > 3
     prefix = make_corpus(tmp_path, pairs)
-    rules = CleaningRules(max_len=20, max_ratio=3.0, dedup=True)
+    rules = CleaningRules(max_len=40, max_ratio=3.0, dedup=True)
     manifest = preprocess("src", "tgt", {"train": prefix}, tokenizer_path, tmp_path / "bin", rules=rules)
     report = manifest["splits"]["train"]
     assert report["dropped"] == {"empty": 2, "too_long": 1, "ratio": 1, "duplicate": 1}

@@ -1,4 +1,4 @@
-"""Every command in the README's console blocks runs, on a slice of Multi30k and a tiny model."""
+"""Every command in the README's console blocks runs, on a generated corpus and a tiny model."""
 
 import os
 import re
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY_TRAIN
+from conftest import REPO, TINY_TRAIN, write_corpus
 
 SHRINK_TRAINING = [
     *TINY_TRAIN,
@@ -39,14 +39,11 @@ def test_the_readme_has_a_tour():
 
 
 @pytest.fixture(scope="module")
-def tour_dir(multi30k, tmp_path_factory):
+def tour_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("tour")
     data = root / "data"
     data.mkdir()
-    for split, count in (("train", 300), ("val", 20), ("test2016", 20)):
-        for lang in ("en", "de"):
-            lines = (multi30k / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
-            (data / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    write_corpus(data, {"train": 300, "val": 20, "test2016": 20})
     (root / "recipes").symlink_to(REPO / "recipes")
     return root
 

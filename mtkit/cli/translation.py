@@ -72,7 +72,7 @@ def translate(
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
-    from mtkit.textio import atomic_path, count_lines
+    from mtkit.textio import atomic_path, check_output_file, line_bytes, progress_size
     from mtkit.translate import output_lines
 
     cfg = search_config(
@@ -80,21 +80,23 @@ def translate(
     )
     if alignment and engine != "pytorch":
         raise MtkitError("--alignment needs --engine pytorch")
+    if output:
+        check_output_file(output)
     translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
     interactive = input is None and sys.stdin.isatty()
     chunk = 1 if interactive else max(1, buffer_size)
-    total = count_lines(input) if input else None
+    total = progress_size(input) if input else None  # a regular file: progress by bytes, read only once
 
     def write_all(out) -> int:
         written = 0
-        with console.progress("translating", total=total) as bar:
+        with console.progress("translating", total=total, unit="bytes" if total else "") as bar:
             for index, (line, nbest_list) in enumerate(translator.translate_stream(input_lines(input), chunk)):
                 rows = output_lines(index, line, nbest_list, nbest, translator.alignment if alignment else None)
                 out.write("".join(row + "\n" for row in rows))
                 written += 1
                 if interactive or (total is None and written % chunk == 0):
                     out.flush()
-                bar.advance()
+                bar.advance(line_bytes(line) if total else 1)
         out.flush()
         return written
 
@@ -138,15 +140,22 @@ def evaluate(
     Example: [bold]mtkit evaluate -m model.pt --src test2016.en --ref test2016.de[/bold]
     """
     from mtkit.evaluate import check_line_counts, parse_metrics, read_lines_checked, report_json, report_table, score
+    from mtkit.textio import check_output_file
 
     names = parse_metrics(metrics)
+    if hyp is not None and model is not None:
+        raise MtkitError("--model and --hyp exclude each other: --hyp scores existing translations, --model makes them")
     if (hyp is None) == (src is None) or (src is not None and model is None):
         raise MtkitError("give either --model and --src (to translate), or --hyp (to score existing translations)")
+    if output:
+        check_output_file(output)
     references = {path: read_lines_checked(path) for path in ref}
     source_path = src or hyp
     assert source_path is not None
     sources = read_lines_checked(source_path)
     check_line_counts({source_path: sources, **references})
+    if not sources:
+        raise MtkitError(f"{source_path}: no lines to score (the file is empty)")
     started = time.perf_counter()
     if hyp is not None:
         hypotheses = sources
