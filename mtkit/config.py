@@ -197,6 +197,8 @@ def read_yaml(path: Path) -> dict:
         raise MtkitError(f"{path}: no such config file")
     try:
         tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise MtkitError(f"{path}: not a YAML config (invalid UTF-8 at byte {err.start + 1})") from None
     except yaml.YAMLError as err:
         line = f":{err.problem_mark.line + 1}" if getattr(err, "problem_mark", None) else ""
         raise MtkitError(f"{path}{line}: not valid YAML ({getattr(err, 'problem', err)})") from None

@@ -56,8 +56,10 @@ def score(
     for name in metrics:
         try:
             metric = scorers[name]()
-        except Exception as err:  # sacrebleu rejects unknown tokenizers with assorted errors
-            raise MtkitError(f"{name}: {err}") from None
+        except Exception:  # sacrebleu rejects unknown tokenizers with assorted errors
+            raise MtkitError(
+                f"--tokenize {tokenize}: not a sacrebleu BLEU tokenizer (e.g. 13a, intl, char, none)"
+            ) from None
         corpus = metric.corpus_score(hypotheses, references)
         result[name] = {"score": corpus.score, "signature": str(metric.get_signature())}
     return result

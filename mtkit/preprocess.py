@@ -175,6 +175,8 @@ def preprocess(
             finally:
                 for writer in writers:
                     writer.close()
+        if reports.get("train") is not None and reports["train"].read == 0:
+            raise MtkitError(f"{splits['train']}.{src_lang}: no lines (the training files are empty)")
         if reports.get("train") is not None and reports["train"].kept == 0:
             raise MtkitError(f"the training set is empty after cleaning ({_dropped_summary(reports['train'])})")
         manifest = {

@@ -16,6 +16,7 @@ from typing import Any
 
 from mtkit.checkpoint import CHECKPOINT_DIR, STATE_FILE
 from mtkit.errors import MtkitError
+from mtkit.textio import write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -60,7 +61,7 @@ class MetricsLog:
         self.path = path
         if resume_step is not None and path.exists():  # drop what was logged after the resumed checkpoint
             kept = [line for line in read_records(path) if line["step"] <= resume_step]
-            path.write_text("".join(json.dumps(record) + "\n" for record in kept), encoding="utf-8")
+            write_text_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))  # a kill cannot empty it
         self._file = open(path, "a", encoding="utf-8")
         self._tensorboard = _tensorboard_writer(path.parent / "tensorboard")
 

@@ -15,11 +15,19 @@ from typing import BinaryIO
 from mtkit.errors import MtkitError
 
 
+def check_input_file(path: Path) -> None:
+    """Refuse a missing input or a directory; pipes such as <(...) and FIFOs are fine."""
+    path = Path(path)
+    if path.is_dir():
+        raise MtkitError(f"{path}: is a directory, not a file")
+    if not path.exists():
+        raise MtkitError(f"{path}: no such file")
+
+
 def open_binary(path: Path) -> BinaryIO:
     """Open a plain or gzip-compressed file for reading bytes."""
     path = Path(path)
-    if not path.exists() or path.is_dir():  # pipes such as <(...) are fine
-        raise MtkitError(f"{path}: no such file")
+    check_input_file(path)
     if path.suffix == ".gz":
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")

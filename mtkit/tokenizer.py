@@ -21,7 +21,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from mtkit import console
 from mtkit.errors import MtkitError
-from mtkit.textio import check_output_file, iter_lines, line_bytes, progress_size, write_text_atomic
+from mtkit.textio import check_input_file, check_output_file, iter_lines, line_bytes, progress_size, write_text_atomic
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # their order fixes their ids
@@ -140,8 +140,7 @@ def train_tokenizer(
     if kind not in ("bpe", "unigram"):
         raise MtkitError(f"--type {kind}: must be bpe or unigram")
     for path in inputs:
-        if not Path(path).exists() or Path(path).is_dir():  # pipes such as <(...) are fine
-            raise MtkitError(f"{path}: no such file")
+        check_input_file(path)
     check_output_file(output)
     learned_size = vocab_size - len(BYTE_TOKENS)
     if kind == "bpe":

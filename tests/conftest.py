@@ -76,7 +76,10 @@ THINGS = [("ball", "Ball"), ("hat", "Hut"), ("backpack", "Rucksack"), ("toy", "S
 
 
 def synthetic_pairs(count: int, seed: int) -> list[tuple[str, str]]:
-    """`count` distinct English-German sentence pairs such as "A dog runs at the beach with a red ball." """
+    """`count` distinct English-German sentence pairs such as "A dog runs at the beach with a red ball."
+
+    The grammar has 5,040 distinct pairs: `count` may not exceed that."""
+    assert count <= 5040, "the grammar has 5,040 distinct sentence pairs"
     rng = random.Random(seed)
     pairs: dict[str, str] = {}
     while len(pairs) < count:

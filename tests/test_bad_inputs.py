@@ -1,0 +1,145 @@
+"""Every command x every kind of bad input: one line naming the file or option, exit 1 (2 for usage), no traceback,
+and nothing written under the output's name.
+
+The commands run in-process through Typer's test runner (no interpreter start per case), with the real
+files the cases name.
+"""
+
+from pathlib import Path
+
+import pytest
+from conftest import TINY_TRAIN, write_lines
+from typer.testing import CliRunner
+
+from mtkit.cli import app
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory, corpus, tokenizer_path, data_dir, trained_run) -> dict[str, Path]:
+    """Named paths for the cases: good inputs, and bad ones of every kind."""
+    root = tmp_path_factory.mktemp("bad")
+    (root / "dir").mkdir()
+    (root / "empty.txt").write_bytes(b"")
+    (root / "bad_utf8.txt").write_bytes(b"fine\nbad \xff byte\n")
+    (root / "notes.txt").write_text("not a model, not a tokenizer\n")
+    (root / "existing.txt").write_text("keep me\n")
+    (root / "run_file").write_text("a file where a run directory should be\n")
+    write_lines(root / "three.de", ["a", "b", "c"])
+    for lang, lines in (("en", ["A dog.", "A cat."]), ("de", ["Ein Hund."])):
+        write_lines(root / f"mismatch.{lang}", lines)
+    for lang in ("en", "de"):
+        (root / f"empty.{lang}").write_bytes(b"")
+        (root / f"badutf.{lang}").write_bytes(b"A dog.\n\xff\n")
+    (root / "not_a_run").mkdir()
+    (root / "export_exists").mkdir()
+    return {
+        "root": root, "corpus": corpus, "tok": tokenizer_path, "data": data_dir, "run": trained_run,
+        "model": trained_run / "checkpoints" / "step_00000040.pt",
+    }  # fmt: skip
+
+
+# (command line with {names} from the fixture, stdin, what the one error line must say, exit code)
+CASES = {
+    # train-tokenizer
+    "tok-missing-input": ("train-tokenizer -i {root}/missing.txt -o {root}/t.json", "", "missing.txt: no such file", 1),
+    "tok-input-is-dir": ("train-tokenizer -i {root}/dir -o {root}/t.json", "", "dir: is a directory", 1),
+    "tok-empty-input": ("train-tokenizer -i {root}/empty.txt -o {root}/t.json", "", "the input files are empty", 1),
+    "tok-bad-utf8": ("train-tokenizer -i {root}/bad_utf8.txt -o {root}/t.json", "", "bad_utf8.txt:2: invalid UTF-8", 1),
+    "tok-output-is-dir": ("train-tokenizer -i {corpus}/train.en -o {root}/dir", "", "dir: is a directory", 1),
+    "tok-small-vocab": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --vocab-size 10", "", "--vocab-size 10", 1),
+    "tok-bad-type": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --type wordpiece", "", "--type wordpiece", 1),
+    "tok-not-a-number": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --vocab-size lots", "", "Invalid value for '--vocab-size'", 2),
+    # preprocess
+    "pre-missing-prefix": ("preprocess -s en -t de --train {root}/nowhere --tokenizer {tok} -o {root}/bin", "", "nowhere.en: no such file", 1),
+    "pre-missing-tokenizer": ("preprocess -s en -t de --train {corpus}/train --tokenizer {root}/no.json -o {root}/bin", "", "no.json: no such tokenizer file", 1),
+    "pre-tokenizer-wrong-kind": ("preprocess -s en -t de --train {corpus}/train --tokenizer {root}/notes.txt -o {root}/bin", "", "notes.txt: not a valid tokenizer", 1),
+    "pre-empty": ("preprocess -s en -t de --train {root}/empty --tokenizer {tok} -o {root}/bin", "", "empty.en: no lines (the training files are empty)", 1),
+    "pre-bad-utf8": ("preprocess -s en -t de --train {root}/badutf --tokenizer {tok} -o {root}/bin", "", "badutf.en:2: invalid UTF-8", 1),
+    "pre-line-mismatch": ("preprocess -s en -t de --train {root}/mismatch --tokenizer {tok} -o {root}/bin", "", "mismatch.en has 2 lines but", 1),
+    "pre-negative-max-len": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/bin --max-len -5", "", "--max-len -5: must not be negative", 1),
+    "pre-same-language": ("preprocess -s en -t en --train {corpus}/train --tokenizer {tok} -o {root}/bin", "", "both 'en'", 1),
+    "pre-existing-output": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/existing.txt", "", "existing.txt: already exists", 1),
+    # train
+    "train-missing-data": ("train -d {root}/nodata -o {root}/r", "", "nodata: not an mtkit dataset", 1),
+    "train-data-not-a-dataset": ("train -d {root}/dir -o {root}/r", "", "dir: not an mtkit dataset", 1),
+    "train-missing-config": ("train -d {data} -o {root}/r -c {root}/none.yaml", "", "none.yaml: no such config file", 1),
+    "train-config-wrong-kind": ("train -d {data} -o {root}/r -c {root}/bad_utf8.txt", "", "bad_utf8.txt: not a YAML config (invalid UTF-8", 1),
+    "train-unknown-key": ("train -d {data} -o {root}/r --set train.lrr=1", "", "unknown config key 'train.lrr'", 1),
+    "train-negative-patience": ("train -d {data} -o {root}/r --set train.patience=-1", "", "train.patience must not be negative", 1),
+    "train-output-is-file": ("train -d {data} -o {root}/run_file " + " ".join(TINY_TRAIN), "", "run_file: exists and is not a directory", 1),
+    "train-existing-run": ("train -d {data} -o {run}", "", "already holds a run", 1),
+    "train-resume-nothing": ("train --resume {root}/dir", "", "nothing to resume", 1),
+    "train-resume-with-config": ("train --resume {run} -c {root}/x.yaml", "", "--config cannot be combined with --resume", 1),
+    # average
+    "avg-missing": ("average {root}/none.pt -o {root}/avg.pt", "", "none.pt: no such model file", 1),
+    "avg-wrong-kind": ("average {root}/notes.txt -o {root}/avg.pt", "", "notes.txt: not an mtkit model file", 1),
+    "avg-not-a-run": ("average {root}/not_a_run --last 2 -o {root}/avg.pt", "", "not_a_run: no checkpoints to average", 1),
+    "avg-output-is-dir": ("average {model} -o {root}/dir", "", "dir: is a directory", 1),
+    "avg-last-with-files": ("average {model} {model} --last 2 -o {root}/avg.pt", "", "--last/--best take one run directory", 1),
+    # translate
+    "tr-missing-model": ("translate -m {root}/none.pt", "x\n", "none.pt: no such model file", 1),
+    "tr-model-wrong-kind": ("translate -m {root}/notes.txt", "x\n", "notes.txt: not an mtkit model file", 1),
+    "tr-missing-input": ("translate -m {model} -i {root}/none.en", "", "none.en: no such file", 1),
+    "tr-input-is-dir": ("translate -m {model} -i {root}/dir", "", "dir: is a directory", 1),
+    "tr-bad-utf8": ("translate -m {model}", "fine\nbad \udcff\n", "<stdin>:2: invalid UTF-8", 1),
+    "tr-output-is-dir": ("translate -m {model} -o {root}/dir", "x\n", "dir: is a directory", 1),
+    "tr-beam-0": ("translate -m {model} --beam 0", "x\n", "--beam 0: must be at least 1", 1),
+    "tr-nbest-over-beam": ("translate -m {model} --beam 2 --nbest 3", "x\n", "--nbest 3", 1),
+    "tr-bad-engine": ("translate -m {model} --engine onnx", "x\n", "--engine onnx", 1),
+    "tr-bad-precision": ("translate -m {model} --precision fp8", "x\n", "fp8", 1),
+    "tr-bad-device": ("translate -m {model} --device tpu", "x\n", "tpu", 1),
+    "tr-run-dir-without-checkpoints": ("translate -m {root}/not_a_run", "x\n", "not_a_run: a directory without mtkit checkpoints", 1),
+    # evaluate
+    "ev-empty": ("evaluate --hyp {root}/empty.txt --ref {root}/empty.txt", "", "empty.txt: no lines to score", 1),
+    "ev-mismatch": ("evaluate --hyp {root}/three.de --ref {corpus}/test.de", "", "line counts differ", 1),
+    "ev-missing-ref": ("evaluate --hyp {root}/three.de --ref {root}/none.de", "", "none.de: no such file", 1),
+    "ev-bad-utf8": ("evaluate --hyp {root}/bad_utf8.txt --ref {root}/bad_utf8.txt", "", "bad_utf8.txt:2: invalid UTF-8", 1),
+    "ev-unknown-metric": ("evaluate --hyp {root}/three.de --ref {root}/three.de --metrics bleu,meteor", "", "unknown metric 'meteor'", 1),
+    "ev-model-and-hyp": ("evaluate -m {model} --hyp {root}/three.de --ref {root}/three.de", "", "--model and --hyp", 1),
+    "ev-nothing-to-score": ("evaluate --ref {root}/three.de", "", "give either --model and --src", 1),
+    "ev-bad-tokenizer": ("evaluate --hyp {root}/three.de --ref {root}/three.de --tokenize nope", "", "--tokenize nope: not a sacrebleu BLEU tokenizer", 1),
+    "ev-output-is-dir": ("evaluate -m {model} --src {corpus}/test.en --ref {corpus}/test.de -o {root}/dir", "", "dir: is a directory", 1),
+    # export
+    "ex-bad-format": ("export -m {model} -o {root}/x --format onnx", "", "--format onnx", 1),
+    "ex-existing-output": ("export -m {model} -o {root}/export_exists", "", "export_exists: already exists", 1),
+    "ex-bad-quantization": ("export -m {model} -o {root}/q --quantization int3", "", "int3", 1),
+    "ex-model-wrong-kind": ("export -m {root}/notes.txt -o {root}/x2", "", "notes.txt: not an mtkit model file", 1),
+    # attention
+    "att-bad-kind": ("attention -m {model} --src 'A dog.' --kind sideways", "", "--kind sideways", 1),
+    "att-bad-format": ("attention -m {model} --src 'A dog.' -o {root}/a.pdf", "", "--format pdf", 1),
+    "att-bad-layer": ("attention -m {model} --src 'A dog.' --layer 9", "", "--layer 9: the model has layers 1..1", 1),
+    "att-bad-head": ("attention -m {model} --src 'A dog.' --head zero", "", "--head zero", 1),
+    "att-image-without-output": ("attention -m {model} --src 'A dog.' --format png", "", "--format png needs -o FILE", 1),
+    # plot
+    "plot-not-a-run": ("plot {root}/dir", "", "metrics.jsonl: no such file", 1),
+    "plot-output-is-dir": ("plot {run} -o {root}/dir", "", "dir: is a directory", 1),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_gets_one_line_and_an_exit_code(bad, case):
+    import shlex
+
+    command, stdin, message, code = CASES[case]
+    root = bad["root"]
+    before = sorted(p.name for p in root.iterdir())
+    args = shlex.split(command.format(**bad))
+    result = CliRunner().invoke(app, args, input=stdin.encode("utf-8", "surrogateescape"))
+    output = result.stderr if code == 1 else result.output
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    assert not result.exception or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert message in output, output
+    assert "Traceback" not in output
+    if code == 1:
+        assert len(output.strip().splitlines()) == 1, output
+    if code == 1:
+        assert result.stdout == ""
+    leftovers = sorted(p.name for p in root.iterdir())
+    assert leftovers == before, "a failed command must leave nothing under its output's name"
+    assert (root / "existing.txt").read_text() == "keep me\n"
+
+
+def test_the_table_covers_every_command():
+    commands = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+    covered = {command.split()[0] for command, *_ in CASES.values()}
+    assert commands == covered
