@@ -1,19 +1,25 @@
 """Batches by tokens: sentences of similar length together, so that little of a batch is padding.
 
 One packer serves training (source + target budget, shuffled per epoch) and translation
-(source budget, longest first), and one helper pads ids into tensors.
+(source budget, longest first), and one helper pads ids into tensors. Training reads its
+batches through a BatchStream: updates of world_size x update_freq batches, each rank's share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from mtkit import console
+from mtkit.config import TrainConfig
 from mtkit.data import ParallelDataset
+from mtkit.distributed import Distributed
+from mtkit.errors import MtkitError
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -32,8 +38,13 @@ class Batch:
     def src_tokens(self) -> int:
         return int((self.src != PAD_ID).sum())
 
-    def to(self, device: torch.device) -> Batch:
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.indices)
+    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
+        move = {"device": device, "non_blocking": non_blocking}
+        return Batch(self.src.to(**move), self.tgt_in.to(**move), self.tgt_out.to(**move), self.indices)
+
+    def pin_memory(self) -> Batch:
+        """The batch in page-locked memory, so that copies to a GPU can overlap with compute."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.indices)
 
 
 def pack_by_tokens(
@@ -110,3 +121,69 @@ def collate(dataset: ParallelDataset, indices: np.ndarray) -> Batch:
     return Batch(
         pad_batch(src, suffix=EOS_ID), pad_batch(tgt, prefix=BOS_ID), pad_batch(tgt, suffix=EOS_ID), np.asarray(indices)
     )
+
+
+class BatchStream:
+    """Training's updates, as positions (epoch, batches taken in it) in the per-epoch batch lists.
+
+    `train.max_tokens` is per process: an update is world_size x update_freq batches of up to
+    max_tokens each, the same list on every rank, and rank r trains on every world_size-th from r.
+    On a GPU a rank's share is collated ahead, in a background thread, into pinned memory.
+    """
+
+    def __init__(
+        self, data: ParallelDataset, cfg: TrainConfig, dist: Distributed, device: torch.device, start: tuple[int, int]
+    ):
+        self.data, self.cfg, self.dist, self.device, self.start = data, cfg, dist, device, start
+        self._epochs: dict[int, list[np.ndarray]] = {}  # the batch lists of the current and next epoch
+        self._collator = ThreadPoolExecutor(1, "collate") if device.type == "cuda" else None
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        if epoch not in self._epochs:
+            max_tokens = self.cfg.max_tokens
+            batches, skipped = make_batches(
+                self.data.src_lengths, self.data.tgt_lengths, max_tokens, self.cfg.seed, epoch
+            )
+            resumed_mid_epoch = epoch == self.start[0] and self.start[1] > 0
+            if len(skipped) and not resumed_mid_epoch and self.dist.is_main:
+                console.warn(f"skipped {len(skipped)} sentence pairs longer than train.max_tokens={max_tokens} on their own")  # fmt: skip
+            if not batches:
+                raise MtkitError(f"no training batch fits train.max_tokens={max_tokens}: raise it")
+            self._epochs = {e: b for e, b in self._epochs.items() if e >= epoch - 1} | {epoch: batches}
+        return self._epochs[epoch]
+
+    def upcoming(self, position: tuple[int, int]) -> tuple[list[np.ndarray], tuple[int, int]]:
+        """The update after `position`: every rank's batches, moving through epochs, and the position after them."""
+        epoch, taken = position
+        micro = []
+        for _ in range(self.cfg.update_freq * self.dist.world_size):
+            if taken >= len(self.epoch_batches(epoch)):
+                epoch, taken = epoch + 1, 0
+            micro.append(self.epoch_batches(epoch)[taken])
+            taken += 1
+        return micro, (epoch, taken)
+
+    def prepare(self, micro: list[np.ndarray]) -> Future | _Now:
+        """This rank's share of an update as tensors: collated when asked for on a CPU, ahead in a thread on a GPU."""
+        mine = micro[self.dist.rank :: self.dist.world_size]
+        if self._collator is None:
+            return _Now(lambda: self._collate(mine))
+        return self._collator.submit(self._collate, mine)
+
+    def _collate(self, mine: list[np.ndarray]) -> list[Batch]:
+        batches = [collate(self.data, indices) for indices in mine]
+        return [batch.pin_memory() for batch in batches] if self.device.type == "cuda" else batches
+
+    def close(self) -> None:
+        if self._collator:
+            self._collator.shutdown(cancel_futures=True)
+
+
+class _Now:
+    """A Future-like handle whose work runs when its result is asked for (a CPU has no cores to spare)."""
+
+    def __init__(self, work: Callable[[], list[Batch]]):
+        self.work = work
+
+    def result(self) -> list[Batch]:
+        return self.work()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pickle
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,35 @@ class ModelFile:
         return model.to(device).eval()
 
 
+def weights_on_cpu(
+    state: dict[str, torch.Tensor], move: Callable[[torch.Tensor], torch.Tensor] = lambda t: t.detach().cpu()
+) -> dict[str, torch.Tensor]:
+    """The weights on the CPU, with names that share one tensor (tied embeddings) still sharing one copy.
+
+    `.cpu()` per name would copy a GPU tensor once per name, and torch.save would store it that often.
+    """
+    copies: dict[tuple, torch.Tensor] = {}
+    out = {}
+    for name, tensor in state.items():
+        key = (
+            tensor.device,
+            tensor.untyped_storage().data_ptr(),
+            tensor.storage_offset(),
+            tensor.shape,
+            tensor.stride(),
+        )
+        if key not in copies:
+            copies[key] = move(tensor)
+        out[name] = copies[key]
+    return out
+
+
 def model_payload(model_state: dict, config: ModelConfig, src_tok: Tokenizer, tgt_tok: Tokenizer, meta: dict) -> dict:
     return {
         "format": MODEL_FORMAT,
         "mtkit_version": __version__,
         "config": asdict(config),
-        "model": {name: tensor.detach().cpu() for name, tensor in model_state.items()},
+        "model": weights_on_cpu(model_state),
         "src_tokenizer": src_tok.json_text,
         "tgt_tokenizer": tgt_tok.json_text,
         "meta": meta,

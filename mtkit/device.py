@@ -25,11 +25,15 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """auto: bf16 on a GPU that supports it, else fp16 on CUDA, fp32 on CPU."""
+    """auto: bf16 where the hardware computes it natively, else fp16 (with loss scaling) on CUDA, fp32 on CPU.
+
+    GPUs: bf16 from Ampere on; a V100 or T4 only emulates it (slowly), so it gets fp16.
+    CPUs: bf16 with AVX-512 BF16 or AMX; elsewhere fp32 (bf16 can still be asked for explicitly).
+    """
     if precision == "auto":
         if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "fp32"
+            return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
+        return "bf16" if cpu_has_native_bf16() else "fp32"
     if precision not in PRECISIONS:
         raise MtkitError(f"precision {precision!r}: must be auto, {', '.join(PRECISIONS)}")
     return precision
@@ -41,3 +45,15 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has bf16 instructions (AVX-512 BF16 or AMX-BF16), from /proc/cpuinfo's flags."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as handle:
+                cpuinfo = handle.read()
+        except OSError:  # not Linux: stay with fp32
+            return False
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags

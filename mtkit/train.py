@@ -1,10 +1,12 @@
 """Training: the batch stream, one update, the learning rate, and the loop that runs them.
 
-One update = `update_freq` micro-batches from the token-bucketed batch stream; under torchrun
-each rank takes every world_size-th sentence of each micro-batch, and the summed loss is
-divided by the whole update's target tokens, so K processes and 1 process with the same
-global batches compute the same gradient. Checkpoints and the training state are in
-mtkit.checkpoint, validation in mtkit.validation, the run directory in mtkit.rundir.
+`train.max_tokens` is per process (fairseq's convention): the batch stream is one list of batches
+of up to max_tokens each, the same on every rank; one update takes world_size x update_freq of them
+and rank r trains on every world_size-th, starting at r. The summed loss is divided by the whole
+update's target tokens, so K processes and 1 process with K times the update_freq compute the same
+gradient. On a GPU the next update's batches are collated into pinned memory in a background thread
+while the current one trains. Checkpoints and the training state are in mtkit.checkpoint,
+validation in mtkit.validation, the run directory in mtkit.rundir.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from torch import nn
 
 from mtkit import console
-from mtkit.batching import collate, make_batches
+from mtkit.batching import Batch, BatchStream, collate
 from mtkit.checkpoint import (
     CHECKPOINT_DIR,
     STATE_FILE,
@@ -65,7 +67,10 @@ class Trainer:
         self.objective: nn.Module = TrainingObjective(self.model, self.cfg.label_smoothing)
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.objective = nn.parallel.DistributedDataParallel(self.objective, device_ids=device_ids)
+            # broadcast_buffers=False: the only buffers are the constant sinusoidal positions.
+            self.objective = nn.parallel.DistributedDataParallel(
+                self.objective, device_ids=device_ids, broadcast_buffers=False
+            )
         self.optimizer = make_optimizer(self.model, self.cfg, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.progress = Progress()
@@ -73,68 +78,41 @@ class Trainer:
             self._load_state()
         else:
             torch.manual_seed(self.cfg.seed + self.dist.rank)  # each rank draws its own dropout masks
-
-    # --- the batch stream --------------------------------------------------------------------
-
-    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        data, max_tokens = self.train_data, self.cfg.max_tokens
-        batches, skipped = make_batches(data.src_lengths, data.tgt_lengths, max_tokens, self.cfg.seed, epoch)
-        first_look = epoch == self.progress.epoch and self.progress.batch_in_epoch == 0
-        if len(skipped) and first_look and self.dist.is_main:
-            console.warn(
-                f"skipped {len(skipped)} sentence pairs longer than train.max_tokens={max_tokens} on their own"
-            )
-        if not batches:
-            raise MtkitError(f"no training batch fits train.max_tokens={max_tokens}: raise it")
-        return batches
-
-    def _next_update(self, batches: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The next update_freq global micro-batches, moving through epochs; returns (micro, batches)."""
-        micro = []
-        for _ in range(self.cfg.update_freq):
-            if self.progress.batch_in_epoch >= len(batches):
-                self.progress.epoch += 1
-                self.progress.batch_in_epoch = 0
-                batches = self._epoch_batches(self.progress.epoch)
-            micro.append(batches[self.progress.batch_in_epoch])
-            self.progress.batch_in_epoch += 1
-        return micro, batches
+        position = (self.progress.epoch, self.progress.batch_in_epoch)
+        self.stream = BatchStream(self.train_data, self.cfg, self.dist, self.device, position)
 
     # --- one update --------------------------------------------------------------------------
 
-    def _update(self, micro_batches: list[np.ndarray]) -> dict[str, Any]:
-        """Forward/backward over the micro-batches and one optimizer step.
+    def _update(self, micro_batches: list[np.ndarray], mine: list[Batch]) -> dict[str, Any]:
+        """Forward/backward over this rank's micro-batches and one optimizer step.
 
+        `micro_batches` is the whole update (every rank's), `mine` this rank's share as tensors.
         Returns the update's statistics, or {"skipped": "nonfinite" | "out_of_memory"} when the
         update was not applied.
         """
         total_tgt = sum(int(self.train_data.tgt_lengths[b].sum()) + len(b) for b in micro_batches)  # + </s>
-        loss_sum = nll_sum = 0.0
-        src_tokens = 0
-        out_of_memory = False
-        for i, indices in enumerate(micro_batches):
-            share = indices[self.dist.rank :: self.dist.world_size]
-            weight = float(self.dist.world_size) / total_tgt  # DDP averages gradients over ranks
-            if len(share) == 0:  # fewer sentences than ranks: join the all-reduce with a zero loss
-                share, weight = indices[:1], 0.0
-            last = i == len(micro_batches) - 1
+        weight = float(self.dist.world_size) / total_tgt  # DDP averages gradients over ranks
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll: read once per update
+        src_tokens, out_of_memory = 0, False
+        for i, batch in enumerate(mine):
+            last = i == len(mine) - 1
             try:
-                loss, nll, batch_src = self._forward_backward(share, weight, last)
+                sums += self._forward_backward(batch, weight, last)
             except torch.OutOfMemoryError:
                 out_of_memory = True
-                self._free_memory(len(share))
+                self._free_memory(len(batch.indices))
                 if self.dist.enabled:  # the other ranks wait in the gradient all-reduce: join it with nothing
-                    self._forward_backward(indices[:1], 0.0, last)
+                    self._forward_backward(collate(self.train_data, batch.indices[:1]), 0.0, last)
                 continue
-            if weight:
-                loss_sum, nll_sum, src_tokens = loss_sum + loss, nll_sum + nll, src_tokens + batch_src
+            src_tokens += batch.src_tokens
         if self.dist.any(out_of_memory):
             self.optimizer.zero_grad(set_to_none=True)
             return {"skipped": "out_of_memory"}
         if self.scaler:
             self.scaler.unscale_(self.optimizer)  # before clipping, so the norm is the true one
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        loss_sum, nll_sum, grad_norm = torch.cat([sums, grad_norm.double().reshape(1)]).tolist()  # one host sync
         finite = math.isfinite(grad_norm)
         linear_by_time = self.cfg.lr_schedule == "linear" and self.cfg.max_time
         elapsed = self.dist.max(self.progress.elapsed) if linear_by_time else 0.0  # the same on every rank
@@ -153,16 +131,16 @@ class Trainer:
         return {"loss": loss_sum / total_tgt, "nll": nll_sum / total_tgt, "lr": lr, "grad_norm": grad_norm,
                 "tgt_tokens": float(total_tgt), "src_tokens": src_sum}  # fmt: skip
 
-    def _forward_backward(self, indices: np.ndarray, weight: float, sync: bool) -> tuple[float, float, int]:
-        """Accumulate the gradient of weight x (summed loss of these sentences); returns (loss, nll, source tokens)."""
-        batch = collate(self.train_data, indices).to(self.device)
+    def _forward_backward(self, batch: Batch, weight: float, sync: bool) -> torch.Tensor:
+        """Accumulate the gradient of weight x (summed loss of the batch); returns (loss, nll) in float64."""
+        batch = batch.to(self.device, non_blocking=True)
         context = contextlib.nullcontext() if sync or not self.dist.enabled else self.objective.no_sync()
         with context:
             with autocast(self.device, self.precision):
                 loss, nll = self.objective(batch.src, batch.tgt_in, batch.tgt_out)
             scaled = loss * weight
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-        return loss.item(), nll.item(), batch.src_tokens
+        return torch.stack([loss.detach(), nll.detach()]).double()
 
     def _free_memory(self, sentences: int) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -176,12 +154,11 @@ class Trainer:
     # --- validation and checkpoints ----------------------------------------------------------
 
     def _validate(self) -> dict[str, float]:
-        """Rank 0 validates; every rank gets the scores."""
-        scores = None
-        if self.dist.is_main:
-            assert self.valid_data is not None
-            scores = validate(self.model, self.valid_data, self.tgt_tokenizer, self.cfg, self.device, self.precision)
-        return self.dist.broadcast_object(scores)
+        """Every rank validates its shard of the validation set; every rank gets the scores."""
+        assert self.valid_data is not None
+        return validate(
+            self.model, self.valid_data, self.tgt_tokenizer, self.cfg, self.device, self.precision, self.dist
+        )
 
     def save_checkpoint(self, metric: float | None) -> None:
         rng_states = self.dist.gather_objects(rng_state(self.device))  # every rank's dropout RNG, for exact resume
@@ -216,7 +193,8 @@ class Trainer:
         """Train until a stopping criterion; returns why training stopped."""
         log = MetricsLog(self.run_dir / METRICS_FILE, self.progress.step) if self.dist.is_main else None
         self.model.train()
-        batches = self._epoch_batches(self.progress.epoch)
+        micro, position = self.stream.upcoming((self.progress.epoch, self.progress.batch_in_epoch))
+        tensors = self.stream.prepare(micro)
         window, consecutive_bad = LogWindow(), 0
         reason = self.progress.stop_reason(self.cfg)
         loop_start, elapsed_before = time.perf_counter(), self.progress.elapsed
@@ -228,8 +206,11 @@ class Trainer:
             bar.advance(self.progress.step)
             while reason is None:
                 started = time.perf_counter()
-                micro, batches = self._next_update(batches)
-                stats = self._update(micro)
+                this_update, mine = micro, tensors.result()
+                self.progress.epoch, self.progress.batch_in_epoch = position
+                micro, position = self.stream.upcoming(position)
+                tensors = self.stream.prepare(micro)  # collates while this update trains, on a GPU
+                stats = self._update(this_update, mine)
                 seconds = time.perf_counter() - started
                 self.progress.elapsed = wall_clock()
                 if stats.get("skipped") == "out_of_memory":
@@ -269,6 +250,7 @@ class Trainer:
                     self.save_checkpoint(metric)
         if log:
             log.close()
+        self.stream.close()
         return reason
 
     def _diverged(self, updates: int) -> None:

@@ -1,7 +1,9 @@
 """Validation during training: loss and perplexity on the validation set, and BLEU/chrF of real decoding.
 
 The scores come from `mtkit.evaluate.score`, the function `mtkit evaluate` uses, against the
-raw reference lines, so a run's validation BLEU means what `mtkit evaluate` would print.
+raw reference lines, so a run's validation BLEU means what `mtkit evaluate` would print. Under
+torchrun every rank takes a shard (every world_size-th batch and sentence) and the results are
+gathered, so no rank idles in a collective while another decodes the whole set.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from mtkit.batching import collate, make_batches
 from mtkit.config import TrainConfig
 from mtkit.data import ParallelDataset
 from mtkit.device import autocast
+from mtkit.distributed import Distributed
 from mtkit.evaluate import score
 from mtkit.loss import TrainingObjective
 from mtkit.model import Transformer
@@ -32,29 +35,32 @@ def validate(
     cfg: TrainConfig,
     device: torch.device,
     precision: str,
+    dist: Distributed | None = None,
 ) -> dict[str, float]:
     """valid_loss (NLL per target token), valid_ppl and, when asked for, valid_bleu and valid_chrf."""
+    dist = dist or Distributed()
     model.eval()
-    result = _loss(model, data, cfg, device, precision)
+    result = _loss(model, data, cfg, device, precision, dist)
     if cfg.valid_metric != "loss" or cfg.valid_beam > 1:
-        result.update(_decoding_scores(model, data, tgt_tokenizer, cfg, device, precision))
+        result.update(_decoding_scores(model, data, tgt_tokenizer, cfg, device, precision, dist))
     model.train()
     return result
 
 
 def _loss(
-    model: Transformer, data: ParallelDataset, cfg: TrainConfig, device: torch.device, precision: str
+    model: Transformer, data: ParallelDataset, cfg: TrainConfig, device: torch.device, precision: str, dist: Distributed
 ) -> dict[str, float]:
     objective = TrainingObjective(model, cfg.label_smoothing)
     nll_sum = tokens = 0.0
     batches, _ = make_batches(
         data.src_lengths, data.tgt_lengths, max(cfg.max_tokens, VALID_BATCH_TOKENS), 0, 0, shuffle=False
     )
-    for indices in batches:
+    for indices in batches[dist.rank :: dist.world_size]:
         batch = collate(data, indices).to(device)
         with autocast(device, precision):
             _, nll = objective(batch.src, batch.tgt_in, batch.tgt_out)
         nll_sum, tokens = nll_sum + nll.item(), tokens + batch.tgt_tokens
+    nll_sum, tokens = dist.sum([nll_sum, float(tokens)])
     return {"valid_loss": nll_sum / tokens, "valid_ppl": math.exp(min(nll_sum / tokens, 50.0))}
 
 
@@ -65,11 +71,16 @@ def _decoding_scores(
     cfg: TrainConfig,
     device: torch.device,
     precision: str,
+    dist: Distributed,
 ) -> dict[str, float]:
     count = min(len(data), cfg.valid_max_sentences) if cfg.valid_max_sentences else len(data)
-    sources = [data.src[i] for i in range(count)]
+    shard = list(range(count))[dist.rank :: dist.world_size]
     search_cfg = SearchConfig(beam=cfg.valid_beam, lenpen=0.6 if cfg.valid_beam > 1 else 1.0)
-    hyps = translate_ids(model, sources, search_cfg, device, precision)
-    texts = tgt_tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
+    hyps = translate_ids(model, [data.src[i] for i in shard], search_cfg, device, precision)
+    mine = tgt_tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
+    texts = [""] * count
+    for indices, decoded in zip(dist.gather_objects(shard), dist.gather_objects(mine)):
+        for i, text in zip(indices, decoded):
+            texts[i] = text
     scores = score(texts, [data.raw_lines("tgt")[:count]], ["bleu", "chrf"])
     return {"valid_bleu": scores["bleu"]["score"], "valid_chrf": scores["chrf"]["score"]}

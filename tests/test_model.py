@@ -182,3 +182,31 @@ def test_cpu_dropout_masks_follow_torch_seed_and_eval_is_identity():
     assert torch.equal(first, again) and not torch.equal(first, Dropout(0.5).train()(x))
     assert torch.equal(Dropout(0.5).eval()(x), x) and torch.equal(Dropout(0.0).train()(x), x)
     assert torch.equal(Dropout(1.0).train()(x), torch.zeros(1000))
+
+
+def test_tied_weights_stay_one_tensor_when_moved_to_the_cpu():
+    """A GPU model's .cpu() copies each name separately; weights_on_cpu keeps tied names on one copy.
+    `clone` stands in for the GPU-to-CPU copy."""
+    from mtkit.checkpoint import weights_on_cpu
+
+    model = tiny_model(vocab=12)
+    state = model.state_dict()
+    tied = [name for name in state if state[name].data_ptr() == model.tgt_embed.tokens.weight.data_ptr()]
+    assert len(tied) >= 2  # source, target and output embeddings are one matrix with a joint vocabulary
+    moved = weights_on_cpu(state, move=lambda t: t.detach().clone())
+    assert len({moved[name].data_ptr() for name in tied}) == 1
+    assert moved[tied[0]].data_ptr() != state[tied[0]].data_ptr()  # really copied
+    assert all(torch.equal(moved[name], state[name]) for name in state)
+
+
+@pytest.mark.parametrize(
+    "flags, native",
+    [("fpu sse avx2 fma", False), ("fpu avx512f avx512_bf16 avx2", True), ("fpu amx_bf16 amx_tile", True), ("", False)],
+)
+def test_cpu_bf16_is_chosen_only_with_native_instructions(flags, native, monkeypatch):
+    from mtkit import device as device_module
+
+    cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n"
+    assert device_module.cpu_has_native_bf16(cpuinfo) is native
+    monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: native)
+    assert device_module.resolve_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")

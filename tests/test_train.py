@@ -21,6 +21,10 @@ def tiny_config(*overrides: str):
     return build_config(parse_overrides(pairs))
 
 
+def records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 def losses(run_dir):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], r["loss"]) for r in rows if "loss" in r]
@@ -263,9 +267,10 @@ def test_resume_with_a_dataset_of_another_tokenizer(tmp_path, data_dir, corpus):
 
 
 def test_two_processes_match_one_process(tmp_path, data_dir):
-    """torchrun with 2 CPU processes (gloo) and 1 process with the same global batches reach the same weights."""
-    common = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.update_freq=2"]
-    single = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "one", *common)
+    """train.max_tokens is per process: torchrun with 2 CPU processes (gloo), each taking its own batches of
+    up to max_tokens, makes the same updates as 1 process with update_freq 2 over the same batches."""
+    common = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.valid_every=5", "--set", "train.valid_beam=2"]
+    single = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "one", *common, "--set", "train.update_freq=2")
     assert single.returncode == 0, single.stderr.decode()
     torchrun = [
         sys.executable,
@@ -298,6 +303,17 @@ def test_two_processes_match_one_process(tmp_path, data_dir):
     one_log, two_log = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert [s for s, _ in one_log] == [s for s, _ in two_log] == [1, 2, 3, 4, 5]
     assert [loss for _, loss in one_log] == pytest.approx([loss for _, loss in two_log], rel=1e-5)
+    tokens = [
+        [r["target_tokens"] for r in records(run) if "target_tokens" in r]
+        for run in (tmp_path / "one", tmp_path / "two")
+    ]
+    assert tokens[0] == tokens[1]  # the same batches: an update of 2 processes is twice one process's batch
+    # Validation is sharded over both ranks and gathered: the same scores as one process.
+    one_valid, two_valid = (
+        [r for r in records(run) if "valid_loss" in r] for run in (tmp_path / "one", tmp_path / "two")
+    )
+    assert two_valid[0]["valid_bleu"] == pytest.approx(one_valid[0]["valid_bleu"], abs=1e-6)
+    assert two_valid[0]["valid_loss"] == pytest.approx(one_valid[0]["valid_loss"], rel=1e-5)
 
 
 def test_out_of_memory_skips_the_update_and_continues(tmp_path, data_dir, monkeypatch, capsys):
@@ -361,3 +377,29 @@ def test_kill_9_never_damages_saved_checkpoints(tmp_path, data_dir):
     step = load_payload(run / STATE_FILE, "mtkit-train-state")["progress"]["step"]
     result = run_mtkit("train", "--resume", run, "--set", f"train.max_steps={step + 2}")
     assert result.returncode == 0, result.stderr.decode()
+
+
+def test_only_the_random_states_training_draws_from_are_saved(tmp_path, data_dir):
+    train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
+    state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
+    assert [sorted(rank) for rank in state["rng"]] == [["torch"]]  # on a CPU; a GPU run adds its own device's
+
+
+def test_collating_ahead_in_a_thread_changes_nothing(tmp_path, data_dir):
+    """The GPU path collates the next update in a background thread; forced on a CPU it gives the same run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mtkit.train import Trainer
+
+    config = tiny_config("train.max_steps=8", "train.update_freq=3", "model.dropout=0.2")
+    train(config, data_dir, tmp_path / "plain")
+    (tmp_path / "ahead").mkdir()
+    trainer = Trainer(
+        tiny_config("train.max_steps=8", "train.update_freq=3", "model.dropout=0.2"),
+        data_dir,
+        tmp_path / "ahead",
+        False,
+    )
+    trainer.stream._collator = ThreadPoolExecutor(1)
+    trainer.run()
+    assert losses(tmp_path / "ahead") == losses(tmp_path / "plain")
