@@ -1,0 +1,303 @@
+"""One command that proves the GPU paths: precisions, resume, torchrun/nccl, decoding, throughput and MFU.
+
+    python bench/gpu_check.py [--data ../shared/data/multi30k] [--steps 200] [--work DIR]
+
+On a CUDA machine it checks, and prints a PASS/FAIL line for each:
+  1. transformer-small trains --steps updates in fp32, bf16 and fp16: the mean loss of the last 10
+     updates is below 0.9 x that of the first 10, and fp16's GradScaler skips at most 10 updates;
+  2. on one fixed batch the bf16 and fp16 gradient norms (fp16 unscaled before the norm) are within
+     5% of fp32's;
+  3. a run stopped half way and resumed logs the losses of the uninterrupted run (rel. 1e-4: GPU
+     kernels are not bitwise deterministic);
+  4. torchrun with 1 process trains (no process group: world size 1), and with 2 GPUs, 2 processes
+     (nccl) reach the weights of 1 process with update_freq 2 (atol 1e-4);
+  5. greedy translations of a test slice on the GPU (fp32) equal the CPU's;
+and prints tables: training throughput and model FLOPs utilisation (MFU) of transformer-base and
+transformer-big in bf16 at max_tokens 8192 and 16384, the share of a training step the GPU waits
+for the host (torch.profiler), and decoding sentences/s, greedy and beam 5, PyTorch and CTranslate2.
+`--device cpu` runs the same code on a CPU with small sizes, to check the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run_measured
+
+# Dense bf16 peak TFLOPS by device name (NVIDIA data sheets); --peak-tflops for others.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100": 312.0,
+                    "L40S": 362.0, "L4": 121.0, "A10": 125.0}  # fmt: skip
+RESULTS: list[tuple[str, bool, str]] = []
+
+
+def check(name: str, passed: bool, detail: str) -> None:
+    RESULTS.append((name, passed, detail))
+    print(f"{'PASS' if passed else 'FAIL'}  {name}: {detail}", flush=True)
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> list[float]:
+    return [r["loss"] for r in records(run_dir) if "loss" in r]
+
+
+def train(data: Path, run: Path, device: str, *settings: str, launcher: list[str] | None = None) -> None:
+    args = ["train", "-d", data, "-o", run, "--set", f"train.device={device}", "--set", "train.valid_every=1000000",
+            "--set", "train.save_every=1000000", "--set", "train.log_every=1"]  # fmt: skip
+    for setting in settings:
+        args += ["--set", setting]
+    command = (launcher or [sys.executable]) + ["-m", "mtkit", *map(str, args)]
+    run_measured(command)
+
+
+def prepare(data: Path, work: Path, lines: int) -> tuple[Path, Path]:
+    """A joint 8k BPE (or smaller for a CPU check) and the dataset, from the first `lines` training pairs."""
+    text = work / "text"
+    text.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", lines), ("val", 200), ("test2016", 1000)):
+        for lang in ("en", "de"):
+            kept = (data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
+            (text / f"{split}.{lang}").write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    vocab = 8000 if lines > 5000 else 1000
+    run_measured(mtkit_command("train-tokenizer", "-i", text / "train.en", "-i", text / "train.de",
+                               "-o", work / "tok.json", "--vocab-size", vocab))  # fmt: skip
+    run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", text / "train", "--valid", text / "val",
+                               "--tokenizer", work / "tok.json", "-o", work / "bin"))  # fmt: skip
+    return work / "bin", text
+
+
+def check_precisions(data: Path, work: Path, device: str, steps: int, small: list[str]) -> None:
+    for precision in ("fp32", "bf16", "fp16"):
+        if device == "cpu" and precision == "fp16":
+            continue  # no GradScaler path worth checking on a CPU
+        run = work / f"precision-{precision}"
+        schedule = [f"train.max_steps={steps}", f"train.warmup={steps // 4}", "train.lr=1e-3"]
+        train(data, run, device, *small, *schedule, f"train.precision={precision}")
+        values = losses(run)
+        skipped = records(run)[-1]["skipped_updates"]
+        first, last = sum(values[:10]) / 10, sum(values[-10:]) / 10
+        ok = last < 0.9 * first and (precision != "fp16" or skipped <= 10)
+        check(
+            f"train {precision}", ok, f"loss {first:.3f} -> {last:.3f} over {steps} updates; {skipped} updates skipped"
+        )
+
+
+def check_gradient_norms(data: Path, device: str) -> None:
+    from mtkit.batching import collate, make_batches
+    from mtkit.config import build_config
+    from mtkit.data import ParallelDataset, read_manifest
+    from mtkit.device import autocast
+    from mtkit.loss import TrainingObjective
+    from mtkit.model import Transformer
+
+    manifest = read_manifest(data)
+    cfg = build_config({"model": {"preset": "transformer-small", "dropout": 0.0}}).model
+    cfg.src_vocab_size = cfg.tgt_vocab_size = manifest["src_tokenizer"]["vocab_size"]
+    cfg.joint_vocab = True
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(device)
+    dataset = ParallelDataset(data, "train")
+    batches, _ = make_batches(dataset.src_lengths, dataset.tgt_lengths, 4096, 0, 0, shuffle=False)
+    batch = collate(dataset, batches[len(batches) // 2]).to(torch.device(device))
+    objective = TrainingObjective(model, 0.1)
+    norms = {}
+    for precision in ("fp32", "bf16") + (("fp16",) if device == "cuda" else ()):
+        model.zero_grad(set_to_none=True)
+        scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
+        with autocast(torch.device(device), precision):
+            loss, _ = objective(batch.src, batch.tgt_in, batch.tgt_out)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+            scaler.unscale_(optimizer)
+        norms[precision] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+    for precision, norm in norms.items():
+        if precision != "fp32":
+            relative = abs(norm - norms["fp32"]) / norms["fp32"]
+            check(f"gradient norm {precision}", relative <= 0.05, f"{norm:.4f} vs fp32 {norms['fp32']:.4f} ({100 * relative:.2f}% apart, tolerance 5%)")  # fmt: skip
+
+
+def check_resume(data: Path, work: Path, device: str, steps: int, small: list[str]) -> None:
+    settings = [*small, "model.dropout=0.1", "train.precision=fp32"]
+    train(data, work / "whole", device, *settings, f"train.max_steps={steps}")
+    train(data, work / "halves", device, *settings, f"train.max_steps={steps // 2}")
+    run_measured(mtkit_command("train", "--resume", work / "halves", "--set", f"train.max_steps={steps}"))
+    whole, halves = losses(work / "whole"), losses(work / "halves")
+    worst = max(abs(a - b) / abs(a) for a, b in zip(whole, halves))
+    check("resume", len(whole) == len(halves) == steps and worst <= 1e-4, f"largest relative loss difference {worst:.2e} over {steps} updates")  # fmt: skip
+
+
+def check_torchrun(data: Path, work: Path, device: str, small: list[str]) -> None:
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    settings = [*small, "model.dropout=0.0", "train.max_steps=20", "train.precision=fp32"]
+    train(data, work / "torchrun1", device, *settings, launcher=[*torchrun, "--nproc_per_node=1"])
+    check("torchrun, 1 process", len(losses(work / "torchrun1")) == 20, "20 updates")
+    if device != "cuda" or torch.cuda.device_count() < 2:
+        print("skip  torchrun, 2 processes (nccl): needs 2 GPUs", flush=True)
+        return
+    train(data, work / "torchrun2", device, *settings, launcher=[*torchrun, "--nproc_per_node=2"])
+    train(data, work / "accumulated", device, *settings, "train.update_freq=2")
+    from mtkit.checkpoint import STATE_FORMAT, load_payload
+
+    two = load_payload(work / "torchrun2" / "state.pt", STATE_FORMAT)["model"]
+    one = load_payload(work / "accumulated" / "state.pt", STATE_FORMAT)["model"]
+    worst = max(float((two[k] - one[k]).abs().max()) for k in one if not k.endswith("kv_proj.bias"))
+    check("torchrun, 2 processes (nccl)", worst <= 1e-4, f"largest weight difference to 1 process x update_freq 2: {worst:.2e}")  # fmt: skip
+
+
+def check_translation(work: Path, text: Path, device: str) -> None:
+    model = work / "precision-fp32"
+    slice_ = text / "test2016.en"
+    outputs = {}
+    for where in ("cpu", device):
+        result = subprocess.run(mtkit_command("translate", "-m", model, "-i", slice_, "--beam", "1", "--device", where,
+                                              "--precision", "fp32"), capture_output=True, check=True)  # fmt: skip
+        outputs[where] = result.stdout.decode().splitlines()
+    same = sum(a == b for a, b in zip(outputs["cpu"], outputs[device]))
+    check("greedy translation equals the CPU's", same == len(outputs["cpu"]), f"{same} of {len(outputs['cpu'])} lines identical")  # fmt: skip
+
+
+def flops_per_target_token(preset: str, vocab: int, src_per_tgt: float) -> float:
+    """6 x (encoder parameters x source tokens per target token + decoder and output parameters)."""
+    from mtkit.config import build_config
+    from mtkit.model import Transformer
+
+    cfg = build_config({"model": {"preset": preset}}).model
+    cfg.src_vocab_size = cfg.tgt_vocab_size = vocab
+    cfg.joint_vocab = True
+    model = Transformer(cfg)
+    encoder = sum(p.numel() for p in model.encoder_layers.parameters())
+    decoder = sum(p.numel() for p in model.decoder_layers.parameters())
+    return 6.0 * (encoder * src_per_tgt + decoder + model.tgt_embed.tokens.weight.numel())
+
+
+def throughput(data: Path, work: Path, device: str, peak: float, presets: list[str], budgets: list[int]) -> None:
+    vocab = json.loads((data / "manifest.json").read_text())["src_tokenizer"]["vocab_size"]
+    rows = []
+    for preset in presets:
+        for max_tokens in budgets:
+            run = work / f"speed-{preset}-{max_tokens}"
+            train(data, run, device, f"model.preset={preset}", f"train.max_tokens={max_tokens}", "train.max_steps=60",
+                  "train.precision=bf16")  # fmt: skip
+            log = records(run)
+            first, last = log[19], log[-1]
+            seconds, tgt = last["elapsed"] - first["elapsed"], last["target_tokens"] - first["target_tokens"]
+            src_per_tgt = sum(r["src_tokens_per_s"] for r in log[20:]) / sum(r["tokens_per_s"] for r in log[20:])
+            achieved = flops_per_target_token(preset, vocab, src_per_tgt) * tgt / seconds / 1e12
+            rows.append([preset, max_tokens, tgt / seconds, f"{achieved:.1f}", f"{100 * achieved / peak:.1f}%"])
+    print_table(["model", "max_tokens", "target tok/s", "TFLOPS", "MFU (bf16 peak)"], rows)
+
+
+def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens: int) -> None:
+    """Profile 20 updates after 10 of warm-up; the GPU's idle share = 1 - (union of kernel time) / wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mtkit.config import build_config
+    from mtkit.train import Trainer
+
+    config = build_config({"model": {"preset": preset}, "train": {"max_tokens": max_tokens, "precision": "bf16",
+                                                                   "device": device, "max_steps": 10**6}})  # fmt: skip
+    trainer = Trainer(config, data, work / "profile", resume=False)
+    position = (0, 0)
+
+    def update() -> None:
+        nonlocal position
+        micro, position = trainer.stream.upcoming(position)
+        trainer._update(micro, trainer.stream.prepare(micro).result())
+
+    for _ in range(10):
+        update()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    torch.cuda.synchronize() if device == "cuda" else None
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(20):
+            update()
+        torch.cuda.synchronize() if device == "cuda" else None
+    wall_us = (time.perf_counter() - started) * 1e6
+    if device != "cuda":
+        print(f"host-wait share: not measured on a CPU ({wall_us / 20 / 1e3:.1f} ms per update)")
+        return
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type.name == "CUDA")
+    busy, end = 0.0, -1.0
+    for start, stop in spans:  # the union of kernel intervals
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    print(f"host-wait share, {preset} bf16 max_tokens {max_tokens}: the GPU idles {100 * (1 - busy / wall_us):.1f}% "
+          f"of {wall_us / 20 / 1e3:.1f} ms per update")  # fmt: skip
+
+
+def decoding(work: Path, text: Path, device: str) -> None:
+    model = work / "precision-fp32"
+    rows = []
+    engines = [("pytorch", model, "fp32"), ("pytorch", model, "bf16")]
+    try:
+        import ctranslate2  # noqa: F401
+
+        run_measured(mtkit_command("export", "-m", model, "-o", work / "ct2", "--force"))
+        engines.append(("ctranslate2", work / "ct2", "auto"))
+    except ImportError:
+        print("skip  CTranslate2 decoding: pip install 'mtkit[ct2]'")
+    for engine, path, precision in engines:
+        for beam in (1, 5):
+            result = subprocess.run(mtkit_command("evaluate", "-m", path, "--src", text / "test2016.en", "--ref",
+                                                  text / "test2016.de", "--engine", engine, "--beam", beam, "--device",
+                                                  device, "--precision", precision, "--metrics", "bleu", "--json"),
+                                    capture_output=True, check=True)  # fmt: skip
+            scores = json.loads(result.stdout)
+            rows.append([engine, precision, beam, scores["sentences_per_s"], scores["bleu"]["score"]])
+    print_table(["engine", "precision", "beam", "sentences/s", "BLEU"], rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_MULTI30K)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--peak-tflops", type=float, default=0.0, help="the GPU's dense bf16 peak (default: by name)")
+    parser.add_argument("--work", type=Path, default=None, help="keep runs here (default: a temporary folder)")
+    args = parser.parse_args()
+    on_gpu = args.device == "cuda"
+    print(f"conditions: {conditions()}\n", flush=True)
+    name = torch.cuda.get_device_name(0) if on_gpu else "cpu"
+    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), 989.0)
+    if on_gpu:
+        small = ["model.preset=transformer-small", "train.max_tokens=4096"]
+    else:  # a check of the script itself
+        small = ["model.preset=transformer-tiny", "model.d_model=64", "model.ffn_dim=128", "train.max_tokens=1024"]
+    steps = args.steps if on_gpu else 40
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        data, text = prepare(args.data, work, 29000 if on_gpu else 2000)
+        check_precisions(data, work, args.device, steps, small)
+        check_gradient_norms(data, args.device)
+        check_resume(data, work, args.device, steps if on_gpu else 20, small)
+        check_torchrun(data, work, args.device, small)
+        if on_gpu:
+            check_translation(work, text, args.device)
+        print(f"\ntraining throughput, bf16 (MFU against {peak:g} TFLOPS):")
+        presets = ["transformer-base", "transformer-big"] if on_gpu else ["transformer-tiny"]
+        throughput(data, work, args.device, peak, presets, [8192, 16384] if on_gpu else [1024])
+        host_wait_share(data, work, args.device, presets[-1], 16384 if on_gpu else 1024)
+        print("\ndecoding test2016 (model: the fp32 run above, a few hundred updates: for speed, not quality):")
+        decoding(work, text, args.device)
+    failed = [name for name, passed, _ in RESULTS if not passed]
+    print(f"\n{len(RESULTS) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1)))
+    main()
