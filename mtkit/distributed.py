@@ -47,23 +47,12 @@ class Distributed:
         """The element-wise sums of the ranks' values, on every rank."""
         return self._all_reduce(values, dist.ReduceOp.SUM)
 
-    def broadcast_object(self, obj):
-        if not self.enabled:
-            return obj
-        holder = [obj]
-        dist.broadcast_object_list(holder, src=0, device=self.device)
-        return holder[0]
-
     def gather_objects(self, obj) -> list:
         if not self.enabled:
             return [obj]
         out = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
-
-    def barrier(self) -> None:
-        if self.enabled:
-            dist.barrier()
 
 
 def init_distributed(device_type: str) -> Distributed:

@@ -99,6 +99,10 @@ CASES = {
     "ev-nothing-to-score": ("evaluate --ref {root}/three.de", "", "give either --model and --src", 1),
     "ev-bad-tokenizer": ("evaluate --hyp {root}/three.de --ref {root}/three.de --tokenize nope", "", "--tokenize nope: not a sacrebleu BLEU tokenizer", 1),
     "ev-output-is-dir": ("evaluate -m {model} --src {corpus}/test.en --ref {corpus}/test.de -o {root}/dir", "", "dir: is a directory", 1),
+    # score
+    "score-missing-src": ("score -m {model} --src {root}/none.en --tgt {root}/three.de", "", "none.en: no such file", 1),
+    "score-mismatch": ("score -m {model} --src {root}/mismatch.en --tgt {root}/three.de", "", "line counts differ", 1),
+    "score-two-normalisations": ("score -m {model} --src {root}/three.de --tgt {root}/three.de --normalize --lenpen 1", "", "--normalize and --lenpen exclude each other", 1),
     # export
     "ex-bad-format": ("export -m {model} -o {root}/x --format onnx", "", "--format onnx", 1),
     "ex-existing-output": ("export -m {model} -o {root}/export_exists", "", "export_exists: already exists", 1),

@@ -72,7 +72,7 @@ def translate(
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
-    from mtkit.textio import atomic_path, check_output_file, line_bytes, progress_size
+    from mtkit.textio import atomic_path, check_input_file, check_output_file, line_bytes, progress_size
     from mtkit.translate import output_lines
 
     cfg = search_config(
@@ -80,6 +80,8 @@ def translate(
     )
     if alignment and engine != "pytorch":
         raise MtkitError("--alignment needs --engine pytorch")
+    if input:
+        check_input_file(input)  # before the model loads
     if output:
         check_output_file(output)
     translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
@@ -201,3 +203,35 @@ def export(
     console.info(
         f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}"
     )
+
+
+@app.command()
+@handle_errors
+def score(
+    model: ModelOption,
+    src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
+    tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
+    normalize: Annotated[bool, typer.Option(help="Per target token (</s> included) instead of the sum.")] = False,
+    lenpen: Annotated[float, typer.Option(help="Divide by the search's length penalty ((5+n)/6)^lenpen.")] = 0.0,
+    checkpoint: CheckpointOption = "best",
+    max_tokens: MaxTokensOption = 8192,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+) -> None:
+    """Score given translations: log p(target | source) by forced decoding, one number per line.
+
+    With --lenpen A the number is what beam search with --lenpen A ranks by; for filtering and reranking.
+
+    Example: [bold]mtkit score -m model.pt --src test.en --tgt test.hyp.de --normalize[/bold]
+    """
+    from mtkit.checkpoint import load_model_file
+    from mtkit.evaluate import check_line_counts, read_lines_checked
+    from mtkit.scoring import Scorer
+
+    if normalize and lenpen:
+        raise MtkitError("--normalize and --lenpen exclude each other")
+    sources, targets = read_lines_checked(src), read_lines_checked(tgt)
+    check_line_counts({src: sources, tgt: targets})
+    scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens)
+    scores = scorer.score(sources, targets, normalize, lenpen)
+    sys.stdout.write("".join(f"{value:.6f}\n" for value in scores))
