@@ -7,6 +7,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 
 from conftest import TINY_TRAIN, run_mtkit, write_corpus
 
@@ -46,12 +47,14 @@ def test_training_killed_at_random_moments_resumes_to_the_uninterrupted_losses(t
     assert reference.returncode == 0, reference.stderr.decode()
     run = tmp_path / "run"
     rng = random.Random(20261122)
-    killed = trials = 0
+    first = start_mtkit("train", "-d", data_dir, "-o", run, *settings)
+    deadline = time.time() + 120
+    while not (run / "state.pt").exists() and time.time() < deadline:  # a start takes ~4 s to its first save
+        time.sleep(0.02)
+    killed = trials = int(kill_after(first, rng.uniform(0.0, 1.5)))
     while killed < KILLS and trials < 3 * KILLS:  # a trial that ends before its kill is not counted
         trials += 1
-        resumable = (run / "state.pt").exists()
-        args = ["--resume", run] if resumable else ["-d", data_dir, "-o", run, "--force", *settings]
-        killed += kill_after(start_mtkit("train", *args), rng.uniform(2.5, 6.0))  # the first save comes ~4 s in
+        killed += kill_after(start_mtkit("train", "--resume", run), rng.uniform(1.0, 6.0))
     assert killed == KILLS
     final = run_mtkit("train", "--resume", run)
     assert final.returncode == 0, final.stderr.decode()
