@@ -92,8 +92,8 @@ class TrainConfig:
         for name in (*not_negative, "valid_max_sentences", "threads"):
             if getattr(self, name) < 0:
                 raise MtkitError(f"train.{name} must not be negative")
-        if self.lr <= 0:
-            raise MtkitError("train.lr must be positive")
+        if self.lr < 0:
+            raise MtkitError("train.lr must not be negative")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise MtkitError("train.label_smoothing must be in [0, 1)")
 
@@ -255,4 +255,25 @@ def resume_config(saved: dict[str, dict[str, Any]], overrides: list[str]) -> Con
                     f"--set {dotted}: cannot change on resume (it would change the model or the data order); "
                     f"these can: {', '.join(sorted(RESUMABLE_KEYS))}"
                 )
+    return config
+
+
+# What fine-tuning (`mtkit train --init-from MODEL`) may change of the model: the rest is the model's.
+FINE_TUNABLE_MODEL_KEYS = ("dropout", "attention_dropout", "activation_dropout")
+
+
+def fine_tuning_config(model: ModelConfig, path: Path | None, overrides: list[str]) -> Config:
+    """The config of a run that starts from `model`'s weights: its architecture, the train section
+    from the YAML file and --set, and any dropout given there."""
+    tree = merge_trees(read_yaml(path) if path else {}, parse_overrides(overrides))
+    model_values = dict(tree.get("model", {}))
+    for key in model_values:
+        if key not in FINE_TUNABLE_MODEL_KEYS:
+            raise MtkitError(
+                f"model.{key}: comes from the --init-from model; fine-tuning may change only "
+                + ", ".join(f"model.{k}" for k in FINE_TUNABLE_MODEL_KEYS)
+            )
+    config = build_config({section: values for section, values in tree.items() if section != "model"})
+    config.model = _build(ModelConfig, {**dataclasses.asdict(model), **model_values}, "model")
+    config.model.validate()
     return config

@@ -27,6 +27,7 @@ from mtkit.batching import Batch, BatchStream, collate
 from mtkit.checkpoint import (
     CHECKPOINT_DIR,
     STATE_FILE,
+    ModelFile,
     Progress,
     load_training_state,
     model_payload,
@@ -49,7 +50,7 @@ MAX_CONSECUTIVE_NONFINITE = 32
 
 
 class Trainer:
-    def __init__(self, config: Config, data_dir: Path, run_dir: Path, resume: bool):
+    def __init__(self, config: Config, data_dir: Path, run_dir: Path, resume: bool, init_weights: dict | None = None):
         self.config, self.cfg = config, config.train
         self.data_dir, self.run_dir = Path(data_dir), Path(run_dir)
         self.device = resolve_device(self.cfg.device)
@@ -63,7 +64,10 @@ class Trainer:
         self.train_data, self.valid_data = open_splits(self.data_dir, config.model)
         self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir)
         torch.manual_seed(self.cfg.seed)
-        self.model = Transformer(config.model).to(self.device)
+        self.model = Transformer(config.model)
+        if init_weights is not None and not resume:  # fine-tuning: a model's weights, a fresh optimizer
+            self.model.load_state_dict(init_weights)
+        self.model.to(self.device)
         self.objective: nn.Module = TrainingObjective(self.model, self.cfg.label_smoothing)
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -287,8 +291,10 @@ def train(
     resume: bool = False,
     force: bool = False,
     overrides: list[str] | None = None,
+    init_from: ModelFile | None = None,
 ) -> str:
-    """Start (or resume) a run; returns the reason it stopped."""
+    """Start (or resume) a run; returns the reason it stopped. `init_from`: start from that model's
+    weights (fine-tuning); its tokenizers must be the dataset's."""
     run_dir = Path(run_dir)
     if resume:
         if not (run_dir / STATE_FILE).is_file():
@@ -301,9 +307,12 @@ def train(
     else:
         assert config is not None and data_dir is not None
         read_manifest(data_dir)  # a clear error before anything is written
+        if init_from is not None:
+            digests = init_from.src_tokenizer.sha256, init_from.tgt_tokenizer.sha256
+            check_tokenizers_match(data_dir, *digests, "the --init-from model")
         if int(os.environ.get("RANK", "0")) == 0:
             prepare_run_dir(run_dir, force)
-    trainer = Trainer(config, data_dir, run_dir, resume)
+    trainer = Trainer(config, data_dir, run_dir, resume, init_from.weights if init_from else None)
     try:
         if trainer.dist.is_main:
             config.save(run_dir / CONFIG_FILE)

@@ -70,6 +70,8 @@ CASES = {
     "train-existing-run": ("train -d {data} -o {run}", "", "already holds a run", 1),
     "train-resume-nothing": ("train --resume {root}/dir", "", "nothing to resume", 1),
     "train-resume-with-config": ("train --resume {run} -c {root}/x.yaml", "", "--config cannot be combined with --resume", 1),
+    "train-init-from-missing": ("train -d {data} -o {root}/r --init-from {root}/none.pt", "", "none.pt: no such model file", 1),
+    "train-init-from-with-resume": ("train --resume {run} --init-from {model}", "", "--init-from cannot be combined with --resume", 1),
     # average
     "avg-missing": ("average {root}/none.pt -o {root}/avg.pt", "", "none.pt: no such model file", 1),
     "avg-wrong-kind": ("average {root}/notes.txt -o {root}/avg.pt", "", "notes.txt: not an mtkit model file", 1),

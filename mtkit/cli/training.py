@@ -31,14 +31,21 @@ def train_command(
         Path | None, typer.Option(help="Continue the run in this directory exactly where it stopped.")
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace a run that RUN_DIR already holds.")] = False,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(help="Fine-tune: start from this model's weights and architecture (model file or run directory)."),
+    ] = None,
 ) -> None:
     """Train a Transformer (CPU or GPU, mixed precision, resumable; runs under torchrun for several processes).
 
     Example: [bold]mtkit train -d data-bin -o runs/en-de -c config.yaml --set train.max_steps=20000[/bold]
 
     Resume:  [bold]mtkit train --resume runs/en-de --set train.max_steps=40000[/bold]
+
+    Fine-tune: [bold]mtkit train -d in-domain-bin -o runs/ft --init-from model.pt --set train.lr=1e-4[/bold]
     """
-    from mtkit.config import load_config
+    from mtkit.checkpoint import load_model_file
+    from mtkit.config import fine_tuning_config, load_config
     from mtkit.train import train
 
     if resume:
@@ -46,10 +53,17 @@ def train_command(
             raise MtkitError(
                 "--config cannot be combined with --resume: the run keeps its config (use --set for stopping criteria)"
             )
+        if init_from:
+            raise MtkitError("--init-from cannot be combined with --resume: a resumed run continues from its own state")
         train(None, data, resume, resume=True, overrides=overrides or [])
         return
     if data is None or output is None:
         raise MtkitError("give --data DATA_DIR and --output RUN_DIR (or --resume RUN_DIR)")
+    if init_from:
+        model_file = load_model_file(init_from)
+        run_config = fine_tuning_config(model_file.config, config, overrides or [])
+        train(run_config, data, output, force=force, init_from=model_file)
+        return
     train(load_config(config, overrides or []), data, output, force=force)
 
 
