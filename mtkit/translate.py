@@ -12,6 +12,8 @@ import torch
 from mtkit.batching import length_batches, pad_batch
 from mtkit.checkpoint import ModelFile
 from mtkit.device import autocast, resolve_device, resolve_precision
+from mtkit.ensemble import Ensemble
+from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.search import Hypothesis, SearchConfig, search
 from mtkit.tokenizer import EOS_ID
@@ -68,19 +70,22 @@ class Translator(TextTranslator):
 
     def __init__(
         self,
-        model_file: ModelFile,
+        model_file: ModelFile | Sequence[ModelFile],
         cfg: SearchConfig,
         device: str = "auto",
         precision: str = "auto",
         batch_size: int = 128,
         max_tokens: int = 8192,
     ):
+        """One model file, or several for an ensemble (same tokenizers; see mtkit.ensemble)."""
         cfg.validate()
         self.cfg = cfg
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
-        self.model = model_file.build_model(self.device)
-        self.src_tokenizer, self.tgt_tokenizer = model_file.src_tokenizer, model_file.tgt_tokenizer
+        files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
+        models = [f.build_model(self.device) for f in files]
+        self.model = models[0] if len(models) == 1 else Ensemble(models)
+        self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
         self.batch_size, self.max_tokens = batch_size, max_tokens
 
     def translate_hypotheses(self, lines: Sequence[str]) -> list[list[tuple[Hypothesis, str]]]:
@@ -98,6 +103,9 @@ class Translator(TextTranslator):
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
         """Pharaoh-format word alignment of a translation (see mtkit.inspection.word_alignment)."""
         from mtkit.inspection import attention_weights, pharaoh, word_alignment
+
+        if isinstance(self.model, Ensemble):
+            raise MtkitError("--alignment needs one model, not an ensemble")
 
         src_line = line.strip()
         src_ids = self.src_tokenizer.encode_batch([src_line])[0]

@@ -91,6 +91,7 @@ CASES = {
     "tr-bad-precision": ("translate -m {model} --precision fp8", "x\n", "fp8", 1),
     "tr-bad-device": ("translate -m {model} --device tpu", "x\n", "tpu", 1),
     "tr-run-dir-without-checkpoints": ("translate -m {root}/not_a_run", "x\n", "not_a_run: a directory without mtkit checkpoints", 1),
+    "tr-ensemble-alignment": ("translate -m {model} -m {model} --alignment", "x\n", "--alignment needs one model", 1),
     # evaluate
     "ev-empty": ("evaluate --hyp {root}/empty.txt --ref {root}/empty.txt", "", "empty.txt: no lines to score", 1),
     "ev-mismatch": ("evaluate --hyp {root}/three.de --ref {corpus}/test.de", "", "line counts differ", 1),

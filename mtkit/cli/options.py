@@ -14,6 +14,10 @@ from mtkit.errors import MtkitError
 ModelOption = Annotated[
     Path, typer.Option("--model", "-m", help="Model file, or a run directory (its best checkpoint).")
 ]
+ModelsOption = Annotated[
+    list[Path],
+    typer.Option("--model", "-m", help="Model file or run directory; repeat it for an ensemble (PyTorch engine)."),
+]
 CheckpointOption = Annotated[str, typer.Option(help="With a run directory: best or last checkpoint.")]
 BeamOption = Annotated[int, typer.Option(help="Beam size (1 = greedy).")]
 LenpenOption = Annotated[float, typer.Option(help="Length penalty alpha: scores / ((5+len)/6)^alpha.")]
@@ -32,19 +36,32 @@ COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16
 
 
 def make_translator(
-    engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, batch_size: int, max_tokens: int
+    engine: str,
+    models: list[Path],
+    checkpoint: str,
+    cfg,
+    device: str,
+    precision: str,
+    batch_size: int,
+    max_tokens: int,
 ):
+    """The engine's translator for one model, or (PyTorch) for an ensemble of several."""
     if engine == "pytorch":
         from mtkit.checkpoint import load_model_file
+        from mtkit.ensemble import check_compatible
         from mtkit.translate import Translator
 
-        return Translator(load_model_file(model, checkpoint), cfg, device, precision, batch_size, max_tokens)
+        files = [load_model_file(model, checkpoint) for model in models]
+        check_compatible(files, [str(model) for model in models])
+        return Translator(files, cfg, device, precision, batch_size, max_tokens)
     if engine == "ctranslate2":
         from mtkit.ct2 import CTranslate2Translator
 
+        if len(models) > 1:
+            raise MtkitError("--engine ctranslate2 takes one model: ensembles need --engine pytorch")
         if precision not in COMPUTE_TYPES:
             raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
-        return CTranslate2Translator(model, cfg, device, COMPUTE_TYPES[precision], batch_size)
+        return CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)
     raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
 
 

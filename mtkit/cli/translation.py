@@ -24,6 +24,7 @@ from mtkit.cli.options import (
     MaxTokensOption,
     MinLenOption,
     ModelOption,
+    ModelsOption,
     NoRepeatOption,
     PrecisionOption,
     input_lines,
@@ -36,7 +37,7 @@ from mtkit.errors import MtkitError
 @app.command()
 @handle_errors
 def translate(
-    model: ModelOption,
+    model: ModelsOption,
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Source text file (default: stdin).")] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write translations here (default: stdout).")
@@ -78,8 +79,8 @@ def translate(
     cfg = search_config(
         beam, lenpen, max_len_a, max_len_b, min_len, nbest, no_repeat_ngram, sample, temperature, top_k, top_p, seed
     )
-    if alignment and engine != "pytorch":
-        raise MtkitError("--alignment needs --engine pytorch")
+    if alignment and (engine != "pytorch" or len(model) > 1):
+        raise MtkitError("--alignment needs one model and --engine pytorch")
     if input:
         check_input_file(input)  # before the model loads
     if output:
@@ -115,7 +116,8 @@ def translate(
 def evaluate(
     ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (raw text); repeat for several.")],
     model: Annotated[
-        Path | None, typer.Option("--model", "-m", help="Model file or run directory to translate with.")
+        list[Path] | None,
+        typer.Option("--model", "-m", help="Model file or run directory to translate with; repeat for an ensemble."),
     ] = None,
     src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
     hyp: Annotated[Path | None, typer.Option(help="Score existing translations instead of translating.")] = None,
@@ -145,9 +147,9 @@ def evaluate(
     from mtkit.textio import check_output_file
 
     names = parse_metrics(metrics)
-    if hyp is not None and model is not None:
+    if hyp is not None and model:
         raise MtkitError("--model and --hyp exclude each other: --hyp scores existing translations, --model makes them")
-    if (hyp is None) == (src is None) or (src is not None and model is None):
+    if (hyp is None) == (src is None) or (src is not None and not model):
         raise MtkitError("give either --model and --src (to translate), or --hyp (to score existing translations)")
     if output:
         check_output_file(output)
