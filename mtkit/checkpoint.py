@@ -175,7 +175,7 @@ class Progress:
 
     step: int = 0
     epoch: int = 0
-    batch_in_epoch: int = 0  # micro-batches of this epoch already consumed
+    batch_in_epoch: int = 0  # batches of this epoch already taken, by all ranks together
     elapsed: float = 0.0  # seconds of training wall-clock (validation and saving included), across resumptions
     best_metric: float | None = None
     bad_validations: int = 0

@@ -42,7 +42,6 @@ class Ensemble(nn.Module):
     def __init__(self, models: Sequence[Transformer]):
         super().__init__()
         self.models = nn.ModuleList(models)
-        self.tgt_embed = models[0].tgt_embed  # where callers look for the device
 
     def encode(self, src: Tensor) -> tuple[EnsembleMemory, Tensor]:
         encoded = [model.encode(src) for model in self.models]
