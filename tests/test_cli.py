@@ -296,3 +296,11 @@ def test_average_keeps_tied_embeddings_shared(trained_run, tmp_path):
     weights = load_model_file(tmp_path / "avg.pt").weights
     assert weights["src_embed.tokens.weight"].data_ptr() == weights["tgt_embed.tokens.weight"].data_ptr()
     assert (tmp_path / "avg.pt").stat().st_size < 1.2 * paths[0].stat().st_size
+
+
+def test_help_lists_the_commands_in_the_order_of_the_data_path():
+    from mtkit.cli import app
+
+    names = [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
+    assert names == ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate", "export",
+                     "score", "attention", "plot"]  # fmt: skip
