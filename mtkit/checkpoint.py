@@ -23,14 +23,13 @@ from mtkit import __version__
 from mtkit.config import ModelConfig, TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
+from mtkit.rundir import CHECKPOINT_DIR, STATE_FILE
 from mtkit.textio import atomic_path, write_text_atomic
 from mtkit.tokenizer import Tokenizer
 
 MODEL_FORMAT = "mtkit-model"
 STATE_FORMAT = "mtkit-train-state"
-CHECKPOINT_DIR = "checkpoints"
 INDEX_FILE = "index.json"
-STATE_FILE = "state.pt"
 
 
 def save_payload(payload: dict[str, Any], path: Path) -> None:

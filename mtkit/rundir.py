@@ -14,12 +14,15 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from mtkit.checkpoint import CHECKPOINT_DIR, STATE_FILE
 from mtkit.errors import MtkitError
 from mtkit.textio import write_text_atomic
 
+# The run directory's layout; mtkit.checkpoint writes the last two. Kept here, free of torch, so that
+# `mtkit plot` reads metrics.jsonl without importing it.
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
+CHECKPOINT_DIR = "checkpoints"
+STATE_FILE = "state.pt"
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CHECKPOINT_DIR, "run.json", "tensorboard")
 
 
