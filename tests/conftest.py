@@ -6,6 +6,7 @@ corpus (the `multi30k` fixture) skip when it is absent, saying how to point them
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -143,6 +144,24 @@ def run_mtkit(
         timeout=timeout,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
     )
+
+
+def start_mtkit(*args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    """Start the real CLI in the background (for tests that signal or kill it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mtkit", *map(str, args)], stdout=stdout, stderr=stderr,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+
+def records(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, training loss) of every logged step."""
+    return [(r["step"], r["loss"]) for r in records(run_dir) if "loss" in r]
 
 
 @pytest.fixture(scope="session")

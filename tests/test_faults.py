@@ -2,25 +2,14 @@
 preprocess, average and export leave either their complete output or none."""
 
 import json
-import os
 import random
 import shutil
 import subprocess
-import sys
 import time
 
-from conftest import TINY_TRAIN, run_mtkit, write_corpus
+from conftest import TINY_TRAIN, losses, run_mtkit, start_mtkit, write_corpus
 
 KILLS = 10
-
-
-def start_mtkit(*args) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "mtkit", *map(str, args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
 
 
 def kill_after(proc: subprocess.Popen, seconds: float) -> bool:
@@ -32,11 +21,6 @@ def kill_after(proc: subprocess.Popen, seconds: float) -> bool:
         proc.kill()
         proc.wait()
         return True
-
-
-def losses(run_dir):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
 
 
 def test_training_killed_at_random_moments_resumes_to_the_uninterrupted_losses(tmp_path, data_dir):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from conftest import TINY_TRAIN, run_mtkit, write_lines
+from conftest import TINY_TRAIN, losses, records, run_mtkit, start_mtkit, write_lines
 
 from mtkit.checkpoint import MODEL_FORMAT, STATE_FILE, load_payload, read_index
 from mtkit.config import build_config, parse_overrides
@@ -19,15 +19,6 @@ from mtkit.train import train
 def tiny_config(*overrides: str):
     pairs = [TINY_TRAIN[i + 1] for i in range(0, len(TINY_TRAIN), 2)] + list(overrides)
     return build_config(parse_overrides(pairs))
-
-
-def records(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def losses(run_dir):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
 
 
 def test_tiny_model_overfits_a_tiny_corpus(tmp_path, tokenizer_path):
@@ -83,12 +74,7 @@ def test_sigterm_saves_and_resume_continues_exactly(tmp_path, data_dir):
         "--set",
         "model.dropout=0.1",
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mtkit", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = start_mtkit(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and len(losses(run)) >= 5):
         time.sleep(0.2)
@@ -360,12 +346,7 @@ def test_kill_9_never_damages_saved_checkpoints(tmp_path, data_dir):
         "--set",
         "train.keep_last=3",
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mtkit", *map(str, args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = start_mtkit(*args)
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and len(losses(run)) >= 8):
         time.sleep(0.05)
