@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +20,14 @@ import torch
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
-from mtkit.search import Hypothesis, SearchConfig, max_output_length
+from mtkit.search import MAX_OUTPUT_TOKENS, MAX_SOURCE_TOKENS, Hypothesis, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import PAD, Tokenizer
 from mtkit.translate import TextTranslator
 
 QUANTIZATIONS = ("float32", "int8", "int16", "float16", "bfloat16", "int8_float32", "int8_bfloat16")
-MAX_POSITIONS = 1024
+# The fixed position table: a source of MAX_SOURCE_TOKENS subwords and its </s>, and every decoding step.
+MAX_POSITIONS = max(MAX_SOURCE_TOKENS + 1, MAX_OUTPUT_TOKENS)
 META_FILE = "mtkit.json"
 
 
@@ -128,8 +128,9 @@ def export_ctranslate2(model_file: ModelFile, output: Path, quantization: str = 
 class CTranslate2Translator(TextTranslator):
     """The same interface as mtkit.translate.Translator, decoding with CTranslate2.
 
-    Differences: CTranslate2 normalises beam scores by length ** lenpen (not GNMT's
-    ((5 + length) / 6) ** lenpen), and applies one length limit per batch.
+    The one difference: CTranslate2 normalises beam scores by length ** lenpen (not GNMT's
+    ((5 + length) / 6) ** lenpen), so beam search with lenpen > 0 may rank otherwise. Greedy search,
+    and beam search without a length penalty, give mtkit's own translations, at the length limit too.
     """
 
     def __init__(
@@ -158,7 +159,7 @@ class CTranslate2Translator(TextTranslator):
         self.batch_size = batch_size
         self.max_positions = json.loads((directory / META_FILE).read_text())["max_positions"]
 
-    def _search(self, sources: list[list[str]]) -> list[list[Hypothesis]]:
+    def _search(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
         """Decode every sentence with its own length limit, in as few engine calls as possible.
 
         CTranslate2 takes one length limit per call, and calls of a few sentences each are slow.
@@ -167,13 +168,16 @@ class CTranslate2Translator(TextTranslator):
         until a search's last step, a larger limit changes nothing in it.
         """
         cfg = self.cfg
-        limits = [max_output_length(len(s) - 1, cfg) for s in sources]  # sources end with </s>
+        if any(len(s) >= self.max_positions for s in sentences):  # a model exported before the table grew
+            raise MtkitError(f"this export covers sources of up to {self.max_positions - 1} subwords: export it again")
+        sources = [[self.src_tokenizer.id_to_token(t) for t in s] + ["</s>"] for s in sentences]
+        limits = [max_output_length(len(s), cfg) for s in sentences]
         if cfg.beam > 1 and cfg.lenpen == 0:
             # Without a length penalty CTranslate2 exits early, before the step where it stopped can be
             # read from its hypotheses: decode under each sentence's own limit.
             out: list[tuple[list[Hypothesis], float]] = [([], math.inf)] * len(sources)
         else:
-            out = self._translate(sources, max(limits))
+            out = self._translate(sources, max(limits, default=1))
         again: dict[int, list[int]] = {}  # limit -> the sentences to decode again under it
         for i, (_, steps) in enumerate(out):
             if steps >= limits[i] - 1:
@@ -201,28 +205,18 @@ class CTranslate2Translator(TextTranslator):
             no_repeat_ngram_size=cfg.no_repeat_ngram,
             return_scores=True,
             max_batch_size=self.batch_size,
-            max_input_length=self.max_positions,
+            max_input_length=0,  # sources come cut to MAX_SOURCE_TOKENS (mtkit.translate)
+            suppress_sequences=[["<s>"], ["<blank>"]],  # never generated, as in mtkit's own search
             sampling_topk=(cfg.top_k or 0) if cfg.sample else 1,
             sampling_topp=cfg.top_p,
             sampling_temperature=cfg.temperature,
         )
         out = []
         for result in results:
+            # A hypothesis that has the limit's full length was cut there, without </s>.
             hyps = [
-                Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score)
+                Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score, len(tokens) < limit)
                 for tokens, score in zip(result.hypotheses, result.scores)
             ]
             out.append((hyps[: cfg.nbest], max(len(h.tokens) for h in hyps)))
-        return out
-
-    def translate_hypotheses(self, lines: Sequence[str]) -> list[list[tuple[Hypothesis, str]]]:
-        stripped = [line.strip() for line in lines]
-        wanted = [i for i, line in enumerate(stripped) if line]
-        out: list[list[tuple[Hypothesis, str]]] = [[] for _ in lines]
-        if not wanted:
-            return out
-        ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
-        sources = [[self.src_tokenizer.id_to_token(t) for t in row] + ["</s>"] for row in ids]
-        for i, hyps in zip(wanted, self._search(sources)):
-            out[i] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
         return out

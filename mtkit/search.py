@@ -4,6 +4,14 @@ All sentences (and all beams of a sentence, flattened into the batch axis) advan
 a sentence that is finished is dropped from the batch, so it costs no more compute.
 Scores are sums of log-probabilities including </s>; a finished hypothesis of n tokens
 (counting </s>) is ranked by log_prob / ((5 + n) / 6) ** lenpen (GNMT's length penalty).
+
+The length limit: a search takes at most L = a x source tokens + b steps, one token each, </s>
+included. Hypotheses still open after step L are cut there: they keep their L tokens and their
+log-probability so far (no </s>), and compete with the finished ones. This is CTranslate2's rule
+(and OpenNMT-py's), so both of mtkit's engines give the same translation at the limit.
+Long lines: both engines translate at most MAX_SOURCE_TOKENS subwords of a source (the rest is cut,
+with a warning; see mtkit.translate) and L is at most MAX_OUTPUT_TOKENS, so that an exported model's
+fixed position table (CTranslate2) covers every position either engine can reach.
 """
 
 from __future__ import annotations
@@ -17,6 +25,9 @@ from torch import Tensor
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+MAX_SOURCE_TOKENS = 1024  # subwords of a source line that are translated, without </s>
+MAX_OUTPUT_TOKENS = 1024  # the largest length limit L
 
 
 @dataclass
@@ -49,7 +60,8 @@ class SearchConfig:
 class Hypothesis:
     tokens: list[int]  # without </s>
     score: float  # length-normalised log-probability: what beam search ranks by
-    log_prob: float  # sum of log-probabilities of the tokens and </s>
+    log_prob: float  # sum of log-probabilities of the tokens and </s> (no </s> where cut at the limit)
+    ended: bool = True  # False: cut at the length limit, without </s>
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
@@ -57,9 +69,9 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
 
 
 def max_output_length(source_tokens: int, cfg: SearchConfig) -> int:
-    """The length limit of a translation, both without </s>: a x source tokens + b, at least 1.
-    Every engine takes it from here, so they agree to the last float rounding."""
-    return max(1, int(cfg.max_len_a * source_tokens + cfg.max_len_b))
+    """The length limit, in decoding steps (tokens, </s> included): a x source tokens without </s>
+    + b, at least 1 and at most MAX_OUTPUT_TOKENS. Every engine takes it from here, so they agree to the last float rounding."""
+    return min(MAX_OUTPUT_TOKENS, max(1, int(cfg.max_len_a * source_tokens + cfg.max_len_b)))
 
 
 def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
@@ -67,17 +79,12 @@ def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
     return torch.tensor([max_output_length(n, cfg) for n in source_tokens.tolist()], device=src.device)
 
 
-def _constrain(lprobs: Tensor, step: int, max_lens: Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:
-    """Forbid <pad>/<s>, </s> before min_len, anything but </s> at the length limit, repeated n-grams."""
+def _constrain(lprobs: Tensor, step: int, history: Tensor, cfg: SearchConfig) -> Tensor:
+    """Forbid <pad>/<s>, </s> before min_len, and repeated n-grams."""
     lprobs[:, PAD_ID] = float("-inf")
     lprobs[:, BOS_ID] = float("-inf")
     if step < cfg.min_len:
         lprobs[:, EOS_ID] = float("-inf")
-    at_limit = step >= max_lens
-    if at_limit.any():
-        eos = lprobs[at_limit, EOS_ID].clone()
-        lprobs[at_limit] = float("-inf")
-        lprobs[at_limit, EOS_ID] = torch.where(torch.isfinite(eos), eos, torch.zeros_like(eos))
     if cfg.no_repeat_ngram and history.size(1) >= cfg.no_repeat_ngram:
         lprobs = _ban_repeated_ngrams(lprobs, history, cfg.no_repeat_ngram)
     return lprobs
@@ -119,20 +126,20 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
     log_probs = torch.zeros(batch, device=src.device)
     tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    for step in range(int(max_lens.max()) + 1):
+    for step in range(int(max_lens.max())):
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
-        lprobs = _constrain(lprobs, step, max_lens[alive], history, cfg)
+        lprobs = _constrain(lprobs, step, history, cfg)
         tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
         history = torch.cat([history, tokens[:, None]], dim=1)
-        finished = tokens == EOS_ID
+        ended = tokens == EOS_ID
+        finished = ended | (step + 1 >= max_lens[alive])
         if finished.any():
             for row in finished.nonzero().flatten().tolist():
-                length = history.size(1)
                 score = log_probs[row].item()
-                results[alive[row]] = [
-                    Hypothesis(history[row, :-1].tolist(), score / length_penalty(length, cfg.lenpen), score)
-                ]
+                output = history[row, :-1] if ended[row] else history[row]
+                normalised = score / length_penalty(step + 1, cfg.lenpen)
+                results[alive[row]] = [Hypothesis(output.tolist(), normalised, score, bool(ended[row]))]
             keep = (~finished).nonzero().flatten()
             if keep.numel() == 0:
                 break
@@ -156,27 +163,25 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
     history = torch.empty(batch * k, 0, dtype=torch.long, device=device)
     tokens = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    for step in range(int(max_lens.max()) + 1):
+    for step in range(int(max_lens.max())):
         n_alive = alive.numel()
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
-        lprobs = _constrain(lprobs, step, max_lens[alive].repeat_interleave(k), history, cfg)
+        lprobs = _constrain(lprobs, step, history, cfg)
         vocab = lprobs.size(-1)
         candidates = (scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
         top_beam, top_token = top_index // vocab, top_index % vocab
-        ends = (top_token == EOS_ID) & torch.isfinite(top_scores)
-        ends[:, k:] = False  # only an </s> among the k best candidates finishes a hypothesis
+        last_step = step + 1 >= max_lens[alive]
+        # An </s> among the k best candidates finishes a hypothesis; at the last step, all k best do.
+        ends = ((top_token == EOS_ID) | last_step[:, None]) & torch.isfinite(top_scores)
+        ends[:, k:] = False
+        normaliser = length_penalty(step + 1, cfg.lenpen)
         for i, j in ends.nonzero().tolist():
-            sentence = int(alive[i])
-            if len(finished[sentence]) < k:
-                row = i * k + int(top_beam[i, j])
-                log_prob = float(top_scores[i, j])
-                length = history.size(1) + 1
-                finished[sentence].append(
-                    Hypothesis(history[row].tolist(), log_prob / length_penalty(length, cfg.lenpen), log_prob)
-                )
+            row, token, log_prob = i * k + int(top_beam[i, j]), int(top_token[i, j]), float(top_scores[i, j])
+            output = history[row].tolist() + ([] if token == EOS_ID else [token])
+            finished[int(alive[i])].append(Hypothesis(output, log_prob / normaliser, log_prob, token == EOS_ID))
         done = torch.tensor([len(finished[int(s)]) >= k for s in alive], device=device)
-        done |= ~torch.isfinite(top_scores[:, 0]) | (step >= max_lens[alive])
+        done |= ~torch.isfinite(top_scores[:, 0]) | last_step
         # Continue with the k best candidates that did not end.
         continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
         next_scores, pick = continuing.topk(k, dim=1)  # (n, k)

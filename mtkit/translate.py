@@ -11,12 +11,13 @@ import torch
 
 from mtkit.batching import length_batches, pad_batch
 from mtkit.checkpoint import ModelFile
+from mtkit.console import warn
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.ensemble import Ensemble
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.search import Hypothesis, SearchConfig, search
-from mtkit.tokenizer import EOS_ID
+from mtkit.search import MAX_SOURCE_TOKENS, Hypothesis, SearchConfig, search
+from mtkit.tokenizer import EOS_ID, Tokenizer
 
 
 @torch.no_grad()
@@ -42,10 +43,38 @@ def translate_ids(
 
 
 class TextTranslator:
-    """What every engine offers on top of its translate_hypotheses(lines)."""
+    """Raw lines in, n-best hypotheses out: what every engine shares on top of its _search(ids).
 
-    def translate_hypotheses(self, lines: Sequence[str]) -> list[list[tuple[Hypothesis, str]]]:
+    An engine sets src_tokenizer and tgt_tokenizer; _search takes subword ids (no </s>), each
+    at most MAX_SOURCE_TOKENS long, and returns each sentence's n-best hypotheses.
+    """
+
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+
+    def _search(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
         raise NotImplementedError
+
+    def translate_hypotheses(self, lines: Sequence[str], first_line: int = 1) -> list[list[tuple[Hypothesis, str]]]:
+        """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
+
+        A line longer than MAX_SOURCE_TOKENS subwords is translated from its first MAX_SOURCE_TOKENS,
+        with a warning that names it (lines count from first_line).
+        """
+        stripped = [line.strip() for line in lines]
+        wanted = [i for i, line in enumerate(stripped) if line]
+        ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
+        for i, row in zip(wanted, ids):
+            if len(row) > MAX_SOURCE_TOKENS:
+                warn(
+                    f"line {first_line + i}: {len(row):,} subwords, more than {MAX_SOURCE_TOKENS:,}: "
+                    f"translating its first {MAX_SOURCE_TOKENS:,}"
+                )
+        found = self._search([row[:MAX_SOURCE_TOKENS] for row in ids])
+        out: list[list[tuple[Hypothesis, str]]] = [[] for _ in lines]
+        for i, hyps in zip(wanted, found):
+            out[i] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
+        return out
 
     def translate(self, lines: Sequence[str]) -> list[str]:
         """The best translation of each line ("" for a blank line)."""
@@ -56,13 +85,15 @@ class TextTranslator:
     ) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
         """Translate an endless stream in chunks, yielding (line, its n-best) in input order."""
         chunk: list[str] = []
+        first_line = 1
         for line in lines:
             chunk.append(line)
             if len(chunk) >= chunk_lines:
-                yield from zip(chunk, self.translate_hypotheses(chunk))
+                yield from zip(chunk, self.translate_hypotheses(chunk, first_line))
+                first_line += len(chunk)
                 chunk = []
         if chunk:
-            yield from zip(chunk, self.translate_hypotheses(chunk))
+            yield from zip(chunk, self.translate_hypotheses(chunk, first_line))
 
 
 class Translator(TextTranslator):
@@ -88,17 +119,10 @@ class Translator(TextTranslator):
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
         self.batch_size, self.max_tokens = batch_size, max_tokens
 
-    def translate_hypotheses(self, lines: Sequence[str]) -> list[list[tuple[Hypothesis, str]]]:
-        """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses."""
-        stripped = [line.strip() for line in lines]
-        wanted = [i for i, line in enumerate(stripped) if line]
-        ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
-        found = translate_ids(self.model, ids, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens)
-        out: list[list[tuple[Hypothesis, str]]] = [[] for _ in lines]
-        for i, hyps in zip(wanted, found):
-            texts = self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])
-            out[i] = list(zip(hyps, texts))
-        return out
+    def _search(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
+        return translate_ids(
+            self.model, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens
+        )
 
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
         """Pharaoh-format word alignment of a translation (see mtkit.inspection.word_alignment)."""
@@ -108,7 +132,7 @@ class Translator(TextTranslator):
             raise MtkitError("--alignment needs one model, not an ensemble")
 
         src_line = line.strip()
-        src_ids = self.src_tokenizer.encode_batch([src_line])[0]
+        src_ids = self.src_tokenizer.encode_batch([src_line])[0][:MAX_SOURCE_TOKENS]
         weights = attention_weights(self.model, src_ids, hypothesis.tokens)
         tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
         return pharaoh(word_alignment(weights["cross"], self.src_tokenizer.tokens(src_line), tgt_tokens))

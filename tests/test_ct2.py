@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 from conftest import run_mtkit
 
-from mtkit.checkpoint import load_model_file
+from mtkit.checkpoint import load_model_file, save_model_file
 from mtkit.ct2 import CTranslate2Translator, export_ctranslate2
 from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig
+from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Translator
 
@@ -89,6 +89,7 @@ def test_one_call_under_the_largest_limit_equals_a_call_per_limit(
             length_penalty=lenpen,
             max_decoding_length=limit,
             return_scores=True,
+            suppress_sequences=[["<s>"], ["<blank>"]],
         )
         expected.update(
             {
@@ -96,7 +97,7 @@ def test_one_call_under_the_largest_limit_equals_a_call_per_limit(
                 for i, result in zip(group, results)
             }
         )
-    got = engine._search(sources)
+    got = engine._search(src_tok.encode_batch(lines))
     reached = sum(len(hyps[0].tokens) >= limit for hyps, limit in zip(got, limits))
     assert 0 < reached < len(sources)
     assert [[([tgt_tok.id_to_token(t) for t in h.tokens], h.score) for h in hyps] for hyps in got] == [
@@ -132,3 +133,31 @@ def test_export_and_engine_through_the_cli(trained_run, corpus, tmp_path):
 def test_engine_refuses_a_plain_model_directory(trained_run):
     with pytest.raises(MtkitError, match="not an exported mtkit CTranslate2 model"):
         CTranslate2Translator(trained_run, SearchConfig())
+
+
+def test_both_engines_translate_a_long_line_from_its_first_1024_subwords(model_file, corpus, tmp_path):
+    """One policy for lines over MAX_SOURCE_TOKENS subwords, in both engines: translate the first
+    MAX_SOURCE_TOKENS (CTranslate2's position table covers them), and say so, naming the line."""
+    export_ctranslate2(model_file, tmp_path / "ct2")
+    words = (corpus / "train.en").read_text().split()
+    long_line = " ".join(words[:1500])
+    pieces = model_file.src_tokenizer.encode_batch([long_line])[0]
+    assert len(pieces) > MAX_SOURCE_TOKENS
+    lines = ["A dog runs.", long_line, "Two men talk."]
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=6)
+    ours = Translator(model_file, cfg, device="cpu", precision="fp32")
+    expected = ours.tgt_tokenizer.decode_batch([h[0].tokens for h in ours._search([pieces[:MAX_SOURCE_TOKENS]])])[0]
+    ct2 = CTranslate2Translator(tmp_path / "ct2", cfg, device="cpu", compute_type="float32")
+    assert ours.translate(lines)[1] == ct2.translate(lines)[1] == expected
+    save_model_file(tmp_path / "model.pt", model_file)
+    stdin = "".join(line + "\n" for line in lines).encode()
+    for engine, model in (("pytorch", tmp_path / "model.pt"), ("ctranslate2", tmp_path / "ct2")):
+        result = run_mtkit(
+            "translate", "--engine", engine, "-m", model, "--beam", "1", "--max-len-a", "0", "--max-len-b", "6",
+            stdin=stdin,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr.decode()
+        assert result.stdout.decode().splitlines()[1] == expected
+        assert (
+            f"line 2: {len(pieces):,} subwords, more than 1,024: translating its first 1,024" in result.stderr.decode()
+        )

@@ -8,6 +8,7 @@ from conftest import tiny_model
 from mtkit.batching import pad_batch
 from mtkit.errors import MtkitError
 from mtkit.search import (
+    MAX_OUTPUT_TOKENS,
     SearchConfig,
     beam_search,
     greedy_search,
@@ -23,17 +24,20 @@ SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]
 
 
 @torch.no_grad()
-def forced_log_probs(model, src_ids, outputs):
-    """The model's own log-probability of each output followed by </s> (teacher forcing), in one batch."""
+def forced_log_probs(model, src_ids, outputs, with_eos=True):
+    """The model's own log-probability of each output, followed by </s> unless with_eos is False
+    (teacher forcing), in one batch."""
     src = torch.tensor([src_ids + [EOS_ID]] * len(outputs))
     tgt_in = pad_batch(outputs, prefix=BOS_ID)
     tgt_out = pad_batch(outputs, suffix=EOS_ID)
+    if not with_eos:
+        tgt_out = tgt_out.masked_fill(tgt_out == EOS_ID, 0)
     lprobs = F.log_softmax(model(src, tgt_in).double(), dim=-1).gather(2, tgt_out[:, :, None]).squeeze(2)
     return lprobs.masked_fill(tgt_out == 0, 0.0).sum(dim=1).tolist()
 
 
-def forced_log_prob(model, src_ids, out_ids):
-    return forced_log_probs(model, src_ids, [out_ids])[0]
+def forced_log_prob(model, src_ids, out_ids, with_eos=True):
+    return forced_log_probs(model, src_ids, [out_ids], with_eos)[0]
 
 
 @pytest.fixture(params=[0, 1, 2])
@@ -51,16 +55,24 @@ def test_beam_one_equals_greedy(model):
 
 @pytest.mark.parametrize("lenpen", [0.0, 0.6, 1.0])
 def test_large_beam_finds_the_exhaustive_optimum(model, lenpen):
+    """Within the limit of 3 steps, a translation is 1-2 words and </s>, or 3 words cut at the limit
+    (scored without </s>): beam 64 covers them all, so it finds the best of the lot."""
     max_len = 3
     cfg = SearchConfig(beam=64, lenpen=lenpen, max_len_a=0, max_len_b=max_len, min_len=1)
     found = search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg)
     words = [UNK_ID, 4, 5, 6, 7]  # everything but <pad>, <s> and </s>
     for src_ids, hyps in zip(SOURCES, found):
-        candidates = [list(seq) for n in range(1, max_len + 1) for seq in itertools.product(words, repeat=n)]
-        log_probs = forced_log_probs(model, src_ids, candidates)
-        scored = [(lp / length_penalty(len(seq) + 1, lenpen), seq) for lp, seq in zip(log_probs, candidates)]
-        best_score, best_seq = max(scored)
-        assert hyps[0].tokens == best_seq
+        ended = [list(seq) for n in range(1, max_len) for seq in itertools.product(words, repeat=n)]
+        cut = [list(seq) for seq in itertools.product(words, repeat=max_len)]
+        scored = [
+            (lp / length_penalty(len(seq) + 1, lenpen), seq, True)
+            for lp, seq in zip(forced_log_probs(model, src_ids, ended), ended)
+        ] + [
+            (lp / length_penalty(max_len, lenpen), seq, False)
+            for lp, seq in zip(forced_log_probs(model, src_ids, cut, with_eos=False), cut)
+        ]
+        best_score, best_seq, best_ended = max(scored)
+        assert (hyps[0].tokens, hyps[0].ended) == (best_seq, best_ended)
         assert hyps[0].score == pytest.approx(best_score, abs=1e-4)
 
 
@@ -98,7 +110,8 @@ def test_nbest_is_sorted_and_scores_are_forced_log_probs(model):
         assert scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in hyps}) == 5
         for hyp in hyps:
-            assert hyp.log_prob == pytest.approx(forced_log_prob(model, src_ids, hyp.tokens), abs=1e-4)
+            assert len(hyp.tokens) <= 4 and hyp.ended == (len(hyp.tokens) < 4)  # 4 tokens: cut at the limit
+            assert hyp.log_prob == pytest.approx(forced_log_prob(model, src_ids, hyp.tokens, hyp.ended), abs=1e-4)
             assert hyp.score == hyp.log_prob
 
 
@@ -147,3 +160,9 @@ def test_length_limit_is_computed_in_double_precision_for_every_engine():
     src = pad_batch([[4] * 10, [5] * 3, []], suffix=EOS_ID)
     assert max_output_length(10, cfg) == 7
     assert max_output_lengths(src, cfg).tolist() == [7, 2, 1]  # 0.7 x 3 = 2.1; at least 1
+
+
+def test_length_limit_is_capped_for_every_engine():
+    cfg = SearchConfig(max_len_a=1.0, max_len_b=50)
+    assert max_output_length(MAX_OUTPUT_TOKENS - 50, cfg) == MAX_OUTPUT_TOKENS
+    assert max_output_length(MAX_OUTPUT_TOKENS, cfg) == MAX_OUTPUT_TOKENS == 1024
