@@ -51,6 +51,7 @@ class TextTranslator:
 
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+    warn_long_lines = True
 
     def _search(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
         raise NotImplementedError
@@ -65,7 +66,7 @@ class TextTranslator:
         wanted = [i for i, line in enumerate(stripped) if line]
         ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
         for i, row in zip(wanted, ids):
-            if len(row) > MAX_SOURCE_TOKENS:
+            if len(row) > MAX_SOURCE_TOKENS and self.warn_long_lines:
                 warn(
                     f"line {first_line + i}: {len(row):,} subwords, more than {MAX_SOURCE_TOKENS:,}: "
                     f"translating its first {MAX_SOURCE_TOKENS:,}"

@@ -1,0 +1,157 @@
+"""Load test of `mtkit serve`: concurrent clients sending single sentences, batching on and off.
+
+For each server setting (dynamic batching with the default 10 ms wait, --max-wait-ms 0, and no
+batching at all: --max-batch-tokens 1, one sentence per batch) and each number of clients, the
+clients send single test2016 sentences as fast as answers come, for a fixed time. The table gives
+requests/s, sentences/s, latency percentiles and the mean batch size (from the server's /metrics),
+and compares with offline translation (the same engine and options, in one process) of the same
+sentences.
+
+  python bench/serve_load.py -m runs/multi30k/model.pt [--seconds 30] [--clients 1,8,32]
+
+Needs pip install 'mtkit[serve]' httpx. The load generator runs on the same machine (one asyncio
+process), so it takes a little CPU from the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table  # noqa: E402
+
+SETTINGS = {
+    "batching, wait 10 ms": ["--max-wait-ms", "10"],
+    "batching, wait 0 ms": ["--max-wait-ms", "0"],
+    "no batching": ["--max-wait-ms", "0", "--max-batch-tokens", "1"],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def offline_rate(model: Path, sentences: list[str], beam: int, engine: str) -> float:
+    """Sentences/s of `mtkit translate` on these sentences, the model already loaded."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from mtkit.cli.options import make_translator
+    from mtkit.search import SearchConfig
+
+    translator = make_translator(
+        engine, [model], "best", SearchConfig(beam=beam, lenpen=0.6), "auto", "auto", 128, 8192
+    )
+    translator.translate(sentences[:20])  # warm-up
+    start = time.perf_counter()
+    translator.translate(sentences)
+    return len(sentences) / (time.perf_counter() - start)
+
+
+def batch_totals(httpx, url: str) -> tuple[float, float]:
+    text = httpx.get(f"{url}/metrics").text
+    values = dict(re.findall(r"^(mtkit_batch_sentences_(?:sum|count)) (\S+)$", text, re.M))
+    return float(values["mtkit_batch_sentences_sum"]), float(values["mtkit_batch_sentences_count"])
+
+
+async def load(url: str, sentences: list[str], clients: int, seconds: float) -> list[float]:
+    """Latencies (s) of the requests answered within `seconds`."""
+    import httpx
+
+    latencies: list[float] = []
+    next_sentence = 0
+    deadline = time.monotonic() + seconds
+
+    async def client(http) -> None:
+        nonlocal next_sentence
+        while time.monotonic() < deadline:
+            text = sentences[next_sentence % len(sentences)]
+            next_sentence += 1
+            start = time.perf_counter()
+            response = await http.post(f"{url}/v1/translate", json={"text": text})
+            response.raise_for_status()
+            latencies.append(time.perf_counter() - start)
+
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    import httpx
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-m", "--model", type=Path, required=True)
+    parser.add_argument("--data", type=Path, default=DEFAULT_MULTI30K)
+    parser.add_argument("--engine", default="pytorch")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--clients", default="1,8,32")
+    args = parser.parse_args()
+    sentences = (args.data / "test2016.en").read_text(encoding="utf-8").splitlines()
+    client_counts = [int(c) for c in args.clients.split(",")]
+
+    offline = offline_rate(args.model, sentences, args.beam, args.engine)
+    rows, rates = [], {}
+    for name, options in SETTINGS.items():
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        command = mtkit_command("serve", "-m", args.model, "--engine", args.engine, "--port", port, "--beam", args.beam)
+        server = subprocess.Popen(command + options, stderr=subprocess.DEVNULL)
+        try:
+            while True:
+                try:
+                    if httpx.get(f"{url}/ready").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if server.poll() is not None:
+                    sys.exit(f"the server did not start: {' '.join(command + options)}")
+                time.sleep(0.2)
+            for clients in client_counts:
+                before = batch_totals(httpx, url)
+                latencies = asyncio.run(load(url, sentences, clients, args.seconds))
+                after = batch_totals(httpx, url)
+                rate = len(latencies) / args.seconds
+                rates[name, clients] = rate
+                mean_batch = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+                rows.append(
+                    [name, clients, rate, rate, 1000 * percentile(latencies, 0.5), 1000 * percentile(latencies, 0.95),
+                     1000 * percentile(latencies, 0.99), mean_batch]
+                )  # fmt: skip
+                print(f"{name}, {clients} clients: {rate:.1f} sentences/s", file=sys.stderr)
+        finally:
+            server.terminate()
+            server.wait(60)
+
+    print(f"mtkit serve under load: {args.model}, engine {args.engine}, beam {args.beam}, lenpen 0.6, single test2016")
+    print(f"sentences per request, {args.seconds:g} s per row; {conditions()}")
+    print()
+    print_table(["server", "clients", "requests/s", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "mean batch"], rows)
+    print()
+    print(f"offline translation of the same {len(sentences):,} sentences: {offline:.1f} sentences/s")
+    most = max(client_counts)
+    best = rates.get(("batching, wait 10 ms", most))
+    if best is not None:
+        print(f"at {most} clients: {best / offline:.0%} of offline (target >= 70%)", end="")
+        unbatched = rates.get(("no batching", most))
+        if unbatched:
+            print(f", {best / unbatched:.1f}x the server without batching (target >= 3x)", end="")
+        print()
+
+
+if __name__ == "__main__":
+    main()

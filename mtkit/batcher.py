@@ -1,0 +1,152 @@
+"""Dynamic batching for a translation service: sentences of concurrent requests share batches.
+
+Requests submit their sentences to one bounded queue. A worker thread takes the oldest sentence,
+waits at most `max_wait_s` (counted from that sentence's arrival) for company with the same
+decoding options, and translates up to `max_batch_tokens` source subwords of them in one call;
+the engine sorts a batch by length itself. A large request is spread over several batches.
+Engine-agnostic: the translate function does the work, on this one thread, so it owns its device.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class QueueFull(Exception):
+    """The queue has no room for the request's sentences: try again later."""
+
+
+@dataclass
+class Job:
+    text: str
+    tokens: int  # source subwords with </s>: what the batch budget counts
+    options: Hashable  # only jobs with equal options share a batch
+    future: Future = field(default_factory=Future)
+    arrival: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class BatchStats:
+    sentences: int
+    tokens: int
+    seconds: float
+
+
+class Batcher:
+    """A queue of sentences and the worker thread that translates them in batches.
+
+    translate(texts, options) returns one result per text; its exceptions reach every request
+    in that batch. on_batch(stats) is called after each batch (for metrics).
+    """
+
+    def __init__(
+        self,
+        translate: Callable[[list[str], Any], Sequence[Any]],
+        max_batch_tokens: int,
+        max_wait_s: float,
+        max_queue: int,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ):
+        self._translate = translate
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_s
+        self.max_queue = max_queue
+        self._on_batch = on_batch
+        self._queue: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="mtkit-batcher", daemon=True)
+
+    @property
+    def depth(self) -> int:
+        """Sentences waiting (not yet in a batch)."""
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Translate what is queued, then end the worker."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def submit(self, jobs: list[Job]) -> list[Future]:
+        """Queue all of a request's sentences, or none of them (QueueFull)."""
+        with self._cond:
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            if len(self._queue) + len(jobs) > self.max_queue:
+                raise QueueFull(f"{len(self._queue)} sentences are waiting; the queue holds {self.max_queue}")
+            self._queue.extend(jobs)
+            self._cond.notify()
+        return [job.future for job in jobs]
+
+    def _run(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._process(batch)
+
+    def _next_batch(self) -> list[Job] | None:
+        with self._cond:
+            while True:
+                self._drop_cancelled()
+                if self._queue:
+                    break
+                if self._stopping:
+                    return None
+                self._cond.wait()
+            first = self._queue[0]
+            deadline = first.arrival + self.max_wait_s
+            while True:
+                batch, full = self._select(first.options)
+                remaining = deadline - time.monotonic()
+                if full or remaining <= 0 or self._stopping:
+                    break
+                self._cond.wait(remaining)
+            chosen = {id(job) for job in batch}
+            self._queue = deque(job for job in self._queue if id(job) not in chosen)
+            return batch
+
+    def _drop_cancelled(self) -> None:
+        if any(job.future.cancelled() for job in self._queue):
+            self._queue = deque(job for job in self._queue if not job.future.cancelled())
+
+    def _select(self, options: Hashable) -> tuple[list[Job], bool]:
+        """The oldest jobs with these options that fit the token budget (the first always does),
+        and whether the budget is full (a further job with these options does not fit)."""
+        batch: list[Job] = []
+        tokens = 0
+        for job in self._queue:
+            if job.options != options or job.future.cancelled():
+                continue
+            if batch and tokens + job.tokens > self.max_batch_tokens:
+                return batch, True
+            batch.append(job)
+            tokens += job.tokens
+        return batch, tokens >= self.max_batch_tokens
+
+    def _process(self, batch: list[Job]) -> None:
+        batch = [job for job in batch if job.future.set_running_or_notify_cancel()]  # a client may have left
+        if not batch:
+            return
+        start = time.perf_counter()
+        try:
+            results = self._translate([job.text for job in batch], batch[0].options)
+        except Exception as err:  # the requests get it as a 500; the worker carries on
+            for job in batch:
+                job.future.set_exception(err)
+            return
+        for job, result in zip(batch, results):
+            job.future.set_result(result)
+        if self._on_batch:
+            self._on_batch(BatchStats(len(batch), sum(job.tokens for job in batch), time.perf_counter() - start))

@@ -1,0 +1,101 @@
+"""The serve command: a model behind HTTP (mtkit.serve)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit import console
+from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import (
+    BeamOption,
+    CheckpointOption,
+    DeviceOption,
+    EngineOption,
+    LenpenOption,
+    MaxLenAOption,
+    MaxLenBOption,
+    MinLenOption,
+    ModelOption,
+    NoRepeatOption,
+    PrecisionOption,
+    make_translator,
+    search_config,
+)
+from mtkit.errors import MtkitError
+
+
+@app.command()
+@handle_errors
+def serve(
+    model: ModelOption,
+    engine: EngineOption = "pytorch",
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    max_batch_tokens: Annotated[int, typer.Option(help="Most source subwords per batch.")] = 4096,
+    max_wait_ms: Annotated[
+        float, typer.Option(help="Longest wait for other requests' sentences to batch with (0: no batching wait).")
+    ] = 10.0,
+    max_queue: Annotated[int, typer.Option(help="Most sentences waiting; beyond, requests get 503.")] = 2048,
+    max_chars: Annotated[int, typer.Option(help="Most characters per request; beyond, 413.")] = 20000,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+    lenpen: LenpenOption = 0.6,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    min_len: MinLenOption = 1,
+    no_repeat_ngram: NoRepeatOption = 0,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+) -> None:
+    """Serve a model over HTTP: /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
+
+    Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
+    most --max-wait-ms); SIGTERM finishes the requests in flight, then exits. Needs
+    pip install 'mtkit[serve]'.
+
+    Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
+    [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
+    """
+    from mtkit.serve import ServeConfig, Service, _require_extra
+    from mtkit.serve import serve as run_server
+
+    _require_extra()
+    if not 0 <= port <= 65535:
+        raise MtkitError(f"--port {port}: must be between 0 and 65535")
+    serve_cfg = ServeConfig(max_batch_tokens, max_wait_ms, max_queue, max_chars)
+    serve_cfg.validate()
+    cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
+    translator, info = _load(engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens)
+    service = Service(translator, cfg, info, serve_cfg)
+    languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
+    console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{port}")
+    run_server(service, host, port)
+    console.info("stopped")
+
+
+def _load(engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, max_tokens: int):
+    """The engine's translator, and the model's name, languages and the file /v1/models checksums."""
+    from mtkit.serve import ModelInfo
+
+    if engine == "ctranslate2":
+        from mtkit.ct2 import META_FILE
+
+        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens)
+        meta = json.loads((model / META_FILE).read_text(encoding="utf-8")).get("source", {})
+        return translator, ModelInfo(
+            model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang")
+        )
+    if engine != "pytorch":
+        raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
+    from mtkit.checkpoint import load_model_file, resolve_model_path
+    from mtkit.translate import Translator
+
+    path = resolve_model_path(model, checkpoint)
+    model_file = load_model_file(path)
+    translator = Translator(model_file, cfg, device, precision, 128, max_tokens)
+    meta = model_file.meta
+    return translator, ModelInfo(path.name, path, engine, meta.get("src_lang"), meta.get("tgt_lang"))

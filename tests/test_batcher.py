@@ -1,0 +1,116 @@
+"""Dynamic batching, in-process with a recording stand-in for the engine."""
+
+import time
+
+import pytest
+
+from mtkit.batcher import Batcher, Job, QueueFull
+
+
+class Recorder:
+    """A translate function that records its batches and answers text -> TEXT."""
+
+    def __init__(self):
+        self.calls: list[tuple[list[str], str]] = []
+
+    def __call__(self, texts, options):
+        self.calls.append((list(texts), options))
+        return [t.upper() for t in texts]
+
+
+def jobs(texts, options="a", tokens=2):
+    return [Job(t, tokens, options) for t in texts]
+
+
+def test_concurrent_sentences_share_a_batch_within_the_token_budget():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=8, max_wait_s=0.3, max_queue=100)
+    first = batcher.submit(jobs(["a", "b"]))
+    second = batcher.submit(jobs(["c", "d", "e"]))  # 5 x 2 tokens: 4 fit one batch, the fifth waits
+    batcher.start()
+    assert [f.result(5) for f in first + second] == ["A", "B", "C", "D", "E"]
+    batcher.stop()
+    assert [texts for texts, _ in engine.calls] == [["a", "b", "c", "d"], ["e"]]
+
+
+def test_only_equal_options_share_a_batch_and_order_is_kept():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.2, max_queue=100)
+    futures = batcher.submit(jobs(["x1"], "x")) + batcher.submit(jobs(["y1"], "y")) + batcher.submit(jobs(["x2"], "x"))
+    batcher.start()
+    assert [f.result(5) for f in futures] == ["X1", "Y1", "X2"]
+    batcher.stop()
+    assert engine.calls == [(["x1", "x2"], "x"), (["y1"], "y")]
+
+
+def test_a_lone_sentence_waits_at_most_max_wait():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.25, max_queue=100)
+    batcher.start()
+    start = time.monotonic()
+    (future,) = batcher.submit(jobs(["alone"]))
+    assert future.result(5) == "ALONE"
+    waited = time.monotonic() - start
+    batcher.stop()
+    assert 0.25 <= waited < 2.0
+
+
+def test_a_full_budget_goes_without_waiting():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=4, max_wait_s=30.0, max_queue=100)
+    batcher.start()
+    start = time.monotonic()
+    futures = batcher.submit(jobs(["a", "b"]))  # exactly the budget: no reason to wait 30 s
+    assert [f.result(5) for f in futures] == ["A", "B"]
+    batcher.stop()
+    assert time.monotonic() - start < 5
+
+
+def test_the_queue_is_bounded_and_takes_all_of_a_request_or_nothing():
+    batcher = Batcher(Recorder(), max_batch_tokens=100, max_wait_s=0.0, max_queue=3)
+    batcher.submit(jobs(["a", "b"]))
+    with pytest.raises(QueueFull, match="2 sentences are waiting; the queue holds 3"):
+        batcher.submit(jobs(["c", "d"]))
+    assert batcher.depth == 2
+    batcher.submit(jobs(["c"]))
+    assert batcher.depth == 3
+
+
+def test_cancelled_sentences_are_never_translated():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.2, max_queue=100)
+    gone = batcher.submit(jobs(["gone1", "gone2"]))
+    kept = batcher.submit(jobs(["kept"]))
+    for future in gone:
+        assert future.cancel()
+    batcher.start()
+    assert kept[0].result(5) == "KEPT"
+    batcher.stop()
+    assert engine.calls == [(["kept"], "a")]
+
+
+def test_an_engine_error_reaches_that_batch_only():
+    def engine(texts, options):
+        if "bad" in texts:
+            raise RuntimeError("engine failed")
+        return texts
+
+    batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.0, max_queue=100)
+    bad = batcher.submit(jobs(["bad"], "p"))
+    good = batcher.submit(jobs(["good"], "q"))
+    batcher.start()
+    with pytest.raises(RuntimeError, match="engine failed"):
+        bad[0].result(5)
+    assert good[0].result(5) == "good"
+    batcher.stop()
+
+
+def test_stop_translates_what_is_queued_then_refuses():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=10.0, max_queue=100)
+    futures = batcher.submit(jobs(["a", "b"]))
+    batcher.start()
+    batcher.stop()  # does not wait the 10 s: stopping sends what is queued at once
+    assert [f.result(0) for f in futures] == ["A", "B"]
+    with pytest.raises(QueueFull, match="shutting down"):
+        batcher.submit(jobs(["c"]))
