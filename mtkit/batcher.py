@@ -1,9 +1,12 @@
 """Dynamic batching for a translation service: sentences of concurrent requests share batches.
 
 Requests submit their sentences to one bounded queue. A worker thread takes the oldest sentence,
-waits at most `max_wait_s` (counted from that sentence's arrival) for company with the same
-decoding options, and translates up to `max_batch_tokens` source subwords of them in one call;
-the engine sorts a batch by length itself. A large request is spread over several batches.
+waits at most `max_wait_s` for company with the same decoding options, and translates up to
+`max_batch_tokens` source subwords of them in one call; the engine sorts a batch by length itself.
+A large request is spread over several batches. The wait counts from the oldest sentence's arrival
+or, if the worker was busy then, from the end of its last batch: under steady load, the clients
+answered by that batch get that long to send their next sentences and join the next batch, so
+batches do not settle into alternating halves of the clients.
 Engine-agnostic: the translate function does the work, on this one thread, so it owns its device.
 """
 
@@ -61,6 +64,7 @@ class Batcher:
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
         self._stopping = False
+        self._last_batch_end = 0.0
         self._thread = threading.Thread(target=self._run, name="mtkit-batcher", daemon=True)
 
     @property
@@ -106,7 +110,7 @@ class Batcher:
                     return None
                 self._cond.wait()
             first = self._queue[0]
-            deadline = first.arrival + self.max_wait_s
+            deadline = max(first.arrival, self._last_batch_end) + self.max_wait_s
             while True:
                 batch, full = self._select(first.options)
                 remaining = deadline - time.monotonic()
@@ -145,8 +149,10 @@ class Batcher:
         except Exception as err:  # the requests get it as a 500; the worker carries on
             for job in batch:
                 job.future.set_exception(err)
+            self._last_batch_end = time.monotonic()
             return
         for job, result in zip(batch, results):
             job.future.set_result(result)
+        self._last_batch_end = time.monotonic()
         if self._on_batch:
             self._on_batch(BatchStats(len(batch), sum(job.tokens for job in batch), time.perf_counter() - start))

@@ -82,6 +82,7 @@ class TrainConfig:
     valid_beam: int = 1
     valid_max_sentences: int = 0  # decode only the first N valid sentences for BLEU; 0 = all
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+    ema_decay: float = 0.0  # keep an exponential moving average of the weights (e.g. 0.9999); 0 = off
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
@@ -96,6 +97,8 @@ class TrainConfig:
             raise MtkitError("train.lr must not be negative")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise MtkitError("train.label_smoothing must be in [0, 1)")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise MtkitError("train.ema_decay must be in [0, 1) (0 = no moving average)")
 
 
 @dataclass

@@ -23,7 +23,8 @@ METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "state.pt"
-RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CHECKPOINT_DIR, "run.json", "tensorboard")
+EMA_FILE = "ema.pt"  # the moving average of the weights (train.ema_decay), a model file
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CHECKPOINT_DIR, EMA_FILE, "run.json", "tensorboard")
 
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:

@@ -38,7 +38,6 @@ from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.translate import TextTranslator
 
 MAX_BEAM = 16
-POLL_DISCONNECT_S = 0.1
 THROUGHPUT_WINDOW_S = 10.0
 
 
@@ -67,7 +66,7 @@ class Options:
 @dataclass
 class ServeConfig:
     max_batch_tokens: int = 4096
-    max_wait_ms: float = 10.0
+    max_wait_ms: float = 20.0
     max_queue: int = 2048
     max_chars: int = 20000
 
@@ -125,6 +124,10 @@ class Metrics:
         self.batch_tokens = prom.Histogram(
             "mtkit_batch_tokens", "Source subwords per batch.", buckets=buckets, registry=self.registry
         )
+        self.batch_seconds = prom.Histogram(
+            "mtkit_batch_seconds", "Time to translate a batch.", buckets=[0.01 * 2**i for i in range(12)],
+            registry=self.registry,
+        )  # fmt: skip
         self.sentences = prom.Counter("mtkit_sentences", "Sentences translated.", registry=self.registry)
         self.throughput = prom.Gauge(
             "mtkit_sentences_per_second", f"Sentences translated per second over the last {THROUGHPUT_WINDOW_S:g} s.",
@@ -136,6 +139,7 @@ class Metrics:
     def observe_batch(self, stats: BatchStats) -> None:
         self.batch_sentences.observe(stats.sentences)
         self.batch_tokens.observe(stats.tokens)
+        self.batch_seconds.observe(stats.seconds)
         self.sentences.inc(stats.sentences)
         self._recent.append((time.monotonic(), stats.sentences))
 
@@ -219,15 +223,17 @@ class Service:
         except QueueFull as err:
             raise RequestError(503, f"busy: {err}; retry later", {"Retry-After": "1"}) from None
         waiting = asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
-        while True:
-            done, _ = await asyncio.wait({waiting}, timeout=POLL_DISCONNECT_S)
-            if done:
-                return waiting.result()
-            if await request.is_disconnected():
-                for future in futures:
-                    future.cancel()
-                waiting.cancel()
-                raise RequestError(499, "the client closed the connection")
+        gone = asyncio.ensure_future(_disconnect(request))
+        try:
+            done, _ = await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if waiting in done:
+            return waiting.result()
+        for future in futures:
+            future.cancel()
+        waiting.cancel()
+        raise RequestError(499, "the client closed the connection")
 
     def warm_up(self) -> Future:
         """Translate one sentence through the batcher; /ready says yes once it is back."""
@@ -235,6 +241,12 @@ class Service:
         (future,) = self.batcher.submit([job])
         future.add_done_callback(lambda f: setattr(self, "ready", f.exception() is None))
         return future
+
+
+async def _disconnect(request) -> None:
+    """Returns when the client has gone: once the body is read, the server's next message is that."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _texts(value: str | list[str]) -> list[str]:

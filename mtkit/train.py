@@ -33,16 +33,18 @@ from mtkit.checkpoint import (
     model_payload,
     rng_state,
     save_checkpoint,
+    save_payload,
     set_rng_state,
 )
 from mtkit.config import Config, ModelConfig, TrainConfig, resume_config
 from mtkit.data import ParallelDataset, check_tokenizers_match, load_tokenizers, read_manifest
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
+from mtkit.ema import WeightAverage
 from mtkit.errors import MtkitError
 from mtkit.loss import TrainingObjective
 from mtkit.model import Transformer
-from mtkit.rundir import CONFIG_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal, prepare_run_dir
+from mtkit.rundir import CONFIG_FILE, EMA_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal, prepare_run_dir
 from mtkit.schedule import learning_rate
 from mtkit.validation import validate
 
@@ -76,6 +78,7 @@ class Trainer:
                 self.objective, device_ids=device_ids, broadcast_buffers=False
             )
         self.optimizer = make_optimizer(self.model, self.cfg, self.device)
+        self.ema = WeightAverage(self.model, self.cfg.ema_decay) if self.cfg.ema_decay else None
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.progress = Progress()
         if resume:
@@ -131,6 +134,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if not finite:
             return {"skipped": "nonfinite"}
+        if self.ema:
+            self.ema.update()
         loss_sum, nll_sum, src_sum = self.dist.sum([loss_sum, nll_sum, float(src_tokens)])
         return {"loss": loss_sum / total_tgt, "nll": nll_sum / total_tgt, "lr": lr, "grad_norm": grad_norm,
                 "tgt_tokens": float(total_tgt), "src_tokens": src_sum}  # fmt: skip
@@ -174,10 +179,16 @@ class Trainer:
         state = {"config": self.config.to_dict(), "model": weights, "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict() if self.scaler else None, "progress": vars(self.progress),
                  "rng": rng_states, "data_dir": str(self.data_dir.resolve()),
+                 "ema": self.ema.state_dict() if self.ema else None,
                  "src_tokenizer_sha256": self.src_tokenizer.sha256, "tgt_tokenizer_sha256": self.tgt_tokenizer.sha256}  # fmt: skip
         model_file = model_payload(weights, self.config.model, self.src_tokenizer, self.tgt_tokenizer, meta)
         keep = self.cfg.keep_last, self.cfg.keep_best
         save_checkpoint(self.run_dir, step, model_file, state, (self.cfg.valid_metric, metric), keep)
+        if self.ema:
+            ema_meta = {**meta, "ema_decay": self.ema.decay}
+            ema_state = self.ema.model_state(self.model)
+            ema_file = model_payload(ema_state, self.config.model, self.src_tokenizer, self.tgt_tokenizer, ema_meta)
+            save_payload(ema_file, self.run_dir / EMA_FILE)
 
     def _load_state(self) -> None:
         state = load_training_state(self.run_dir)
@@ -188,6 +199,8 @@ class Trainer:
         if self.scaler and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress(**state["progress"])
+        if self.ema and state.get("ema") is not None:
+            self.ema.load_state_dict(state["ema"])
         rng = state["rng"]
         set_rng_state(rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0], self.device)
 

@@ -38,7 +38,7 @@ def serve(
     max_batch_tokens: Annotated[int, typer.Option(help="Most source subwords per batch.")] = 4096,
     max_wait_ms: Annotated[
         float, typer.Option(help="Longest wait for other requests' sentences to batch with (0: no batching wait).")
-    ] = 10.0,
+    ] = 20.0,
     max_queue: Annotated[int, typer.Option(help="Most sentences waiting; beyond, requests get 503.")] = 2048,
     max_chars: Annotated[int, typer.Option(help="Most characters per request; beyond, 413.")] = 20000,
     checkpoint: CheckpointOption = "best",
