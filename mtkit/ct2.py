@@ -159,7 +159,7 @@ class CTranslate2Translator(TextTranslator):
         self.batch_size = batch_size
         self.max_positions = json.loads((directory / META_FILE).read_text())["max_positions"]
 
-    def _search(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
+    def _search(self, sentences: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         """Decode every sentence with its own length limit, in as few engine calls as possible.
 
         CTranslate2 takes one length limit per call, and calls of a few sentences each are slow.
@@ -171,23 +171,27 @@ class CTranslate2Translator(TextTranslator):
         if any(len(s) >= self.max_positions for s in sentences):  # a model exported before the table grew
             raise MtkitError(f"this export covers sources of up to {self.max_positions - 1} subwords: export it again")
         sources = [[self.src_tokenizer.id_to_token(t) for t in s] + ["</s>"] for s in sentences]
+        targets = [[self.tgt_tokenizer.id_to_token(t) for t in p] or None for p in prefixes] if prefixes else None
         limits = [max_output_length(len(s), cfg) for s in sentences]
         if cfg.beam > 1 and cfg.lenpen == 0:
             # Without a length penalty CTranslate2 exits early, before the step where it stopped can be
             # read from its hypotheses: decode under each sentence's own limit.
             out: list[tuple[list[Hypothesis], float]] = [([], math.inf)] * len(sources)
         else:
-            out = self._translate(sources, max(limits, default=1))
+            out = self._translate(sources, max(limits, default=1), targets)
         again: dict[int, list[int]] = {}  # limit -> the sentences to decode again under it
         for i, (_, steps) in enumerate(out):
             if steps >= limits[i] - 1:
                 again.setdefault(limits[i], []).append(i)
         for limit, indices in sorted(again.items()):
-            for i, result in zip(indices, self._translate([sources[i] for i in indices], limit)):
+            subset = [targets[i] for i in indices] if targets else None
+            for i, result in zip(indices, self._translate([sources[i] for i in indices], limit, subset)):
                 out[i] = result
         return [hyps for hyps, _ in out]
 
-    def _translate(self, sources: list[list[str]], limit: int) -> list[tuple[list[Hypothesis], float]]:
+    def _translate(
+        self, sources: list[list[str]], limit: int, prefixes: list[list[str] | None] | None = None
+    ) -> list[tuple[list[Hypothesis], float]]:
         """The n-best hypotheses of each source, and the last step its search ran.
 
         Beam search stops once it has `beam` finished hypotheses, so the longest of those is the
@@ -197,6 +201,7 @@ class CTranslate2Translator(TextTranslator):
         finished = cfg.beam if cfg.beam > 1 else cfg.nbest
         results = self.translator.translate_batch(
             sources,
+            prefixes,
             beam_size=cfg.beam,
             num_hypotheses=finished,
             length_penalty=cfg.lenpen,

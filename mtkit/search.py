@@ -100,6 +100,35 @@ def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> Tensor:
     return lprobs
 
 
+def prefix_tensor(prefixes: list[list[int]] | None, batch: int, device: torch.device) -> Tensor | None:
+    """Target prefixes as a (batch, longest) tensor, -1 after each prefix's end; None without any."""
+    if not prefixes or not any(prefixes):
+        return None
+    out = torch.full((batch, max(len(p) for p in prefixes)), -1, dtype=torch.long)
+    for i, prefix in enumerate(prefixes):
+        out[i, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+    return out.to(device)
+
+
+class _Pin:
+    """Forces each row's prefix token at this step: only it keeps its (unconstrained) log-probability."""
+
+    def __init__(self, lprobs: Tensor, step: int, forced: Tensor | None):
+        self.rows = self.tokens = self.values = None
+        if forced is not None and step < forced.size(1):
+            tokens = forced[:, step]
+            rows = (tokens >= 0).nonzero().flatten()
+            if rows.numel():
+                self.rows, self.tokens = rows, tokens[rows]
+                self.values = lprobs[rows, self.tokens].clone()  # before _constrain bans anything
+
+    def apply(self, lprobs: Tensor) -> Tensor:
+        if self.rows is not None:
+            lprobs[self.rows] = float("-inf")
+            lprobs[self.rows, self.tokens] = self.values
+        return lprobs
+
+
 def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Tensor:
     logits = lprobs / cfg.temperature
     if cfg.top_k:
@@ -114,8 +143,11 @@ def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Te
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
-    """Argmax (or a sample, with cfg.sample) at every step, for a batch of sources (B, S)."""
+def greedy_search(
+    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None
+) -> list[list[Hypothesis]]:
+    """Argmax (or a sample, with cfg.sample) at every step, for a batch of sources (B, S);
+    `forced` (prefix_tensor) gives target prefixes, which count towards scores and length limits."""
     batch = src.size(0)
     memory, src_mask = model.encode(src)
     state = model.start_decoding(memory, src_mask)
@@ -128,7 +160,8 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
     for step in range(int(max_lens.max())):
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
-        lprobs = _constrain(lprobs, step, history, cfg)
+        pin = _Pin(lprobs, step, None if forced is None else forced[alive])
+        lprobs = pin.apply(_constrain(lprobs, step, history, cfg))
         tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
         history = torch.cat([history, tokens[:, None]], dim=1)
@@ -149,8 +182,11 @@ def greedy_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[li
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
-    """Beam search for a batch of sources (B, S); returns the cfg.nbest best hypotheses per sentence."""
+def beam_search(
+    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None
+) -> list[list[Hypothesis]]:
+    """Beam search for a batch of sources (B, S); returns the cfg.nbest best hypotheses per sentence.
+    With `forced` (prefix_tensor), every hypothesis of a sentence starts with its prefix."""
     batch, k = src.size(0), cfg.beam
     device = src.device
     memory, src_mask = model.encode(src)
@@ -166,7 +202,8 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
     for step in range(int(max_lens.max())):
         n_alive = alive.numel()
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
-        lprobs = _constrain(lprobs, step, history, cfg)
+        pin = _Pin(lprobs, step, None if forced is None else forced[alive].repeat_interleave(k, dim=0))
+        lprobs = pin.apply(_constrain(lprobs, step, history, cfg))
         vocab = lprobs.size(-1)
         candidates = (scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
@@ -198,8 +235,12 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hyps in finished]
 
 
-def search(model: Transformer, src: Tensor, cfg: SearchConfig) -> list[list[Hypothesis]]:
-    """Beam search when cfg.beam > 1, else greedy (or sampling)."""
+def search(
+    model: Transformer, src: Tensor, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+) -> list[list[Hypothesis]]:
+    """Beam search when cfg.beam > 1, else greedy (or sampling); `prefixes`: each sentence's forced
+    beginning of the translation (target ids, [] for none)."""
+    forced = prefix_tensor(prefixes, src.size(0), src.device)
     if cfg.beam == 1:
-        return greedy_search(model, src, cfg)
-    return beam_search(model, src, cfg)
+        return greedy_search(model, src, cfg, forced)
+    return beam_search(model, src, cfg, forced)

@@ -29,14 +29,17 @@ def translate_ids(
     precision: str = "fp32",
     batch_size: int = 128,
     max_tokens: int = 8192,
+    prefixes: Sequence[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Search for every sentence of subword ids, batched by length; results in input order."""
+    """Search for every sentence of subword ids, batched by length; results in input order.
+    `prefixes`: each sentence's forced target beginning (ids; [] for none)."""
     results: list[list[Hypothesis]] = [[] for _ in sentences]
     lengths = [len(s) for s in sentences]
     for group in length_batches(lengths, batch_size, max(1, max_tokens // cfg.beam)):
         src = pad_batch([sentences[i] for i in group], device, suffix=EOS_ID)
+        forced = [prefixes[i] for i in group] if prefixes else None
         with autocast(device, precision):
-            hypotheses = search(model, src, cfg)
+            hypotheses = search(model, src, cfg, forced)
         for index, hyps in zip(group.tolist(), hypotheses):
             results[index] = hyps
     return results
@@ -46,32 +49,37 @@ class TextTranslator:
     """Raw lines in, n-best hypotheses out: what every engine shares on top of its _search(ids).
 
     An engine sets src_tokenizer and tgt_tokenizer; _search takes subword ids (no </s>), each
-    at most MAX_SOURCE_TOKENS long, and returns each sentence's n-best hypotheses.
+    at most MAX_SOURCE_TOKENS long, and target prefixes (ids, or None), and returns each
+    sentence's n-best hypotheses.
     """
 
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     warn_long_lines = True
 
-    def _search(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
+    def _search(self, sentences: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         raise NotImplementedError
 
-    def translate_hypotheses(self, lines: Sequence[str], first_line: int = 1) -> list[list[tuple[Hypothesis, str]]]:
+    def translate_hypotheses(
+        self, lines: Sequence[str], first_line: int = 1, prefixes: Sequence[str] | None = None
+    ) -> list[list[tuple[Hypothesis, str]]]:
         """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
 
-        A line longer than MAX_SOURCE_TOKENS subwords is translated from its first MAX_SOURCE_TOKENS,
-        with a warning that names it (lines count from first_line).
+        `prefixes`: per line, text every translation must begin with ("" for none). A line longer
+        than MAX_SOURCE_TOKENS subwords is translated from its first MAX_SOURCE_TOKENS, with a
+        warning that names it (lines count from first_line).
         """
         stripped = [line.strip() for line in lines]
         wanted = [i for i, line in enumerate(stripped) if line]
         ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
+        forced = self.tgt_tokenizer.encode_batch([prefixes[i].strip() for i in wanted]) if prefixes else None
         for i, row in zip(wanted, ids):
             if len(row) > MAX_SOURCE_TOKENS and self.warn_long_lines:
                 warn(
                     f"line {first_line + i}: {len(row):,} subwords, more than {MAX_SOURCE_TOKENS:,}: "
                     f"translating its first {MAX_SOURCE_TOKENS:,}"
                 )
-        found = self._search([row[:MAX_SOURCE_TOKENS] for row in ids])
+        found = self._search([row[:MAX_SOURCE_TOKENS] for row in ids], forced)
         out: list[list[tuple[Hypothesis, str]]] = [[] for _ in lines]
         for i, hyps in zip(wanted, found):
             out[i] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
@@ -82,19 +90,24 @@ class TextTranslator:
         return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
 
     def translate_stream(
-        self, lines: Iterable[str], chunk_lines: int
+        self, lines: Iterable[str] | Iterable[tuple[str, str]], chunk_lines: int, with_prefixes: bool = False
     ) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
-        """Translate an endless stream in chunks, yielding (line, its n-best) in input order."""
-        chunk: list[str] = []
+        """Translate an endless stream in chunks, yielding (line, its n-best) in input order.
+        with_prefixes: the stream holds (line, target prefix) pairs."""
+        chunk: list = []
         first_line = 1
-        for line in lines:
-            chunk.append(line)
+        for item in lines:
+            chunk.append(item)
             if len(chunk) >= chunk_lines:
-                yield from zip(chunk, self.translate_hypotheses(chunk, first_line))
+                yield from self._translate_chunk(chunk, first_line, with_prefixes)
                 first_line += len(chunk)
                 chunk = []
         if chunk:
-            yield from zip(chunk, self.translate_hypotheses(chunk, first_line))
+            yield from self._translate_chunk(chunk, first_line, with_prefixes)
+
+    def _translate_chunk(self, chunk: list, first_line: int, with_prefixes: bool):
+        sources, prefixes = (list(column) for column in zip(*chunk)) if with_prefixes else (chunk, None)
+        return zip(sources, self.translate_hypotheses(sources, first_line, prefixes))
 
 
 class Translator(TextTranslator):
@@ -120,9 +133,9 @@ class Translator(TextTranslator):
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
         self.batch_size, self.max_tokens = batch_size, max_tokens
 
-    def _search(self, sentences: list[list[int]]) -> list[list[Hypothesis]]:
+    def _search(self, sentences: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         return translate_ids(
-            self.model, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens
+            self.model, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens, prefixes
         )
 
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:

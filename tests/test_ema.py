@@ -38,6 +38,7 @@ def test_the_arithmetic_exactly_on_a_toy_sequence():
 def test_tied_weights_stay_one_tensor():
     config = build_config(parse_overrides(["model.preset=transformer-tiny", "model.tie_embeddings=true"])).model
     config.src_vocab_size = config.tgt_vocab_size = 20
+    config.joint_vocab = True  # the source embedding, the target embedding and the output: one tensor
     model = Transformer(config)
     state = WeightAverage(model, 0.9).model_state(model)
     tied = [name for name, t in model.state_dict().items() if t.data_ptr() == model.tgt_embed.tokens.weight.data_ptr()]

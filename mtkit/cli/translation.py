@@ -61,6 +61,12 @@ def translate(
     alignment: Annotated[
         bool, typer.Option(help="Append <TAB> and a source-target word alignment (i-j pairs).")
     ] = False,
+    prefix_file: Annotated[
+        Path | None, typer.Option(help="Per input line, text its translation must begin with (blank: none).")
+    ] = None,
+    prefix_in_input: Annotated[
+        bool, typer.Option(help="Input lines are source<TAB>prefix: the translation begins with the prefix.")
+    ] = False,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -69,7 +75,8 @@ def translate(
 
     With --alignment each line is `translation<TAB>i-j ...`: source word i aligned to target word j
     (0-based, whitespace-separated words), from the penultimate decoder layer's cross-attention
-    averaged over heads.
+    averaged over heads. With --prefix-file or --prefix-in-input each translation begins with the
+    given target text and continues as the model's best completion (both engines).
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
@@ -81,6 +88,10 @@ def translate(
     )
     if alignment and (engine != "pytorch" or len(model) > 1):
         raise MtkitError("--alignment needs one model and --engine pytorch")
+    if prefix_file and prefix_in_input:
+        raise MtkitError("--prefix-file and --prefix-in-input: give one of them")
+    if prefix_file:
+        check_input_file(prefix_file)
     if input:
         check_input_file(input)  # before the model loads
     if output:
@@ -93,7 +104,9 @@ def translate(
     def write_all(out) -> int:
         written = 0
         with console.progress("translating", total=total, unit="bytes" if total else "") as bar:
-            for index, (line, nbest_list) in enumerate(translator.translate_stream(input_lines(input), chunk)):
+            stream = _with_prefixes(input_lines(input), input, prefix_file, prefix_in_input)
+            with_prefixes = bool(prefix_file or prefix_in_input)
+            for index, (line, nbest_list) in enumerate(translator.translate_stream(stream, chunk, with_prefixes)):
                 rows = output_lines(index, line, nbest_list, nbest, translator.alignment if alignment else None)
                 out.write("".join(row + "\n" for row in rows))
                 written += 1
@@ -109,6 +122,30 @@ def translate(
         console.info(f"wrote {n:,} translations to {output}")
     else:
         write_all(sys.stdout)
+
+
+def _with_prefixes(lines, input: Path | None, prefix_file: Path | None, prefix_in_input: bool):
+    """The input lines, or (source, prefix) pairs from --prefix-file or source<TAB>prefix lines."""
+    from itertools import zip_longest
+
+    from mtkit.textio import iter_lines
+
+    if prefix_in_input:
+        return (tuple(line.split("\t", 1)) if "\t" in line else (line, "") for line in lines)
+    if prefix_file is None:
+        return lines
+
+    def pairs():
+        missing = object()
+        for number, (line, prefix) in enumerate(zip_longest(lines, iter_lines(prefix_file), fillvalue=missing), 1):
+            source = input or "stdin"
+            if line is missing:
+                raise MtkitError(f"--prefix-file {prefix_file}: more lines than the input ({source}: {number - 1})")
+            if prefix is missing:
+                raise MtkitError(f"--prefix-file {prefix_file}: {number - 1} lines, fewer than the input ({source})")
+            yield line, prefix
+
+    return pairs()
 
 
 @app.command()
