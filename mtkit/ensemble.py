@@ -18,13 +18,10 @@ from mtkit.model import DecoderState, Transformer
 
 
 class EnsembleMemory:
-    """The encoder outputs of every model, selected together (beam search repeats them per beam)."""
+    """The encoder outputs of every model."""
 
     def __init__(self, memories: list[Tensor]):
         self.memories = memories
-
-    def index_select(self, dim: int, index: Tensor) -> EnsembleMemory:
-        return EnsembleMemory([memory.index_select(dim, index) for memory in self.memories])
 
 
 class EnsembleState:
@@ -33,9 +30,9 @@ class EnsembleState:
     def __init__(self, states: list[DecoderState]):
         self.states = states
 
-    def select(self, index: Tensor) -> None:
+    def select(self, index: Tensor, sentences: Tensor | None = None) -> None:
         for state in self.states:
-            state.select(index)
+            state.select(index, sentences)
 
 
 class Ensemble(nn.Module):
@@ -47,8 +44,8 @@ class Ensemble(nn.Module):
         encoded = [model.encode(src) for model in self.models]
         return EnsembleMemory([memory for memory, _ in encoded]), encoded[0][1]  # the mask depends on src only
 
-    def start_decoding(self, memory: EnsembleMemory, src_mask: Tensor) -> EnsembleState:
-        return EnsembleState([m.start_decoding(mem, src_mask) for m, mem in zip(self.models, memory.memories)])
+    def start_decoding(self, memory: EnsembleMemory, src_mask: Tensor, beams: int = 1) -> EnsembleState:
+        return EnsembleState([m.start_decoding(mem, src_mask, beams) for m, mem in zip(self.models, memory.memories)])
 
     def decode_step(self, tokens: Tensor, state: EnsembleState) -> Tensor:
         """The mean of the models' next-token log-probabilities (B, V); the search normalises it again."""

@@ -123,8 +123,15 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(x).chunk(2, dim=-1)
         return split_heads(k, self.heads), split_heads(v, self.heads)  # (B, h, L, d_k) each
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+    def forward(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False, group: int = 1
+    ) -> Tensor:
+        """group > 1: x holds `group` consecutive rows (beams) per row of k and v, one position each;
+        they attend as `group` queries of that one row, so k and v are never copied per beam."""
         q = split_heads(self.q_proj(x), self.heads)  # (B, h, Lq, d_k)
+        if group > 1:  # (B*g, h, 1, d_k) -> (B, h, g, d_k)
+            rows, heads, _, d_k = q.shape
+            q = q.view(rows // group, group, heads, d_k).transpose(1, 2)
         if self.keep_weights:
             out, self.weights = attention_with_weights(q, k, v, mask, is_causal)
         else:
@@ -132,6 +139,8 @@ class MultiHeadAttention(nn.Module):
             with _fp32_attention_on_cpu(q):
                 q, k, v = (t.float() for t in (q, k, v)) if q.device.type == "cpu" else (q, k, v)
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        if group > 1:  # back to (B*g, h, 1, d_k)
+            out = out.transpose(1, 2).reshape(-1, out.size(1), 1, out.size(3))
         return self.out_proj(merge_heads(out))
 
 
@@ -189,10 +198,16 @@ class DecoderLayer(nn.Module):
         self.ffn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
 
     def forward(
-        self, x: Tensor, memory_kv: tuple[Tensor, Tensor], src_mask: Tensor, cache: LayerCache | None = None
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor],
+        src_mask: Tensor,
+        cache: LayerCache | None = None,
+        beams: int = 1,
     ) -> Tensor:
+        """beams: rows of x per row of memory_kv (incremental decoding: the beams of a sentence)."""
         x = self.self_block(x, lambda h: self._self_attend(h, cache))
-        x = self.cross_block(x, lambda h: self.cross_attn(h, *memory_kv, mask=src_mask))
+        x = self.cross_block(x, lambda h: self.cross_attn(h, *memory_kv, mask=src_mask, group=beams))
         return self.ffn_block(x, self.ffn)
 
     def _self_attend(self, h: Tensor, cache: LayerCache | None) -> Tensor:
@@ -206,7 +221,8 @@ class DecoderLayer(nn.Module):
 
 
 class LayerCache:
-    """One decoder layer's keys and values: self-attention grows per step, cross-attention is fixed."""
+    """One decoder layer's keys and values: self-attention grows per step and has a row per beam;
+    cross-attention is fixed and has a row per sentence (every beam of a sentence reads the same)."""
 
     def __init__(self, cross_k: Tensor, cross_v: Tensor):
         self.cross_k, self.cross_v = cross_k, cross_v
@@ -217,25 +233,33 @@ class LayerCache:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
 
-    def select(self, index: Tensor) -> None:
-        self.cross_k, self.cross_v = self.cross_k.index_select(0, index), self.cross_v.index_select(0, index)
+    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
+        if sentences is not None:
+            self.cross_k, self.cross_v = (
+                self.cross_k.index_select(0, sentences),
+                self.cross_v.index_select(0, sentences),
+            )
         if self.k is not None:
-            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+            self.k, self.v = self.k.index_select(0, rows), self.v.index_select(0, rows)
 
 
 @dataclass
 class DecoderState:
-    """What incremental decoding carries between steps, for every sentence (or beam) in the batch."""
+    """What incremental decoding carries between steps: `beams` consecutive rows per sentence."""
 
     layers: list[LayerCache]
-    src_mask: Tensor  # (B, 1, 1, S)
+    src_mask: Tensor  # (sentences, 1, 1, S)
+    beams: int = 1
     step: int = 0
 
-    def select(self, index: Tensor) -> None:
-        """Keep/reorder rows of the batch (beam reordering, dropping finished sentences)."""
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep/reorder rows (beam reordering, dropping finished sentences); `sentences`: the kept
+        sentences, when rows are beams (default: rows are sentences, one beam each)."""
+        sentences = rows if self.beams == 1 else sentences
         for layer in self.layers:
-            layer.select(index)
-        self.src_mask = self.src_mask.index_select(0, index)
+            layer.select(rows, sentences)
+        if sentences is not None:
+            self.src_mask = self.src_mask.index_select(0, sentences)
 
 
 class Transformer(nn.Module):
@@ -286,16 +310,17 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         return self.logits(self.decode(tgt_in, memory, src_mask))
 
-    def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
-        """Compute every layer's cross-attention keys/values once per sentence."""
+    def start_decoding(self, memory: Tensor, src_mask: Tensor, beams: int = 1) -> DecoderState:
+        """Compute every layer's cross-attention keys/values once per sentence; decoding then
+        feeds `beams` consecutive rows per sentence."""
         layers = [LayerCache(*layer.cross_attn.keys_values(memory)) for layer in self.decoder_layers]
-        return DecoderState(layers, src_mask)
+        return DecoderState(layers, src_mask, beams)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """Feed one token per row (B,) at position state.step; returns next-token logits (B, V)."""
         x = self.tgt_embed(tokens[:, None], start=state.step)
         for layer, cache in zip(self.decoder_layers, state.layers):
-            x = layer(x, (cache.cross_k, cache.cross_v), state.src_mask, cache)
+            x = layer(x, (cache.cross_k, cache.cross_v), state.src_mask, cache, state.beams)
         state.step += 1
         return self.logits(self.decoder_norm(x[:, 0]))
 

@@ -190,8 +190,7 @@ def beam_search(
     batch, k = src.size(0), cfg.beam
     device = src.device
     memory, src_mask = model.encode(src)
-    beam_rows = torch.arange(batch, device=device).repeat_interleave(k)
-    state = model.start_decoding(memory.index_select(0, beam_rows), src_mask.index_select(0, beam_rows))
+    state = model.start_decoding(memory, src_mask, beams=k)
     max_lens = max_output_lengths(src, cfg)
     alive = torch.arange(batch, device=device)  # original index of each sentence still searching
     scores = torch.full((batch, k), float("-inf"), device=device)
@@ -227,7 +226,7 @@ def beam_search(
         if keep_sentences.numel() == 0:
             break
         rows = (keep_sentences[:, None] * k + next_beam[keep_sentences]).flatten()
-        state.select(rows)
+        state.select(rows, keep_sentences)
         history = torch.cat([history.index_select(0, rows), next_token[keep_sentences].reshape(-1, 1)], dim=1)
         tokens = history[:, -1]
         scores = next_scores[keep_sentences]

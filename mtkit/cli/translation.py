@@ -222,23 +222,39 @@ def evaluate(
 def export(
     model: ModelOption,
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
-    fmt: Annotated[str, typer.Option("--format", help="Export format: ctranslate2.")] = "ctranslate2",
+    fmt: Annotated[
+        str, typer.Option("--format", help="ctranslate2, or huggingface (a MarianMT directory).")
+    ] = "ctranslate2",
     quantization: Annotated[
-        str, typer.Option(help="float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
+        str, typer.Option(help="CTranslate2: float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
     ] = "float32",
     checkpoint: CheckpointOption = "best",
     force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
 ) -> None:
-    """Export a model for a deployment engine (CTranslate2), with its tokenizer alongside.
+    """Export a model for a deployment engine (CTranslate2) or for Hugging Face transformers, with its tokenizer.
+
+    --format huggingface writes a MarianMTModel directory (config.json, model.safetensors, a fast
+    tokenizer) that transformers.pipeline("translation", model=DIR) loads; post-norm models with
+    a joint vocabulary only. Needs pip install 'mtkit[hf]'.
 
     Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
     """
     from mtkit.checkpoint import load_model_file
+
+    if fmt not in ("ctranslate2", "huggingface"):
+        raise MtkitError(f"--format {fmt}: must be ctranslate2 or huggingface")
+    if fmt == "huggingface" and quantization != "float32":
+        raise MtkitError("--quantization: only for --format ctranslate2")
+    model_file = load_model_file(model, checkpoint)
+    if fmt == "huggingface":
+        from mtkit.hf import export_huggingface
+
+        export_huggingface(model_file, output, force)
+        console.info(f'wrote {output}: a MarianMT model; use transformers.pipeline("translation", model="{output}")')
+        return
     from mtkit.ct2 import export_ctranslate2
 
-    if fmt != "ctranslate2":
-        raise MtkitError(f"--format {fmt}: only ctranslate2 is supported")
-    export_ctranslate2(load_model_file(model, checkpoint), output, quantization, force)
+    export_ctranslate2(model_file, output, quantization, force)
     console.info(
         f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}"
     )

@@ -1,0 +1,83 @@
+"""The Hugging Face export computes what mtkit computes: logits within 1e-4, the same greedy translations."""
+
+import json
+
+import pytest
+import torch
+from conftest import run_mtkit
+
+from mtkit.checkpoint import load_model_file, save_model_file
+from mtkit.errors import MtkitError
+from mtkit.hf import export_huggingface, marian_order
+from mtkit.search import SearchConfig
+from mtkit.tokenizer import BOS_ID, EOS_ID
+from mtkit.translate import Translator
+
+transformers = pytest.importorskip("transformers", reason="the export test needs transformers (pip install -e .[dev])")
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    model_file = load_model_file(trained_run)
+    assert model_file.config.norm == "post"
+    directory = tmp_path_factory.mktemp("hf") / "marian"
+    export_huggingface(model_file, directory)
+    return model_file, directory
+
+
+def test_the_permutation_turns_interleaved_sinusoids_into_marian_s_blocks():
+    from mtkit.model import sinusoidal_positions
+
+    config = transformers.MarianConfig(
+        vocab_size=10, d_model=16, max_position_embeddings=50, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8, pad_token_id=0,
+    )  # fmt: skip
+    theirs = transformers.MarianMTModel(config).model.encoder.embed_positions.weight
+    ours = sinusoidal_positions(50, 16)[:, marian_order(16)]
+    assert torch.allclose(ours, theirs, atol=1e-6)
+
+
+@torch.no_grad()
+def test_logits_match_within_1e_4(exported, corpus):
+    model_file, directory = exported
+    hf = transformers.MarianMTModel.from_pretrained(directory).eval()
+    ours = model_file.build_model()
+    sources = (corpus / "test.en").read_text().splitlines()[:8]
+    targets = (corpus / "test.de").read_text().splitlines()[:8]
+    for source, target in zip(sources, targets):
+        src = torch.tensor([model_file.src_tokenizer.encode_batch([source])[0] + [EOS_ID]])
+        tgt_in = torch.tensor([[BOS_ID] + model_file.tgt_tokenizer.encode_batch([target])[0]])
+        expected = ours(src, tgt_in)
+        got = hf(input_ids=src, decoder_input_ids=tgt_in).logits
+        assert (got - expected).abs().max() < 1e-4
+
+
+def test_greedy_translations_are_identical(exported, corpus):
+    model_file, directory = exported
+    sources = (corpus / "test.en").read_text().splitlines()
+    limit = 12
+    ours = Translator(model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit), device="cpu", precision="fp32")
+    expected = ours.translate(sources)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    assert tokenizer(sources[0])["input_ids"] == model_file.src_tokenizer.encode_batch([sources[0]])[0] + [EOS_ID]
+    translate = transformers.pipeline("translation", model=str(directory), device="cpu")
+    # mtkit's rule at the length limit: the search stops after `limit` tokens, without forcing </s>.
+    got = translate(sources, num_beams=1, do_sample=False, max_new_tokens=limit, forced_eos_token_id=None)
+    assert [row["translation_text"] for row in got] == expected
+
+
+def test_the_cli_writes_a_complete_directory_and_refuses_pre_norm(exported, trained_run, tmp_path):
+    result = run_mtkit("export", "-m", trained_run, "--format", "huggingface", "-o", tmp_path / "hf")
+    assert result.returncode == 0, result.stderr.decode()
+    names = {path.name for path in (tmp_path / "hf").iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= names
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["decoder_start_token_id"] == BOS_ID and config["scale_embedding"] is True
+    model_file = load_model_file(trained_run)
+    model_file.config.norm = "pre"
+    with pytest.raises(MtkitError, match="MarianMT is post-norm"):
+        export_huggingface(model_file, tmp_path / "pre")
+    save_model_file(tmp_path / "pre.pt", model_file)
+    refused = run_mtkit("export", "-m", tmp_path / "pre.pt", "--format", "huggingface", "-o", tmp_path / "pre")
+    assert refused.returncode == 1 and "MarianMT is post-norm" in refused.stderr.decode()
+    assert not (tmp_path / "pre").exists()
