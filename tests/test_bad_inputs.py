@@ -92,6 +92,9 @@ CASES = {
     "tr-bad-device": ("translate -m {model} --device tpu", "x\n", "tpu", 1),
     "tr-run-dir-without-checkpoints": ("translate -m {root}/not_a_run", "x\n", "not_a_run: a directory without mtkit checkpoints", 1),
     "tr-ensemble-alignment": ("translate -m {model} -m {model} --alignment", "x\n", "--alignment needs one model", 1),
+    "tr-missing-prefix-file": ("translate -m {model} --prefix-file {root}/none.de", "x\n", "none.de: no such file", 1),
+    "tr-two-prefix-sources": ("translate -m {model} --prefix-file {root}/three.de --prefix-in-input", "x\n", "give one of them", 1),
+    "tr-prefix-file-longer": ("translate -m {model} --prefix-file {root}/three.de", "x\n", "more lines than the input (stdin: 1)", 1),
     # evaluate
     "ev-empty": ("evaluate --hyp {root}/empty.txt --ref {root}/empty.txt", "", "empty.txt: no lines to score", 1),
     "ev-mismatch": ("evaluate --hyp {root}/three.de --ref {corpus}/test.de", "", "line counts differ", 1),
@@ -111,6 +114,16 @@ CASES = {
     "ex-existing-output": ("export -m {model} -o {root}/export_exists", "", "export_exists: already exists", 1),
     "ex-bad-quantization": ("export -m {model} -o {root}/q --quantization int3", "", "int3", 1),
     "ex-model-wrong-kind": ("export -m {root}/notes.txt -o {root}/x2", "", "notes.txt: not an mtkit model file", 1),
+    "ex-hf-quantization": ("export -m {model} -o {root}/h --format huggingface --quantization int8", "", "--quantization: only for --format ctranslate2", 1),
+    # serve (refused before a server starts)
+    "serve-missing-model": ("serve -m {root}/none.pt", "", "none.pt: no such model file", 1),
+    "serve-bad-engine": ("serve -m {model} --engine onnx", "", "--engine onnx", 1),
+    "serve-not-an-export": ("serve -m {model} --engine ctranslate2", "", "not an exported mtkit CTranslate2 model", 1),
+    "serve-zero-batch-tokens": ("serve -m {model} --max-batch-tokens 0", "", "--max-batch-tokens 0: must be at least 1", 1),
+    "serve-negative-wait": ("serve -m {model} --max-wait-ms -1", "", "--max-wait-ms -1.0: must be at least 0", 1),
+    "serve-zero-queue": ("serve -m {model} --max-queue 0", "", "--max-queue 0: must be at least 1", 1),
+    "serve-bad-port": ("serve -m {model} --port 70000", "", "--port 70000: must be between 0 and 65535", 1),
+    "serve-beam-0": ("serve -m {model} --beam 0", "", "--beam 0: must be at least 1", 1),
     # attention
     "att-bad-kind": ("attention -m {model} --src 'A dog.' --kind sideways", "", "--kind sideways", 1),
     "att-bad-format": ("attention -m {model} --src 'A dog.' -o {root}/a.pdf", "", "--format pdf", 1),

@@ -303,4 +303,4 @@ def test_help_lists_the_commands_in_the_order_of_the_data_path():
 
     names = [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
     assert names == ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate", "export",
-                     "score", "attention", "plot"]  # fmt: skip
+                     "score", "serve", "attention", "plot"]  # fmt: skip
