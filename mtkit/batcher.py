@@ -65,6 +65,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._stopping = False
         self._last_batch_end = 0.0
+        self.setup: Callable[[], None] | None = None  # runs first on the worker thread (e.g. builds the model)
         self._thread = threading.Thread(target=self._run, name="mtkit-batcher", daemon=True)
 
     @property
@@ -94,6 +95,8 @@ class Batcher:
         return [job.future for job in jobs]
 
     def _run(self) -> None:
+        if self.setup:
+            self.setup()
         while True:
             batch = self._next_batch()
             if batch is None:

@@ -23,7 +23,7 @@ import json
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -35,6 +35,7 @@ from urllib.parse import parse_qs
 from mtkit.batcher import Batcher, BatchStats, Job, QueueFull
 from mtkit.errors import MtkitError
 from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
+from mtkit.tokenizer import Tokenizer
 from mtkit.translate import TextTranslator
 
 MAX_BEAM = 16
@@ -153,9 +154,20 @@ class Metrics:
 class Service:
     """The translator, its batcher and what the endpoints share."""
 
-    def __init__(self, translator: TextTranslator, base_cfg: SearchConfig, info: ModelInfo, cfg: ServeConfig):
-        self.translator = translator
-        self.translator.warn_long_lines = False  # a server's "line N" would mean nothing; requests log it
+    def __init__(
+        self,
+        make_translator: Callable[[], TextTranslator],
+        tokenizers: tuple[Tokenizer, Tokenizer],
+        base_cfg: SearchConfig,
+        info: ModelInfo,
+        cfg: ServeConfig,
+    ):
+        """make_translator runs on the worker thread, which then does all the translating: torch's
+        OpenMP threads are per calling thread, and a model built on the main thread and run on
+        another decodes about 1.5x slower on 2 cores (measured) as the two thread teams compete."""
+        self._make_translator = make_translator
+        self.translator: TextTranslator | None = None
+        self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.base_cfg = base_cfg
         self.info = info
         self.cfg = cfg
@@ -163,6 +175,7 @@ class Service:
         self.batcher = Batcher(
             self._translate, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch
         )
+        self.batcher.setup = self._build
         self.ready = False
         self.checksum = sha256_of(info.path)
 
@@ -184,8 +197,13 @@ class Service:
             raise RequestError(422, "alignment needs a server started with --engine pytorch")
         return Options(beam, nbest, lenpen, alignment)
 
+    def _build(self) -> None:
+        self.translator = self._make_translator()
+        self.translator.warn_long_lines = False  # a server's "line N" would mean nothing; requests log cuts
+
     def _translate(self, texts: list[str], options: Options) -> list[Any]:
         """On the worker thread: one batch, with its options."""
+        assert self.translator is not None
         self.translator.cfg = replace(self.base_cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen)
         out: list[Any] = []
         for text, nbest_list in zip(texts, self.translator.translate_hypotheses(texts)):
@@ -210,7 +228,7 @@ class Service:
             raise RequestError(422, "text: give at least one")
         if len(texts) > self.cfg.max_queue:
             raise RequestError(413, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)")
-        lengths = [len(ids) for ids in self.translator.src_tokenizer.encode_batch([t.strip() for t in texts])]
+        lengths = [len(ids) for ids in self.src_tokenizer.encode_batch([t.strip() for t in texts])]
         jobs = [Job(text, min(n, MAX_SOURCE_TOKENS) + 1, options) for text, n in zip(texts, lengths)]
         return jobs, sum(n > MAX_SOURCE_TOKENS for n in lengths)
 
@@ -358,7 +376,7 @@ def create_app(service: Service):
 
     @app.get("/v1/models")
     async def models():
-        info, tokenizers = service.info, service.translator
+        info, tokenizers = service.info, service
         default = service.defaults()
         return {
             "models": [

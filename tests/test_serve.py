@@ -255,14 +255,20 @@ def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path
 
 
 def test_ready_only_after_the_warm_up(trained_run):
+    """The translator is built on the worker thread, and /ready waits for the warm-up translation."""
     path = resolve_model_path(trained_run)
     model_file = load_model_file(path)
     cfg = SearchConfig(beam=2)
-    service = Service(
-        Translator(model_file, cfg, device="cpu"), cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig()
-    )
-    assert not service.ready
+    built_on = []
+
+    def make():
+        built_on.append(threading.current_thread().name)
+        return Translator(model_file, cfg, device="cpu")
+
+    tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
+    service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
+    assert not service.ready and service.translator is None
     service.batcher.start()
     service.warm_up().result(60)
     service.batcher.stop()
-    assert service.ready
+    assert service.ready and built_on == ["mtkit-batcher"]

@@ -69,8 +69,8 @@ def serve(
     serve_cfg = ServeConfig(max_batch_tokens, max_wait_ms, max_queue, max_chars)
     serve_cfg.validate()
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
-    translator, info = _load(engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens)
-    service = Service(translator, cfg, info, serve_cfg)
+    make, tokenizers, info = _load(engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens)
+    service = Service(make, tokenizers, cfg, info, serve_cfg)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
     console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{port}")
     run_server(service, host, port)
@@ -78,7 +78,8 @@ def serve(
 
 
 def _load(engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, max_tokens: int):
-    """The engine's translator, and the model's name, languages and the file /v1/models checksums."""
+    """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
+    model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
     from mtkit.serve import ModelInfo
 
     if engine == "ctranslate2":
@@ -86,16 +87,21 @@ def _load(engine: str, model: Path, checkpoint: str, cfg, device: str, precision
 
         translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens)
         meta = json.loads((model / META_FILE).read_text(encoding="utf-8")).get("source", {})
-        return translator, ModelInfo(
-            model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang")
-        )
+        info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang"))
+        return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
     if engine != "pytorch":
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
     from mtkit.checkpoint import load_model_file, resolve_model_path
+    from mtkit.device import resolve_device, resolve_precision
     from mtkit.translate import Translator
 
+    resolve_precision(precision, resolve_device(device))  # refuse bad values now, not on the worker
     path = resolve_model_path(model, checkpoint)
     model_file = load_model_file(path)
-    translator = Translator(model_file, cfg, device, precision, 128, max_tokens)
     meta = model_file.meta
-    return translator, ModelInfo(path.name, path, engine, meta.get("src_lang"), meta.get("tgt_lang"))
+    info = ModelInfo(path.name, path, engine, meta.get("src_lang"), meta.get("tgt_lang"))
+
+    def make() -> Translator:
+        return Translator(model_file, cfg, device, precision, 128, max_tokens)
+
+    return make, (model_file.src_tokenizer, model_file.tgt_tokenizer), info
