@@ -18,7 +18,6 @@ waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
 """
 
 import asyncio
-import hashlib
 import json
 import sys
 import time
@@ -35,6 +34,7 @@ from urllib.parse import parse_qs
 from mtkit.batcher import Batcher, BatchStats, Job, QueueFull
 from mtkit.errors import MtkitError
 from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
+from mtkit.textio import sha256_file
 from mtkit.tokenizer import Tokenizer
 from mtkit.translate import TextTranslator
 
@@ -92,14 +92,6 @@ class RequestError(Exception):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers or {}
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Metrics:
@@ -177,7 +169,7 @@ class Service:
         )
         self.batcher.setup = self._build
         self.ready = False
-        self.checksum = sha256_of(info.path)
+        self.checksum = sha256_file(info.path)
 
     def defaults(self) -> Options:
         return Options(self.base_cfg.beam, 1, self.base_cfg.lenpen, False)
