@@ -70,7 +70,8 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
 
 def max_output_length(source_tokens: int, cfg: SearchConfig) -> int:
     """The length limit, in decoding steps (tokens, </s> included): a x source tokens without </s>
-    + b, at least 1 and at most MAX_OUTPUT_TOKENS. Every engine takes it from here, so they agree to the last float rounding."""
+    + b, at least 1 and at most MAX_OUTPUT_TOKENS. Every engine takes it from here, so they agree
+    to the last float rounding."""
     return min(MAX_OUTPUT_TOKENS, max(1, int(cfg.max_len_a * source_tokens + cfg.max_len_b)))
 
 
