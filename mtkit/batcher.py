@@ -95,12 +95,21 @@ class Batcher:
         return [job.future for job in jobs]
 
     def _run(self) -> None:
+        broken: Exception | None = None
         if self.setup:
-            self.setup()
+            try:
+                self.setup()
+            except Exception as err:  # every request gets it (a 500), rather than waiting forever
+                broken = err
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
+            if broken is not None:
+                for job in batch:
+                    if job.future.set_running_or_notify_cancel():
+                        job.future.set_exception(broken)
+                continue
             self._process(batch)
 
     def _next_batch(self) -> list[Job] | None:

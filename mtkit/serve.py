@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from mtkit.batcher import Batcher, BatchStats, Job, QueueFull
+from mtkit.console import warn
 from mtkit.errors import MtkitError
 from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.textio import sha256_file
@@ -249,8 +250,14 @@ class Service:
         """Translate one sentence through the batcher; /ready says yes once it is back."""
         (job,) = self.jobs(["Hello."], self.defaults())[0]
         (future,) = self.batcher.submit([job])
-        future.add_done_callback(lambda f: setattr(self, "ready", f.exception() is None))
+        future.add_done_callback(self._warmed_up)
         return future
+
+    def _warmed_up(self, future: Future) -> None:
+        error = future.exception()
+        self.ready = error is None
+        if error is not None:
+            warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
 
 
 async def _disconnect(request) -> None:

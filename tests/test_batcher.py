@@ -114,3 +114,17 @@ def test_stop_translates_what_is_queued_then_refuses():
     assert [f.result(0) for f in futures] == ["A", "B"]
     with pytest.raises(QueueFull, match="shutting down"):
         batcher.submit(jobs(["c"]))
+
+
+def test_a_failed_setup_fails_every_request_instead_of_hanging():
+    def setup():
+        raise RuntimeError("no model")
+
+    batcher = Batcher(Recorder(), max_batch_tokens=100, max_wait_s=0.0, max_queue=100)
+    batcher.setup = setup
+    futures = batcher.submit(jobs(["a", "b"]))
+    batcher.start()
+    for future in futures:
+        with pytest.raises(RuntimeError, match="no model"):
+            future.result(5)
+    batcher.stop()
