@@ -17,7 +17,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from mtkit import console
 from mtkit.config import TrainConfig
-from mtkit.data import ParallelDataset
+from mtkit.data import ParallelDataset, TrainingSamples
 from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -114,7 +114,7 @@ def pad_batch(
     return pad_sequence(rows, batch_first=True, padding_value=PAD_ID).to(device)
 
 
-def collate(dataset: ParallelDataset, indices: np.ndarray) -> Batch:
+def collate(dataset: ParallelDataset | TrainingSamples, indices: np.ndarray) -> Batch:
     pairs = [dataset[int(i)] for i in indices]
     src = [s for s, _ in pairs]
     tgt = [t for _, t in pairs]
@@ -132,7 +132,7 @@ class BatchStream:
     """
 
     def __init__(
-        self, data: ParallelDataset, cfg: TrainConfig, dist: Distributed, device: torch.device, start: tuple[int, int]
+        self, data: TrainingSamples, cfg: TrainConfig, dist: Distributed, device: torch.device, start: tuple[int, int]
     ):
         self.data, self.cfg, self.dist, self.device, self.start = data, cfg, dist, device, start
         self._epochs: dict[int, list[np.ndarray]] = {}  # the batch lists of the current and next epoch
@@ -141,9 +141,9 @@ class BatchStream:
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         if epoch not in self._epochs:
             max_tokens = self.cfg.max_tokens
-            batches, skipped = make_batches(
-                self.data.src_lengths, self.data.tgt_lengths, max_tokens, self.cfg.seed, epoch
-            )
+            offset, src_lengths, tgt_lengths = self.data.epoch_sample(epoch)  # BPE-dropout: a sample per epoch
+            batches, skipped = make_batches(src_lengths, tgt_lengths, max_tokens, self.cfg.seed, epoch)
+            batches = [batch + offset for batch in batches] if offset else batches
             resumed_mid_epoch = epoch == self.start[0] and self.start[1] > 0
             if len(skipped) and not resumed_mid_epoch and self.dist.is_main:
                 console.warn(f"skipped {len(skipped)} sentence pairs longer than train.max_tokens={max_tokens} on their own")  # fmt: skip

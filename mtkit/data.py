@@ -82,13 +82,19 @@ def read_manifest(data_dir: Path) -> dict:
         raise MtkitError(f"{path}: damaged manifest ({err})") from None
 
 
+def sample_split(k: int) -> str:
+    """The split name of the training set's k-th BPE-dropout sample (0: train itself)."""
+    return "train" if k == 0 else f"train.sample{k}"
+
+
 class ParallelDataset:
     """One split of a binarized dataset: `dataset[i]` is (source ids, target ids) without specials."""
 
     def __init__(self, data_dir: Path, split: str):
         self.data_dir = Path(data_dir)
         self.manifest = read_manifest(self.data_dir)
-        if split not in self.manifest["splits"]:
+        samples = self.manifest.get("sampling", {}).get("samples", 1)
+        if split not in self.manifest["splits"] and split not in {sample_split(k) for k in range(samples)}:
             raise MtkitError(f"{data_dir}: has no {split} split (it has {', '.join(self.manifest['splits'])})")
         self.split = split
         dtype = np.dtype(self.manifest["dtype"])
@@ -124,6 +130,35 @@ class ParallelDataset:
         if not path.is_file():
             raise MtkitError(f"{path}: missing (raw text is kept for valid and test splits only)")
         return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+class TrainingSamples:
+    """The training split's K encodings (preprocess --samples K) as one dataset: pair i of sample k
+    is index k x N + i, so batches, lengths and collation work on it unchanged; epoch e trains on
+    sample e mod K (see mtkit.batching.BatchStream). With K = 1 it is the train split itself."""
+
+    def __init__(self, data_dir: Path):
+        manifest = read_manifest(data_dir)
+        count = manifest.get("sampling", {}).get("samples", 1)
+        self.samples = [ParallelDataset(data_dir, sample_split(k)) for k in range(count)]
+        self.pairs = len(self.samples[0])
+        if any(len(sample) != self.pairs for sample in self.samples):
+            raise MtkitError(f"{data_dir}: damaged dataset (its training samples differ in length)")
+        self.src_lengths = np.concatenate([sample.src_lengths for sample in self.samples])
+        self.tgt_lengths = np.concatenate([sample.tgt_lengths for sample in self.samples])
+        self.src_lang, self.tgt_lang = self.samples[0].src_lang, self.samples[0].tgt_lang
+
+    def __len__(self) -> int:
+        return self.pairs
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        sample, pair = divmod(index, self.pairs)
+        return self.samples[sample][pair]
+
+    def epoch_sample(self, epoch: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """The index offset and the source and target lengths of the sample epoch `epoch` trains on."""
+        k = epoch % len(self.samples)
+        return k * self.pairs, self.samples[k].src_lengths, self.samples[k].tgt_lengths
 
 
 def load_tokenizers(data_dir: Path) -> tuple[Tokenizer, Tokenizer]:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mtkit import __version__, console
-from mtkit.data import MANIFEST, SentenceWriter, ids_dtype
+from mtkit.data import MANIFEST, SentenceWriter, ids_dtype, sample_split
 from mtkit.errors import MtkitError
 from mtkit.textio import atomic_directory, iter_lines, line_bytes, progress_size
 from mtkit.tokenizer import Tokenizer
@@ -33,6 +33,24 @@ class CleaningRules:
     max_len: int = 250  # subword tokens on either side; 0 = no limit
     max_ratio: float = 3.0  # longer side / shorter side in subword tokens; 0 = no limit
     dedup: bool = False
+
+
+@dataclass
+class Sampling:
+    """Subword regularisation: the training split is stored `samples` times, each encoded with
+    BPE-dropout `bpe_dropout` (the pairs to keep are chosen on the plain encoding, so every sample
+    holds the same pairs in the same order). samples=1, bpe_dropout=0 is the plain dataset."""
+
+    bpe_dropout: float = 0.0
+    samples: int = 1
+
+    def validate(self) -> None:
+        if not 0.0 <= self.bpe_dropout < 1.0:
+            raise MtkitError(f"--bpe-dropout {self.bpe_dropout:g}: must be in [0, 1)")
+        if self.samples < 1:
+            raise MtkitError(f"--samples {self.samples}: must be at least 1")
+        if self.samples > 1 and self.bpe_dropout == 0:
+            raise MtkitError(f"--samples {self.samples}: the samples would be identical without --bpe-dropout")
 
 
 @dataclass
@@ -85,9 +103,12 @@ def _encode_split(
     rules: CleaningRules | None,
     description: str,
     raw: list[Path] | None = None,
+    samples: list[tuple[tuple[SentenceWriter, SentenceWriter], tuple[Tokenizer, Tokenizer]]] | None = None,
 ) -> SplitReport:
     """Encode one split; `rules` None keeps every line (valid/test). With `raw` (source and target
-    paths), the lines are also kept there as plain UTF-8 text, from the same single read."""
+    paths), the lines are also kept there as plain UTF-8 text, from the same single read. With
+    `samples` ((writers, dropout tokenizers) per sample, the first being `writers`), each kept pair
+    is encoded again for every sample; the plain encoding only decides what is kept."""
     report = SplitReport()
     seen: set[bytes] = set()
     src_writer, tgt_writer = writers
@@ -102,8 +123,8 @@ def _encode_split(
             srcs = [s.strip() if strip else s for s, _ in chunk]
             tgts = [t.strip() if strip else t for _, t in chunk]
             src_ids, tgt_ids = tokenizers[0].encode_batch(srcs), tokenizers[1].encode_batch(tgts)
-            kept_src, kept_tgt = [], []
-            for src, tgt in zip(src_ids, tgt_ids):
+            kept_src, kept_tgt, kept = [], [], []
+            for index, (src, tgt) in enumerate(zip(src_ids, tgt_ids)):
                 reason = _drop_reason(src, tgt, rules) if rules else None
                 if reason is None and rules and rules.dedup:
                     digest = _pair_digest(src, tgt)
@@ -114,8 +135,14 @@ def _encode_split(
                     continue
                 kept_src.append(src)
                 kept_tgt.append(tgt)
-            src_writer.add_many(kept_src)
-            tgt_writer.add_many(kept_tgt)
+                kept.append(index)
+            if samples:
+                for (sample_src, sample_tgt), (sample_src_tok, sample_tgt_tok) in samples:
+                    sample_src.add_many(sample_src_tok.encode_batch([srcs[i] for i in kept]))
+                    sample_tgt.add_many(sample_tgt_tok.encode_batch([tgts[i] for i in kept]))
+            else:
+                src_writer.add_many(kept_src)
+                tgt_writer.add_many(kept_tgt)
             report.read += len(chunk)
             bar.advance(sum(line_bytes(src) for src, _ in chunk) if total else len(chunk))
     report.kept = src_writer.sentences
@@ -136,9 +163,12 @@ def preprocess(
     tgt_tokenizer_path: Path | None = None,
     rules: CleaningRules | None = None,
     force: bool = False,
+    sampling: Sampling | None = None,
 ) -> dict:
     """Build a binarized dataset from `splits` ({"train": PREFIX, "valid": PREFIX, ...}); returns the manifest."""
     rules = rules or CleaningRules()
+    sampling = sampling or Sampling()
+    sampling.validate()
     if rules.max_len < 0:
         raise MtkitError(f"--max-len {rules.max_len}: must not be negative (0: no limit)")
     if rules.max_ratio < 0:
@@ -152,6 +182,8 @@ def preprocess(
     src_tok = Tokenizer.load(tokenizer_path)
     tgt_tok = Tokenizer.load(tgt_tokenizer_path) if tgt_tokenizer_path else src_tok
     joint = src_tok.sha256 == tgt_tok.sha256
+    if sampling.bpe_dropout:
+        dropout_toks = (src_tok.with_bpe_dropout(sampling.bpe_dropout), tgt_tok.with_bpe_dropout(sampling.bpe_dropout))
     dtype = ids_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size))
     start = time.perf_counter()
     with atomic_directory(output, force) as tmp:
@@ -169,12 +201,20 @@ def preprocess(
             )
             # valid/test keep every line, and their raw text too: BLEU is computed against it.
             raw = None if split == "train" else [tmp / f"{split}.{lang}.txt" for lang in (src_lang, tgt_lang)]
+            samples = None
+            if split == "train" and sampling.bpe_dropout:
+                extra = [
+                    tuple(SentenceWriter(tmp / f"{sample_split(k)}.{lang}", dtype) for lang in (src_lang, tgt_lang))
+                    for k in range(1, sampling.samples)
+                ]
+                samples = [(w, dropout_toks) for w in [writers, *extra]]
             try:
                 split_rules = rules if split == "train" else None
-                reports[split] = _encode_split(paths, writers, (src_tok, tgt_tok), split_rules, split, raw)
+                reports[split] = _encode_split(paths, writers, (src_tok, tgt_tok), split_rules, split, raw, samples)
             finally:
-                for writer in writers:
-                    writer.close()
+                for sample_writers, _ in samples or [(writers, None)]:
+                    for writer in sample_writers:
+                        writer.close()
         if reports.get("train") is not None and reports["train"].read == 0:
             raise MtkitError(f"{splits['train']}.{src_lang}: no lines (the training files are empty)")
         if reports.get("train") is not None and reports["train"].kept == 0:
@@ -188,6 +228,7 @@ def preprocess(
             "src_tokenizer": _tokenizer_entry(src_tok, src_file),
             "tgt_tokenizer": _tokenizer_entry(tgt_tok, tgt_file),
             "cleaning": asdict(rules),
+            "sampling": asdict(sampling),
             "splits": {name: asdict(report) for name, report in reports.items()},
             "seconds": round(time.perf_counter() - start, 2),
         }

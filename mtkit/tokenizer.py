@@ -63,6 +63,15 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._hf.get_vocab_size()
 
+    def with_bpe_dropout(self, p: float) -> Tokenizer:
+        """A copy that segments with BPE-dropout (each merge skipped with probability p): another
+        segmentation at every call, each decoding to the same text. Unseeded (tokenizers draws it)."""
+        if type(self._hf.model).__name__ != "BPE":
+            raise MtkitError(f"--bpe-dropout needs a BPE tokenizer, not {type(self._hf.model).__name__}")
+        copy = Tokenizer(self.json_text)
+        copy._hf.model.dropout = p
+        return copy
+
     def encode_batch(self, lines: Sequence[str]) -> list[list[int]]:
         """Subword ids of each line, without <s> or </s> (multi-threaded in Rust)."""
         return [encoding.ids for encoding in self._hf.encode_batch(list(lines), add_special_tokens=False)]
@@ -155,7 +164,12 @@ def train_tokenizer(
         )
     start = time.perf_counter()
     lines_read = [0]
-    hf.train_from_iterator(_read_lines(inputs, lines_read), trainer=trainer)
+    try:
+        hf.train_from_iterator(_read_lines(inputs, lines_read), trainer=trainer)
+    except MtkitError:
+        raise
+    except Exception as err:  # the Rust trainer raises plain Exceptions, e.g. for a Unigram vocabulary too small
+        raise MtkitError(f"--vocab-size {vocab_size}: {err}") from None
     if lines_read[0] == 0:
         raise MtkitError("no text to train on: the input files are empty")
     tokenizer = Tokenizer(_add_byte_fallback(hf.to_str(), kind))

@@ -37,7 +37,7 @@ from mtkit.checkpoint import (
     set_rng_state,
 )
 from mtkit.config import Config, ModelConfig, TrainConfig, resume_config
-from mtkit.data import ParallelDataset, check_tokenizers_match, load_tokenizers, read_manifest
+from mtkit.data import ParallelDataset, TrainingSamples, check_tokenizers_match, load_tokenizers, read_manifest
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.ema import WeightAverage
@@ -279,14 +279,15 @@ class Trainer:
         )
 
 
-def open_splits(data_dir: Path, model_cfg: ModelConfig) -> tuple[ParallelDataset, ParallelDataset | None]:
-    """The train and (if any) valid splits; fills the model's vocabulary sizes in from the dataset."""
+def open_splits(data_dir: Path, model_cfg: ModelConfig) -> tuple[TrainingSamples, ParallelDataset | None]:
+    """The train split (all its samples) and (if any) the valid split; fills the model's vocabulary
+    sizes in from the dataset."""
     manifest = read_manifest(data_dir)
     model_cfg.src_vocab_size = manifest["src_tokenizer"]["vocab_size"]
     model_cfg.tgt_vocab_size = manifest["tgt_tokenizer"]["vocab_size"]
     model_cfg.joint_vocab = bool(manifest["joint_vocab"])
     valid = ParallelDataset(data_dir, "valid") if "valid" in manifest["splits"] else None
-    return ParallelDataset(data_dir, "train"), valid
+    return TrainingSamples(data_dir), valid
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:

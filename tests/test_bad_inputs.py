@@ -48,6 +48,7 @@ CASES = {
     "tok-output-is-dir": ("train-tokenizer -i {corpus}/train.en -o {root}/dir", "", "dir: is a directory", 1),
     "tok-small-vocab": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --vocab-size 10", "", "--vocab-size 10", 1),
     "tok-bad-type": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --type wordpiece", "", "--type wordpiece", 1),
+    "tok-unigram-too-small": ("train-tokenizer -i {corpus}/train.en -i {corpus}/train.de -o {root}/t.json --type unigram --vocab-size 300", "", "--vocab-size 300: The vocabulary is not large enough", 1),
     "tok-not-a-number": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --vocab-size lots", "", "Invalid value for '--vocab-size'", 2),
     # preprocess
     "pre-missing-prefix": ("preprocess -s en -t de --train {root}/nowhere --tokenizer {tok} -o {root}/bin", "", "nowhere.en: no such file", 1),
@@ -58,6 +59,8 @@ CASES = {
     "pre-line-mismatch": ("preprocess -s en -t de --train {root}/mismatch --tokenizer {tok} -o {root}/bin", "", "mismatch.en has 2 lines but", 1),
     "pre-negative-max-len": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/bin --max-len -5", "", "--max-len -5: must not be negative", 1),
     "pre-same-language": ("preprocess -s en -t en --train {corpus}/train --tokenizer {tok} -o {root}/bin", "", "both 'en'", 1),
+    "pre-bpe-dropout-1": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/bin --bpe-dropout 1", "", "--bpe-dropout 1: must be in [0, 1)", 1),
+    "pre-samples-without-dropout": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/bin --samples 3", "", "--samples 3: the samples would be identical", 1),
     "pre-existing-output": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/existing.txt", "", "existing.txt: already exists", 1),
     # train
     "train-missing-data": ("train -d {root}/nodata -o {root}/r", "", "nodata: not an mtkit dataset", 1),

@@ -63,18 +63,28 @@ def preprocess(
         float, typer.Option(help="Drop training pairs whose subword length ratio exceeds this (0: off).")
     ] = 3.0,
     dedup: Annotated[bool, typer.Option(help="Drop exact duplicate training pairs.")] = False,
+    bpe_dropout: Annotated[
+        float, typer.Option(help="Subword regularisation: encode training pairs with BPE-dropout P (0: off).")
+    ] = 0.0,
+    samples: Annotated[
+        int, typer.Option(help="With --bpe-dropout: store K encodings of the training set; epoch e trains on e mod K.")
+    ] = 1,
     force: Annotated[bool, typer.Option(help="Replace an existing dataset directory.")] = False,
 ) -> None:
     """Clean, encode and binarize parallel text into a memory-mapped dataset.
 
+    With --bpe-dropout P --samples K the training pairs are stored K times, each segmented with
+    BPE-dropout P (random, unseeded); valid and test stay deterministic.
+
     Example: [bold]mtkit preprocess -s en -t de --train data/train --valid data/val --tokenizer tokenizer.json -o data-bin[/bold]
     """
-    from mtkit.preprocess import CleaningRules
+    from mtkit.preprocess import CleaningRules, Sampling
     from mtkit.preprocess import preprocess as run_preprocess
 
     splits = {"train": train} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
     rules = CleaningRules(strip=strip, drop_empty=drop_empty, max_len=max_len, max_ratio=max_ratio, dedup=dedup)
-    manifest = run_preprocess(src_lang, tgt_lang, splits, tokenizer, output, tgt_tokenizer, rules, force)
+    sampling = Sampling(bpe_dropout, samples)
+    manifest = run_preprocess(src_lang, tgt_lang, splits, tokenizer, output, tgt_tokenizer, rules, force, sampling)
     for name, split in manifest["splits"].items():
         dropped = ", ".join(f"{rule} {n}" for rule, n in split["dropped"].items() if n) or "none"
         console.info(
