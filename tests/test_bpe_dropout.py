@@ -46,6 +46,12 @@ def test_one_sample_without_dropout_is_the_plain_dataset(corpus, tokenizer_path,
     for name in ("train.en.bin", "train.en.idx", "train.de.bin", "train.de.idx", "valid.de.bin"):
         assert (tmp_path / "bin" / name).read_bytes() == (data_dir / name).read_bytes(), name
     assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == sorted(p.name for p in data_dir.iterdir())
+    tokenizer = Tokenizer.load(tokenizer_path)
+    data = TrainingSamples(tmp_path / "bin")
+    expected = zip(
+        *(tokenizer.encode_batch((corpus / f"train.{lang}").read_text().splitlines()) for lang in ("en", "de"))
+    )
+    assert [(s.tolist(), t.tolist()) for s, t in (data[i] for i in range(len(data)))] == list(expected)
 
 
 def test_valid_and_test_stay_deterministic(sampled, data_dir):
