@@ -45,7 +45,8 @@ class Batcher:
     """A queue of sentences and the worker thread that translates them in batches.
 
     translate(texts, options) returns one result per text; its exceptions reach every request
-    in that batch. on_batch(stats) is called after each batch (for metrics).
+    in that batch. on_batch(stats) is called after each batch (for metrics); setup() runs once on
+    the worker thread before any batch, and if it fails, every request gets its error.
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class Batcher:
         max_wait_s: float,
         max_queue: int,
         on_batch: Callable[[BatchStats], None] | None = None,
+        setup: Callable[[], None] | None = None,
     ):
         self._translate = translate
         self.max_batch_tokens = max_batch_tokens
@@ -65,7 +67,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._stopping = False
         self._last_batch_end = 0.0
-        self.setup: Callable[[], None] | None = None  # runs first on the worker thread (e.g. builds the model)
+        self.setup = setup  # runs first on the worker thread (e.g. builds the model)
         self._thread = threading.Thread(target=self._run, name="mtkit-batcher", daemon=True)
 
     @property

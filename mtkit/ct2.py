@@ -20,14 +20,12 @@ import torch
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
-from mtkit.search import MAX_OUTPUT_TOKENS, MAX_SOURCE_TOKENS, Hypothesis, SearchConfig, max_output_length
+from mtkit.search import MAX_POSITIONS, Hypothesis, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import PAD, Tokenizer
 from mtkit.translate import TextTranslator
 
 QUANTIZATIONS = ("float32", "int8", "int16", "float16", "bfloat16", "int8_float32", "int8_bfloat16")
-# The fixed position table: a source of MAX_SOURCE_TOKENS subwords and its </s>, and every decoding step.
-MAX_POSITIONS = max(MAX_SOURCE_TOKENS + 1, MAX_OUTPUT_TOKENS)
 META_FILE = "mtkit.json"
 
 
@@ -157,7 +155,8 @@ class CTranslate2Translator(TextTranslator):
             str(directory), device=device, compute_type=compute_type, intra_threads=threads or torch.get_num_threads()
         )
         self.batch_size = batch_size
-        self.max_positions = json.loads((directory / META_FILE).read_text())["max_positions"]
+        self.meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))  # "source": the model's meta
+        self.max_positions = self.meta["max_positions"]
 
     def _search(self, sentences: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         """Decode every sentence with its own length limit, in as few engine calls as possible.

@@ -82,6 +82,11 @@ def read_manifest(data_dir: Path) -> dict:
         raise MtkitError(f"{path}: damaged manifest ({err})") from None
 
 
+def sample_count(manifest: dict) -> int:
+    """How many encodings of the training split a dataset holds (preprocess --samples)."""
+    return manifest.get("sampling", {}).get("samples", 1)
+
+
 def sample_split(k: int) -> str:
     """The split name of the training set's k-th BPE-dropout sample (0: train itself)."""
     return "train" if k == 0 else f"train.sample{k}"
@@ -93,8 +98,8 @@ class ParallelDataset:
     def __init__(self, data_dir: Path, split: str):
         self.data_dir = Path(data_dir)
         self.manifest = read_manifest(self.data_dir)
-        samples = self.manifest.get("sampling", {}).get("samples", 1)
-        if split not in self.manifest["splits"] and split not in {sample_split(k) for k in range(samples)}:
+        samples = {sample_split(k) for k in range(sample_count(self.manifest))}
+        if split not in self.manifest["splits"] and split not in samples:
             raise MtkitError(f"{data_dir}: has no {split} split (it has {', '.join(self.manifest['splits'])})")
         self.split = split
         dtype = np.dtype(self.manifest["dtype"])
@@ -139,8 +144,7 @@ class TrainingSamples:
 
     def __init__(self, data_dir: Path):
         manifest = read_manifest(data_dir)
-        count = manifest.get("sampling", {}).get("samples", 1)
-        self.samples = [ParallelDataset(data_dir, sample_split(k)) for k in range(count)]
+        self.samples = [ParallelDataset(data_dir, sample_split(k)) for k in range(sample_count(manifest))]
         self.pairs = len(self.samples[0])
         if any(len(sample) != self.pairs for sample in self.samples):
             raise MtkitError(f"{data_dir}: damaged dataset (its training samples differ in length)")

@@ -21,11 +21,9 @@ from tokenizers import processors
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
-from mtkit.search import MAX_OUTPUT_TOKENS, MAX_SOURCE_TOKENS
+from mtkit.search import MAX_OUTPUT_TOKENS, MAX_POSITIONS, MAX_SOURCE_TOKENS
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK
-
-MAX_POSITIONS = max(MAX_SOURCE_TOKENS + 1, MAX_OUTPUT_TOKENS)
 
 
 def _safetensors():

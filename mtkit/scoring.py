@@ -1,7 +1,8 @@
 """Scoring: the log-probability of given translations under a model, by forced decoding.
 
 For filtering and reranking: each (source, target) pair gets log p(target + </s> | source), the sum
-that the search itself ranks by (Hypothesis.log_prob), optionally per token or with the search's
+that the search itself ranks by (Hypothesis.log_prob of a translation that ended with </s>; one cut
+at the length limit was ranked without the </s> term), optionally per token or with the search's
 length penalty.
 """
 

@@ -28,6 +28,8 @@ from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 MAX_SOURCE_TOKENS = 1024  # subwords of a source line that are translated, without </s>
 MAX_OUTPUT_TOKENS = 1024  # the largest length limit L
+# What an exported model's fixed position table must cover: a longest source and its </s>, every step.
+MAX_POSITIONS = max(MAX_SOURCE_TOKENS + 1, MAX_OUTPUT_TOKENS)
 
 
 @dataclass

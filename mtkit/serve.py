@@ -166,9 +166,9 @@ class Service:
         self.cfg = cfg
         self.metrics = Metrics(lambda: self.batcher.depth)
         self.batcher = Batcher(
-            self._translate, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch
-        )
-        self.batcher.setup = self._build
+            self._translate, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch,
+            setup=self._build,
+        )  # fmt: skip
         self.ready = False
         self.checksum = sha256_file(info.path)
 

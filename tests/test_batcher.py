@@ -120,8 +120,7 @@ def test_a_failed_setup_fails_every_request_instead_of_hanging():
     def setup():
         raise RuntimeError("no model")
 
-    batcher = Batcher(Recorder(), max_batch_tokens=100, max_wait_s=0.0, max_queue=100)
-    batcher.setup = setup
+    batcher = Batcher(Recorder(), max_batch_tokens=100, max_wait_s=0.0, max_queue=100, setup=setup)
     futures = batcher.submit(jobs(["a", "b"]))
     batcher.start()
     for future in futures:

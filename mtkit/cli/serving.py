@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -83,10 +82,8 @@ def _load(engine: str, model: Path, checkpoint: str, cfg, device: str, precision
     from mtkit.serve import ModelInfo
 
     if engine == "ctranslate2":
-        from mtkit.ct2 import META_FILE
-
         translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens)
-        meta = json.loads((model / META_FILE).read_text(encoding="utf-8")).get("source", {})
+        meta = translator.meta.get("source", {})
         info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang"))
         return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
     if engine != "pytorch":
