@@ -211,27 +211,51 @@ class DecoderLayer(nn.Module):
         return self.ffn_block(x, self.ffn)
 
     def _self_attend(self, h: Tensor, cache: LayerCache | None) -> Tensor:
-        k, v = self.self_attn.keys_values(h)
         if cache is None:
             # Teacher forcing: padding sits after the last real token, so the causal mask alone
             # keeps every real query away from padded keys; no padding mask is needed.
-            return self.self_attn(h, k, v, is_causal=True)
-        cache.append(k, v)  # one new position: it may see every cached position
-        return self.self_attn(h, cache.k, cache.v)
+            return self.self_attn(h, *self.self_attn.keys_values(h), is_causal=True)
+        # One new position, which may see every cached one. The projection's output (rows, 1, 2d)
+        # split into 2h heads is the k heads then the v heads: the cache's layout.
+        k, v = cache.append(split_heads(self.self_attn.kv_proj(h), 2 * self.self_attn.heads))
+        return self.self_attn(h, k, v)
 
 
 class LayerCache:
     """One decoder layer's keys and values: self-attention grows per step and has a row per beam;
-    cross-attention is fixed and has a row per sentence (every beam of a sentence reads the same)."""
+    cross-attention is fixed and has a row per sentence (every beam of a sentence reads the same).
+
+    Self-attention keys and values live in one (rows, 2h, capacity, d_k) buffer, k heads then v
+    heads, with room for later positions. Beam reordering gathers the filled positions into a
+    second buffer of the same size and swaps the two: one copy per step, and no new allocation
+    until the capacity doubles.
+    """
 
     def __init__(self, cross_k: Tensor, cross_v: Tensor):
         self.cross_k, self.cross_v = cross_k, cross_v
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+        self.length = 0
+        self._buffers: list[Tensor] = []  # [current, spare]; the current rows are the first `rows`
+        self.rows = 0
 
-    def append(self, k: Tensor, v: Tensor) -> None:
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+    def append(self, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """Store one position's (rows, 2h, 1, d_k) keys and values; returns all keys and values
+        so far as (rows, h, length, d_k) views."""
+        rows, heads2, _, d_k = kv.shape
+        if not self._buffers or self.length == self._buffers[0].size(2):
+            self._grow(rows, heads2, d_k, kv)
+        self.rows = rows
+        current = self._buffers[0][:rows]
+        current[:, :, self.length] = kv[:, :, 0]
+        self.length += 1
+        filled = current[:, :, : self.length]
+        return filled[:, : heads2 // 2], filled[:, heads2 // 2 :]
+
+    def _grow(self, rows: int, heads2: int, d_k: int, like: Tensor) -> None:
+        capacity = max(16, 2 * self.length)
+        fresh = [like.new_empty(rows, heads2, capacity, d_k) for _ in range(2)]
+        if self._buffers:
+            fresh[0][:, :, : self.length] = self._buffers[0][:rows, :, : self.length]
+        self._buffers = fresh
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
         if sentences is not None:
@@ -239,8 +263,14 @@ class LayerCache:
                 self.cross_k.index_select(0, sentences),
                 self.cross_v.index_select(0, sentences),
             )
-        if self.k is not None:
-            self.k, self.v = self.k.index_select(0, rows), self.v.index_select(0, rows)
+        if self.length:
+            current, spare = self._buffers
+            if rows.numel() > spare.size(0):  # more rows than ever before (not in beam search)
+                spare = current.new_empty(rows.numel(), *current.shape[1:])
+            filled = current[: self.rows, :, : self.length]
+            torch.index_select(filled, 0, rows, out=spare[: rows.numel(), :, : self.length])
+            self._buffers = [spare, current]
+            self.rows = rows.numel()
 
 
 @dataclass
@@ -253,8 +283,8 @@ class DecoderState:
     step: int = 0
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep/reorder rows (beam reordering, dropping finished sentences); `sentences`: the kept
-        sentences, when rows are beams (default: rows are sentences, one beam each)."""
+        """Keep/reorder rows (beam reordering, dropping finished sentences). With one beam, rows
+        are sentences; with more, `sentences` are the kept sentences (None: all, in order)."""
         sentences = rows if self.beams == 1 else sentences
         for layer in self.layers:
             layer.select(rows, sentences)
@@ -316,6 +346,7 @@ class Transformer(nn.Module):
         layers = [LayerCache(*layer.cross_attn.keys_values(memory)) for layer in self.decoder_layers]
         return DecoderState(layers, src_mask, beams)
 
+    @torch.no_grad()  # inference only: the cache is written in place
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """Feed one token per row (B,) at position state.step; returns next-token logits (B, V)."""
         x = self.tgt_embed(tokens[:, None], start=state.step)

@@ -215,11 +215,12 @@ def beam_search(
         ends = ((top_token == EOS_ID) | last_step[:, None]) & torch.isfinite(top_scores)
         ends[:, k:] = False
         normaliser = length_penalty(step + 1, cfg.lenpen)
+        sentence_ids = alive.tolist()
         for i, j in ends.nonzero().tolist():
             row, token, log_prob = i * k + int(top_beam[i, j]), int(top_token[i, j]), float(top_scores[i, j])
             output = history[row].tolist() + ([] if token == EOS_ID else [token])
-            finished[int(alive[i])].append(Hypothesis(output, log_prob / normaliser, log_prob, token == EOS_ID))
-        done = torch.tensor([len(finished[int(s)]) >= k for s in alive], device=device)
+            finished[sentence_ids[i]].append(Hypothesis(output, log_prob / normaliser, log_prob, token == EOS_ID))
+        done = torch.tensor([len(finished[s]) >= k for s in sentence_ids], device=device)
         done |= ~torch.isfinite(top_scores[:, 0]) | last_step
         # Continue with the k best candidates that did not end.
         continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
@@ -229,7 +230,7 @@ def beam_search(
         if keep_sentences.numel() == 0:
             break
         rows = (keep_sentences[:, None] * k + next_beam[keep_sentences]).flatten()
-        state.select(rows, keep_sentences)
+        state.select(rows, keep_sentences if keep_sentences.numel() < n_alive else None)
         history = torch.cat([history.index_select(0, rows), next_token[keep_sentences].reshape(-1, 1)], dim=1)
         tokens = history[:, -1]
         scores = next_scores[keep_sentences]

@@ -210,3 +210,33 @@ def test_cpu_bf16_is_chosen_only_with_native_instructions(flags, native, monkeyp
     assert device_module.cpu_has_native_bf16(cpuinfo) is native
     monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: native)
     assert device_module.resolve_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_cache_follows_many_reorders_past_its_capacity(beams):
+    """40 steps (the cache's buffers start with room for 16 and grow) with a random reordering of
+    the rows after each, sentences dropping out on the way: every step's logits equal a full
+    forward pass over each row's own history."""
+    model = tiny_model(vocab=20)
+    generator = torch.Generator().manual_seed(0)
+    src = torch.tensor([[5, 6, 7, EOS_ID], [9, EOS_ID, PAD_ID, PAD_ID], [4, 8, EOS_ID, PAD_ID]])
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask, beams=beams)
+    sentence_of_row = torch.arange(3).repeat_interleave(beams)
+    histories = torch.full((3 * beams, 1), BOS_ID)
+    for step in range(40):
+        logits = model.decode_step(histories[:, -1], state)
+        full = model(src[sentence_of_row], histories)[:, -1]
+        assert torch.allclose(logits, full, atol=1e-5), step
+        sentences = None  # all sentences stay
+        if step == 20:  # the middle sentence finishes
+            sentences = torch.tensor([0, 2]) if beams > 1 else None
+            rows = torch.tensor([0, 2]) if beams == 1 else torch.tensor([0, 1, 2, 6, 7, 8])
+        else:
+            rows = torch.arange(sentence_of_row.numel())
+        # each row continues from a random beam of its own sentence
+        rows = (rows // beams) * beams + torch.randint(0, beams, (rows.numel(),), generator=generator)
+        state.select(rows, sentences)
+        new_tokens = torch.randint(4, 20, (rows.numel(), 1), generator=generator)
+        histories = torch.cat([histories[rows], new_tokens], dim=1)
+        sentence_of_row = sentence_of_row[rows]
