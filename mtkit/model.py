@@ -221,14 +221,17 @@ class DecoderLayer(nn.Module):
         return self.self_attn(h, k, v)
 
 
+CACHE_CHUNK = 32  # decoder positions a self-attention cache grows by
+
+
 class LayerCache:
     """One decoder layer's keys and values: self-attention grows per step and has a row per beam;
     cross-attention is fixed and has a row per sentence (every beam of a sentence reads the same).
 
     Self-attention keys and values live in one (rows, 2h, capacity, d_k) buffer, k heads then v
-    heads, with room for later positions. Beam reordering gathers the filled positions into a
-    second buffer of the same size and swaps the two: one copy per step, and no new allocation
-    until the capacity doubles.
+    heads, with room for CACHE_CHUNK more positions. Beam reordering gathers the filled positions
+    into a second buffer of the same size and swaps the two: one copy per step (a concatenation
+    and a gather before), and no new allocation until the capacity is used up.
     """
 
     def __init__(self, cross_k: Tensor, cross_v: Tensor):
@@ -251,7 +254,7 @@ class LayerCache:
         return filled[:, : heads2 // 2], filled[:, heads2 // 2 :]
 
     def _grow(self, rows: int, heads2: int, d_k: int, like: Tensor) -> None:
-        capacity = max(16, 2 * self.length)
+        capacity = self.length + CACHE_CHUNK
         fresh = [like.new_empty(rows, heads2, capacity, d_k) for _ in range(2)]
         if self._buffers:
             fresh[0][:, :, : self.length] = self._buffers[0][:rows, :, : self.length]

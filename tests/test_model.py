@@ -6,7 +6,14 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 from mtkit.config import build_config
-from mtkit.model import Dropout, MultiHeadAttention, Transformer, attention_with_weights, sinusoidal_positions
+from mtkit.model import (
+    CACHE_CHUNK,
+    Dropout,
+    MultiHeadAttention,
+    Transformer,
+    attention_with_weights,
+    sinusoidal_positions,
+)
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -214,9 +221,9 @@ def test_cpu_bf16_is_chosen_only_with_native_instructions(flags, native, monkeyp
 
 @pytest.mark.parametrize("beams", [1, 3])
 def test_cache_follows_many_reorders_past_its_capacity(beams):
-    """40 steps (the cache's buffers start with room for 16 and grow) with a random reordering of
-    the rows after each, sentences dropping out on the way: every step's logits equal a full
-    forward pass over each row's own history."""
+    """More steps than the cache's first capacity (so it grows), a random reordering of the rows
+    after each, a sentence dropping out on the way: every step's logits equal a full forward pass
+    over each row's own history."""
     model = tiny_model(vocab=20)
     generator = torch.Generator().manual_seed(0)
     src = torch.tensor([[5, 6, 7, EOS_ID], [9, EOS_ID, PAD_ID, PAD_ID], [4, 8, EOS_ID, PAD_ID]])
@@ -224,7 +231,7 @@ def test_cache_follows_many_reorders_past_its_capacity(beams):
     state = model.start_decoding(memory, src_mask, beams=beams)
     sentence_of_row = torch.arange(3).repeat_interleave(beams)
     histories = torch.full((3 * beams, 1), BOS_ID)
-    for step in range(40):
+    for step in range(CACHE_CHUNK + 8):
         logits = model.decode_step(histories[:, -1], state)
         full = model(src[sentence_of_row], histories)[:, -1]
         assert torch.allclose(logits, full, atol=1e-5), step
