@@ -7,7 +7,7 @@ requests/s, sentences/s, latency percentiles and the mean batch size (from the s
 and compares with offline translation (the same engine and options, in one process) of the same
 sentences.
 
-  python bench/serve_load.py -m runs/multi30k/model.pt [--seconds 30] [--clients 1,8,32]
+  python bench/serve_load.py -m runs/multi30k/model.pt [--src en] [--seconds 30] [--clients 1,8,32]
 
 Needs pip install 'mtkit[serve]' httpx. The load generator runs on the same machine (a thread per
 client), so it takes a little CPU from the server.
@@ -104,13 +104,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", type=Path, required=True)
     parser.add_argument("--data", type=Path, default=DEFAULT_MULTI30K)
+    parser.add_argument("--src", default="en", help="source language of the model: test2016.SRC is sent")
     parser.add_argument("--engine", default="pytorch")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="server settings to run: wait20, wait0, none")
     args = parser.parse_args()
-    sentences = (args.data / "test2016.en").read_text(encoding="utf-8").splitlines()
+    sentences = (args.data / f"test2016.{args.src}").read_text(encoding="utf-8").splitlines()
     client_counts = [int(c) for c in args.clients.split(",")]
 
     offline_before = offline_rate(args.model, sentences, args.beam, args.engine)
