@@ -8,6 +8,8 @@ or, if the worker was busy then, from the end of its last batch: under steady lo
 answered by that batch get that long to send their next sentences and join the next batch, so
 batches do not settle into alternating halves of the clients.
 Engine-agnostic: the translate function does the work, on this one thread, so it owns its device.
+It hands each sentence's result over as soon as that sentence is finished, so a request whose
+sentences finish early is answered while the rest of its batch is still being translated.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,14 +46,15 @@ class BatchStats:
 class Batcher:
     """A queue of sentences and the worker thread that translates them in batches.
 
-    translate(texts, options) returns one result per text; its exceptions reach every request
-    in that batch. on_batch(stats) is called after each batch (for metrics); setup() runs once on
-    the worker thread before any batch, and if it fails, every request gets its error.
+    translate(texts, options, deliver) calls deliver(i, result) once for each text, as soon as
+    that text's result is known; its exceptions reach every request of the batch still waiting.
+    on_batch(stats) is called after each batch (for metrics); setup() runs once on the worker
+    thread before any batch, and if it fails, every request gets its error.
     """
 
     def __init__(
         self,
-        translate: Callable[[list[str], Any], Sequence[Any]],
+        translate: Callable[[list[str], Any, Callable[[int, Any], None]], None],
         max_batch_tokens: int,
         max_wait_s: float,
         max_queue: int,
@@ -158,15 +161,18 @@ class Batcher:
         if not batch:
             return
         start = time.perf_counter()
+
+        def deliver(i: int, result: Any) -> None:
+            batch[i].future.set_result(result)
+
         try:
-            results = self._translate([job.text for job in batch], batch[0].options)
+            self._translate([job.text for job in batch], batch[0].options, deliver)
+            missing: Exception = RuntimeError("the engine returned no result for this sentence")
         except Exception as err:  # the requests get it as a 500; the worker carries on
-            for job in batch:
-                job.future.set_exception(err)
-            self._last_batch_end = time.monotonic()
-            return
-        for job, result in zip(batch, results):
-            job.future.set_result(result)
+            missing = err
+        for job in batch:
+            if not job.future.done():
+                job.future.set_exception(missing)
         self._last_batch_end = time.monotonic()
         if self._on_batch:
             self._on_batch(BatchStats(len(batch), sum(job.tokens for job in batch), time.perf_counter() - start))

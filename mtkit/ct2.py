@@ -20,7 +20,7 @@ import torch
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
-from mtkit.search import MAX_POSITIONS, Hypothesis, SearchConfig, max_output_length
+from mtkit.search import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import PAD, Tokenizer
 from mtkit.translate import TextTranslator
@@ -158,8 +158,11 @@ class CTranslate2Translator(TextTranslator):
         self.meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))  # "source": the model's meta
         self.max_positions = self.meta["max_positions"]
 
-    def _search(self, sentences: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
-        """Decode every sentence with its own length limit, in as few engine calls as possible.
+    def _search(
+        self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
+    ) -> list[list[Hypothesis]]:
+        """Decode every sentence with its own length limit, in as few engine calls as possible
+        (on_done is not called: CTranslate2 returns a batch's translations together).
 
         CTranslate2 takes one length limit per call, and calls of a few sentences each are slow.
         So all sentences go in one call under the largest limit; a sentence is decoded again under

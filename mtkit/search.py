@@ -16,6 +16,7 @@ fixed position table (CTranslate2) covers every position either engine can reach
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -145,12 +146,16 @@ def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Te
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
 
+OnDone = Callable[[int, list[Hypothesis]], None]  # (sentence index in the batch, its final n-best)
+
+
 @torch.no_grad()
 def greedy_search(
-    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None
+    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None, on_done: OnDone | None = None
 ) -> list[list[Hypothesis]]:
     """Argmax (or a sample, with cfg.sample) at every step, for a batch of sources (B, S);
-    `forced` (prefix_tensor) gives target prefixes, which count towards scores and length limits."""
+    `forced` (prefix_tensor) gives target prefixes, which count towards scores and length limits.
+    on_done(i, hypotheses) is called for each sentence as soon as it is finished."""
     batch = src.size(0)
     memory, src_mask = model.encode(src)
     state = model.start_decoding(memory, src_mask)
@@ -175,7 +180,10 @@ def greedy_search(
                 score = log_probs[row].item()
                 output = history[row, :-1] if ended[row] else history[row]
                 normalised = score / length_penalty(step + 1, cfg.lenpen)
-                results[alive[row]] = [Hypothesis(output.tolist(), normalised, score, bool(ended[row]))]
+                sentence = int(alive[row])
+                results[sentence] = [Hypothesis(output.tolist(), normalised, score, bool(ended[row]))]
+                if on_done:
+                    on_done(sentence, results[sentence])
             keep = (~finished).nonzero().flatten()
             if keep.numel() == 0:
                 break
@@ -186,10 +194,11 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None
+    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None, on_done: OnDone | None = None
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of sources (B, S); returns the cfg.nbest best hypotheses per sentence.
-    With `forced` (prefix_tensor), every hypothesis of a sentence starts with its prefix."""
+    With `forced` (prefix_tensor), every hypothesis of a sentence starts with its prefix.
+    on_done(i, hypotheses) is called for each sentence as soon as its n-best is final."""
     batch, k = src.size(0), cfg.beam
     device = src.device
     memory, src_mask = model.encode(src)
@@ -200,7 +209,8 @@ def beam_search(
     scores[:, 0] = 0.0  # all beams start identical: let only the first one expand
     history = torch.empty(batch * k, 0, dtype=torch.long, device=device)
     tokens = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # every ended or cut hypothesis
+    results: list[list[Hypothesis]] = [[] for _ in range(batch)]  # the n-best, once a sentence is done
     for step in range(int(max_lens.max())):
         n_alive = alive.numel()
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
@@ -222,6 +232,11 @@ def beam_search(
             finished[sentence_ids[i]].append(Hypothesis(output, log_prob / normaliser, log_prob, token == EOS_ID))
         done = torch.tensor([len(finished[s]) >= k for s in sentence_ids], device=device)
         done |= ~torch.isfinite(top_scores[:, 0]) | last_step
+        for sentence, is_done in zip(sentence_ids, done.tolist()):
+            if is_done:  # every sentence gets here once: at the latest at its length limit
+                results[sentence] = sorted(finished[sentence], key=lambda h: h.score, reverse=True)[: cfg.nbest]
+                if on_done:
+                    on_done(sentence, results[sentence])
         # Continue with the k best candidates that did not end.
         continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
         next_scores, pick = continuing.topk(k, dim=1)  # (n, k)
@@ -235,15 +250,20 @@ def beam_search(
         tokens = history[:, -1]
         scores = next_scores[keep_sentences]
         alive = alive[keep_sentences]
-    return [sorted(hyps, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hyps in finished]
+    return results
 
 
 def search(
-    model: Transformer, src: Tensor, cfg: SearchConfig, prefixes: list[list[int]] | None = None
+    model: Transformer,
+    src: Tensor,
+    cfg: SearchConfig,
+    prefixes: list[list[int]] | None = None,
+    on_done: OnDone | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search when cfg.beam > 1, else greedy (or sampling); `prefixes`: each sentence's forced
-    beginning of the translation (target ids, [] for none)."""
+    beginning of the translation (target ids, [] for none); on_done(i, hypotheses): called for each
+    sentence as soon as it is finished, before the batch is."""
     forced = prefix_tensor(prefixes, src.size(0), src.device)
     if cfg.beam == 1:
-        return greedy_search(model, src, cfg, forced)
-    return beam_search(model, src, cfg, forced)
+        return greedy_search(model, src, cfg, forced, on_done)
+    return beam_search(model, src, cfg, forced, on_done)

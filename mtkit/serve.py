@@ -37,7 +37,7 @@ from mtkit.errors import MtkitError
 from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.textio import sha256_file
 from mtkit.tokenizer import Tokenizer
-from mtkit.translate import TextTranslator
+from mtkit.translate import NbestList, TextTranslator
 
 MAX_BEAM = 16
 THROUGHPUT_WINDOW_S = 10.0
@@ -194,21 +194,24 @@ class Service:
         self.translator = self._make_translator()
         self.translator.warn_long_lines = False  # a server's "line N" would mean nothing; requests log cuts
 
-    def _translate(self, texts: list[str], options: Options) -> list[Any]:
-        """On the worker thread: one batch, with its options."""
+    def _translate(self, texts: list[str], options: Options, deliver: Callable[[int, Any], None]) -> None:
+        """On the worker thread: one batch, with its options; each text's result is delivered as
+        soon as its translation is finished."""
         assert self.translator is not None
-        self.translator.cfg = replace(self.base_cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen)
-        out: list[Any] = []
-        for text, nbest_list in zip(texts, self.translator.translate_hypotheses(texts)):
+        translator = self.translator
+        translator.cfg = replace(self.base_cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen)
+
+        def result(i: int, nbest_list: NbestList) -> None:
             if options.nbest == 1 and not options.alignment:
-                out.append(nbest_list[0][1] if nbest_list else "")
-                continue
+                deliver(i, nbest_list[0][1] if nbest_list else "")
+                return
             hyps = [{"text": t, "score": h.score} for h, t in nbest_list]
             if options.alignment:
                 for entry, (h, _) in zip(hyps, nbest_list):
-                    entry["alignment"] = self.translator.alignment(text, h)
-            out.append(hyps)
-        return out
+                    entry["alignment"] = translator.alignment(texts[i], h)
+            deliver(i, hyps)
+
+        translator.translate_hypotheses(texts, on_line=result)
 
     def jobs(self, texts: Sequence[str], options: Options) -> tuple[list[Job], int]:
         """A job per text, and how many texts are longer than MAX_SOURCE_TOKENS (translated cut)."""

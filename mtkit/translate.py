@@ -16,7 +16,7 @@ from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.ensemble import Ensemble
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.search import MAX_SOURCE_TOKENS, Hypothesis, SearchConfig, search
+from mtkit.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, search
 from mtkit.tokenizer import EOS_ID, Tokenizer
 
 
@@ -30,17 +30,21 @@ def translate_ids(
     batch_size: int = 128,
     max_tokens: int = 8192,
     prefixes: Sequence[list[int]] | None = None,
+    on_done: OnDone | None = None,
 ) -> list[list[Hypothesis]]:
     """Search for every sentence of subword ids, batched by length; results in input order.
-    `prefixes`: each sentence's forced target beginning (ids; [] for none)."""
+    `prefixes`: each sentence's forced target beginning (ids; [] for none); on_done(i, hypotheses)
+    is called for sentence i as soon as its search is finished."""
     results: list[list[Hypothesis]] = [[] for _ in sentences]
     lengths = [len(s) for s in sentences]
     for group in length_batches(lengths, batch_size, max(1, max_tokens // cfg.beam)):
-        src = pad_batch([sentences[i] for i in group], device, suffix=EOS_ID)
-        forced = [prefixes[i] for i in group] if prefixes else None
+        indices = group.tolist()
+        src = pad_batch([sentences[i] for i in indices], device, suffix=EOS_ID)
+        forced = [prefixes[i] for i in indices] if prefixes else None
+        done_in_group = (lambda j, hyps, indices=indices: on_done(indices[j], hyps)) if on_done else None
         with autocast(device, precision):
-            hypotheses = search(model, src, cfg, forced)
-        for index, hyps in zip(group.tolist(), hypotheses):
+            hypotheses = search(model, src, cfg, forced, done_in_group)
+        for index, hyps in zip(indices, hypotheses):
             results[index] = hyps
     return results
 
@@ -49,25 +53,34 @@ class TextTranslator:
     """Raw lines in, n-best hypotheses out: what every engine shares on top of its _search(ids).
 
     An engine sets src_tokenizer and tgt_tokenizer; _search takes subword ids (no </s>), each
-    at most MAX_SOURCE_TOKENS long, and target prefixes (ids, or None), and returns each
-    sentence's n-best hypotheses.
+    at most MAX_SOURCE_TOKENS long, target prefixes (ids, or None) and an optional on_done(i,
+    hypotheses) to call for each sentence as soon as it is finished (an engine may skip it), and
+    returns each sentence's n-best hypotheses.
     """
 
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     warn_long_lines = True
 
-    def _search(self, sentences: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+    def _search(
+        self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
+    ) -> list[list[Hypothesis]]:
         raise NotImplementedError
 
     def translate_hypotheses(
-        self, lines: Sequence[str], first_line: int = 1, prefixes: Sequence[str] | None = None
-    ) -> list[list[tuple[Hypothesis, str]]]:
+        self,
+        lines: Sequence[str],
+        first_line: int = 1,
+        prefixes: Sequence[str] | None = None,
+        on_line: Callable[[int, NbestList], None] | None = None,
+    ) -> list[NbestList]:
         """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
 
         `prefixes`: per line, text every translation must begin with ("" for none). A line longer
         than MAX_SOURCE_TOKENS subwords is translated from its first MAX_SOURCE_TOKENS, with a
-        warning that names it (lines count from first_line).
+        warning that names it (lines count from first_line). on_line(i, n-best) is called once
+        per line, as soon as that line's translation is known (before the others, where the
+        engine finishes sentences one by one).
         """
         stripped = [line.strip() for line in lines]
         wanted = [i for i, line in enumerate(stripped) if line]
@@ -79,10 +92,22 @@ class TextTranslator:
                     f"line {first_line + i}: {len(row):,} subwords, more than {MAX_SOURCE_TOKENS:,}: "
                     f"translating its first {MAX_SOURCE_TOKENS:,}"
                 )
-        found = self._search([row[:MAX_SOURCE_TOKENS] for row in ids], forced)
-        out: list[list[tuple[Hypothesis, str]]] = [[] for _ in lines]
-        for i, hyps in zip(wanted, found):
-            out[i] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
+        out: list[NbestList] = [[] for _ in lines]
+        delivered = [False] * len(wanted)
+
+        def finish(j: int, hyps: list[Hypothesis]) -> None:  # j: the j-th non-blank line
+            out[wanted[j]] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
+            delivered[j] = True
+            if on_line:
+                on_line(wanted[j], out[wanted[j]])
+
+        if on_line:
+            for i in sorted(set(range(len(lines))) - set(wanted)):
+                on_line(i, [])
+        found = self._search([row[:MAX_SOURCE_TOKENS] for row in ids], forced, finish if on_line else None)
+        for j, hyps in enumerate(found):
+            if not delivered[j]:
+                finish(j, hyps)
         return out
 
     def translate(self, lines: Sequence[str]) -> list[str]:
@@ -133,10 +158,13 @@ class Translator(TextTranslator):
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
         self.batch_size, self.max_tokens = batch_size, max_tokens
 
-    def _search(self, sentences: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+    def _search(
+        self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
+    ) -> list[list[Hypothesis]]:
         return translate_ids(
-            self.model, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens, prefixes
-        )
+            self.model, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens, prefixes,
+            on_done,
+        )  # fmt: skip
 
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
         """Pharaoh-format word alignment of a translation (see mtkit.inspection.word_alignment)."""

@@ -1,5 +1,6 @@
 """Dynamic batching, in-process with a recording stand-in for the engine."""
 
+import threading
 import time
 
 import pytest
@@ -13,9 +14,10 @@ class Recorder:
     def __init__(self):
         self.calls: list[tuple[list[str], str]] = []
 
-    def __call__(self, texts, options):
+    def __call__(self, texts, options, deliver):
         self.calls.append((list(texts), options))
-        return [t.upper() for t in texts]
+        for i, text in enumerate(texts):
+            deliver(i, text.upper())
 
 
 def jobs(texts, options="a", tokens=2):
@@ -90,10 +92,11 @@ def test_cancelled_sentences_are_never_translated():
 
 
 def test_an_engine_error_reaches_that_batch_only():
-    def engine(texts, options):
+    def engine(texts, options, deliver):
         if "bad" in texts:
             raise RuntimeError("engine failed")
-        return texts
+        for i, text in enumerate(texts):
+            deliver(i, text)
 
     batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.0, max_queue=100)
     bad = batcher.submit(jobs(["bad"], "p"))
@@ -126,4 +129,40 @@ def test_a_failed_setup_fails_every_request_instead_of_hanging():
     for future in futures:
         with pytest.raises(RuntimeError, match="no model"):
             future.result(5)
+    batcher.stop()
+
+
+def test_a_finished_sentence_is_answered_before_its_batch_ends():
+    release = threading.Event()
+
+    def engine(texts, options, deliver):
+        deliver(1, "second, early")
+        assert release.wait(5)
+        deliver(0, "first, late")
+
+    batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.0, max_queue=100)
+    first, second = batcher.submit(jobs(["a", "b"]))
+    batcher.start()
+    assert second.result(5) == "second, early"
+    assert not first.done()  # still in the batch
+    release.set()
+    assert first.result(5) == "first, late"
+    batcher.stop()
+
+
+def test_sentences_the_engine_leaves_out_or_fails_after_delivering_others_get_an_error():
+    def engine(texts, options, deliver):
+        deliver(0, "done")
+        if options == "fail":
+            raise RuntimeError("engine failed")
+
+    batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.0, max_queue=100)
+    silent = batcher.submit(jobs(["a", "b"], "silent"))
+    failing = batcher.submit(jobs(["c", "d"], "fail"))
+    batcher.start()
+    assert silent[0].result(5) == "done" and failing[0].result(5) == "done"
+    with pytest.raises(RuntimeError, match="no result"):
+        silent[1].result(5)
+    with pytest.raises(RuntimeError, match="engine failed"):
+        failing[1].result(5)
     batcher.stop()

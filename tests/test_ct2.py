@@ -161,3 +161,21 @@ def test_both_engines_translate_a_long_line_from_its_first_1024_subwords(model_f
         assert (
             f"line 2: {len(pieces):,} subwords, more than 1,024: translating its first 1,024" in result.stderr.decode()
         )
+
+
+@pytest.mark.parametrize("engine", ["pytorch", "ctranslate2"])
+def test_each_line_is_handed_over_once_with_what_is_returned(model_file, corpus, tmp_path, engine):
+    """translate_hypotheses(on_line=...) gives every line, blank ones included, exactly once."""
+    cfg = SearchConfig(beam=3, nbest=2, max_len_a=1.0, max_len_b=5)
+    lines = (corpus / "test.en").read_text().splitlines()[:12]
+    lines[3] = lines[7] = "  "
+    if engine == "pytorch":
+        translator = Translator(model_file, cfg, device="cpu", precision="fp32", batch_size=5)
+    else:
+        export_ctranslate2(model_file, tmp_path / "ct2")
+        translator = CTranslate2Translator(tmp_path / "ct2", cfg, device="cpu", compute_type="float32")
+    handed: list[tuple[int, list]] = []
+    returned = translator.translate_hypotheses(lines, on_line=lambda i, nbest: handed.append((i, nbest)))
+    assert sorted(i for i, _ in handed) == list(range(len(lines)))
+    assert [nbest for _, nbest in sorted(handed, key=lambda item: item[0])] == returned
+    assert returned[3] == returned[7] == [] and all(len(returned[i]) == 2 for i in (0, 1, 2, 4))

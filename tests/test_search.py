@@ -166,3 +166,27 @@ def test_length_limit_is_capped_for_every_engine():
     cfg = SearchConfig(max_len_a=1.0, max_len_b=50)
     assert max_output_length(MAX_OUTPUT_TOKENS - 50, cfg) == MAX_OUTPUT_TOKENS
     assert max_output_length(MAX_OUTPUT_TOKENS, cfg) == MAX_OUTPUT_TOKENS == 1024
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_each_sentence_is_reported_once_as_soon_as_it_is_finished(model, beam):
+    """on_done gets every sentence exactly once, with what the search returns for it, at the step
+    where it finished: the one-word source (a length limit of 2 steps) before the search ends."""
+    cfg = SearchConfig(beam=beam, max_len_a=1.0, max_len_b=1, lenpen=0.6, nbest=beam)
+    steps, reported = [0], {}
+    decode_step = model.decode_step
+
+    def counting_step(tokens, state):
+        steps[0] += 1
+        return decode_step(tokens, state)
+
+    def on_done(i, hyps):
+        assert i not in reported
+        reported[i] = (steps[0], hyps)
+
+    model.decode_step = counting_step
+    results = search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg, on_done=on_done)
+    assert sorted(reported) == list(range(len(SOURCES)))
+    assert [reported[i][1] for i in range(len(SOURCES))] == results
+    assert reported[1][0] <= 2 < steps[0]  # SOURCES[1] has one subword: at most 2 steps
+    assert all(reported[i][0] <= max_output_length(len(s), cfg) for i, s in enumerate(SOURCES))
