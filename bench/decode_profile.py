@@ -3,8 +3,10 @@
     python bench/decode_profile.py -m runs/multi30k_en_de/model.pt [--lines 256] [--batch-size 128] [--beam 5]
 
 The model translates the first --lines sentences of test2016 once untimed (warm-up), once timed
-(sentences/s) and once under the profiler, in batches of --batch-size sentences, fp32 on the CPU,
-lenpen 0.6. The table lists the operators by their own (self) CPU time.
+(sentences/s), once timing every decoding step, and once under the profiler, in batches of
+--batch-size sentences, fp32 on the CPU, lenpen 0.6. The step times are fitted as a + b x rows
+(least squares; rows = beams still searching): a is what a step costs whatever its size. The
+table lists the operators by their own (self) CPU time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from common import DEFAULT_MULTI30K, conditions
 from torch.profiler import ProfilerActivity, profile
@@ -20,6 +23,31 @@ from torch.profiler import ProfilerActivity, profile
 from mtkit.checkpoint import load_model_file
 from mtkit.search import SearchConfig
 from mtkit.translate import Translator
+
+
+def step_costs(translator: Translator, translate_all) -> str:
+    """Time each decoding step (model and search, up to the next step) against the rows it fed."""
+    decode_step, steps = translator.model.decode_step, []
+    previous: list = []
+
+    def timed_step(tokens, state):
+        now = time.perf_counter()
+        if previous and previous[0][2] is state:  # the last step of a batch has no successor: left out
+            steps.append((previous[0][1], now - previous[0][0]))
+        previous[:] = [(now, tokens.numel(), state)]
+        return decode_step(tokens, state)
+
+    translator.model.decode_step = timed_step
+    try:
+        translate_all()
+    finally:
+        translator.model.decode_step = decode_step
+    rows, seconds = np.array(steps, dtype=float).T
+    (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(rows), rows], axis=1), seconds, rcond=None)
+    return (
+        f"step time = {1e3 * a:.2f} ms + {1e6 * b:.1f} us x rows over {len(steps):,} steps "
+        f"(mean {rows.mean():.0f} rows); the fixed part is {100 * a * len(steps) / seconds.sum():.0f}% of the step time"
+    )
 
 
 def main() -> None:
@@ -46,7 +74,8 @@ def main() -> None:
     print(f"conditions: {conditions()}")
     print(f"model: {args.model}; first {len(lines)} lines of test2016, beam {args.beam}, batch size {args.batch_size}")
     translate_all()
-    print(f"sentences/s: {translate_all():.1f} (without the profiler)\n")
+    print(f"sentences/s: {translate_all():.1f} (without the profiler)")
+    print(step_costs(translator, translate_all) + "\n")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         translate_all()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
