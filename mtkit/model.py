@@ -119,9 +119,13 @@ class MultiHeadAttention(nn.Module):
         self.keep_weights = False  # set by mtkit.inspect to record attention weights
         self.weights: Tensor | None = None
 
+    def packed_keys_values(self, x: Tensor) -> Tensor:
+        """(B, 2h, L, d_k): the h key heads, then the h value heads (W_k and W_v side by side)."""
+        return split_heads(self.kv_proj(x), 2 * self.heads)
+
     def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.kv_proj(x).chunk(2, dim=-1)
-        return split_heads(k, self.heads), split_heads(v, self.heads)  # (B, h, L, d_k) each
+        kv = self.packed_keys_values(x)
+        return kv[:, : self.heads], kv[:, self.heads :]  # (B, h, L, d_k) each
 
     def forward(
         self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False, group: int = 1
@@ -215,9 +219,8 @@ class DecoderLayer(nn.Module):
             # Teacher forcing: padding sits after the last real token, so the causal mask alone
             # keeps every real query away from padded keys; no padding mask is needed.
             return self.self_attn(h, *self.self_attn.keys_values(h), is_causal=True)
-        # One new position, which may see every cached one. The projection's output (rows, 1, 2d)
-        # split into 2h heads is the k heads then the v heads: the cache's layout.
-        k, v = cache.append(split_heads(self.self_attn.kv_proj(h), 2 * self.self_attn.heads))
+        # One new position, which may see every cached one; the cache keeps the packed layout.
+        k, v = cache.append(self.self_attn.packed_keys_values(h))
         return self.self_attn(h, k, v)
 
 

@@ -101,8 +101,8 @@ class TextTranslator:
             if on_line:
                 on_line(wanted[j], out[wanted[j]])
 
-        if on_line:
-            for i in sorted(set(range(len(lines))) - set(wanted)):
+        for i, line in enumerate(stripped):
+            if on_line and not line:
                 on_line(i, [])
         found = self._search([row[:MAX_SOURCE_TOKENS] for row in ids], forced, finish if on_line else None)
         for j, hyps in enumerate(found):
