@@ -16,6 +16,7 @@ from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.ensemble import Ensemble
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
+from mtkit.packed import pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, search
 from mtkit.tokenizer import EOS_ID, Tokenizer
 
@@ -154,6 +155,9 @@ class Translator(TextTranslator):
         self.precision = resolve_precision(precision, self.device)
         files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
         models = [f.build_model(self.device) for f in files]
+        if self.device.type == "cpu" and self.precision == "fp32":
+            for model in models:
+                pack_linear_layers(model)
         self.model = models[0] if len(models) == 1 else Ensemble(models)
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
         self.batch_size, self.max_tokens = batch_size, max_tokens

@@ -1,0 +1,94 @@
+import platform
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import mtkit.translate
+from mtkit.checkpoint import load_model_file
+from mtkit.packed import PackedLinear, pack_linear_layers, packing_works
+from mtkit.search import SearchConfig, search
+from mtkit.tokenizer import BOS_ID
+from mtkit.translate import Translator
+
+needs_packing = pytest.mark.skipif(not packing_works(), reason="this torch build has no oneDNN packing")
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checked on x86-64")
+def test_packing_is_available_on_x86_64():
+    assert packing_works()  # else every CPU translation silently loses its speed-up
+
+
+@needs_packing
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 300),
+    in_features=st.integers(1, 96),
+    out_features=st.integers(1, 130),
+    with_bias=st.booleans(),
+    leading=st.sampled_from([(), (2,), (3, 1)]),
+    seed=st.integers(0, 2**16),
+)
+def test_packed_linear_equals_f_linear(rows, in_features, out_features, with_bias, leading, seed):
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(out_features, in_features, generator=generator)
+    bias = torch.randn(out_features, generator=generator) if with_bias else None
+    x = torch.randn(*leading, rows, in_features, generator=generator)
+    packed = PackedLinear(weight, bias)(x)
+    assert packed.shape == (*leading, rows, out_features)
+    assert torch.allclose(packed, F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
+
+
+@needs_packing
+def test_packed_linear_takes_non_contiguous_input():
+    weight, x = torch.randn(7, 5), torch.randn(5, 4).t()  # (4, 5), transposed storage
+    assert torch.allclose(PackedLinear(weight, None)(x), x @ weight.t(), atol=1e-5)
+
+
+@needs_packing
+@pytest.mark.parametrize("tied", [True, False])
+def test_packed_model_computes_what_the_model_does(tied):
+    plain = tiny_model(vocab=20, seed=3, tie_embeddings=tied)
+    packed = tiny_model(vocab=20, seed=3, tie_embeddings=tied)
+    assert pack_linear_layers(packed)
+    assert not any(isinstance(m, nn.Linear) for m in packed.modules())
+    assert isinstance(packed.output, PackedLinear)
+    src = torch.randint(4, 20, (3, 6))
+    tgt = torch.randint(4, 20, (3, 5))
+    with torch.no_grad():
+        assert torch.allclose(packed(src, tgt), plain(src, tgt), atol=1e-5)
+    states = [m.start_decoding(*m.encode(src), beams=1) for m in (plain, packed)]
+    tokens = torch.full((3,), BOS_ID)
+    for step in range(4):
+        logits = [m.decode_step(tokens, s) for m, s in zip((plain, packed), states)]
+        assert torch.allclose(logits[0], logits[1], atol=1e-5)
+        tokens = tgt[:, step]
+    cfg = SearchConfig(beam=3, nbest=3, lenpen=0.6)
+    expected = [[h.tokens for h in hyps] for hyps in search(plain, src, cfg)]
+    assert [[h.tokens for h in hyps] for hyps in search(packed, src, cfg)] == expected
+
+
+def test_without_onednn_nothing_is_packed(monkeypatch):
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    model = tiny_model(vocab=20)
+    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    assert not pack_linear_layers(model)
+    assert [name for name, m in model.named_modules() if isinstance(m, nn.Linear)] == linears
+    assert model.output is None
+
+
+@needs_packing
+def test_cpu_fp32_translator_packs_and_translates_as_before(trained_run, corpus, monkeypatch):
+    lines = (corpus / "test.en").read_text(encoding="utf-8").splitlines()[:40]
+    cfg = SearchConfig(beam=3, nbest=2)
+    packed = Translator(load_model_file(trained_run), cfg, device="cpu", precision="fp32")
+    assert isinstance(packed.model.output, PackedLinear)
+    monkeypatch.setattr(mtkit.translate, "pack_linear_layers", lambda model: False)
+    plain = Translator(load_model_file(trained_run), cfg, device="cpu", precision="fp32")
+    assert plain.model.output is None
+    as_tokens = [[h.tokens for h, _ in nbest] for nbest in plain.translate_hypotheses(lines)]
+    assert [[h.tokens for h, _ in nbest] for nbest in packed.translate_hypotheses(lines)] == as_tokens
