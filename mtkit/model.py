@@ -67,11 +67,14 @@ class Embedding(nn.Module):
         self.dropout = Dropout(dropout)
         self.register_buffer("positions", sinusoidal_positions(256, d_model), persistent=False)
 
-    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
-        end = start + ids.size(1)
+    def forward(self, ids: Tensor, start: int | Tensor = 0) -> Tensor:
+        """ids (B, L) at positions start.. start + L - 1; or, with start a (B,) tensor, one id per
+        row (L = 1) at each row's own position."""
+        end = (int(start.max()) if isinstance(start, Tensor) else start) + ids.size(1)
         if end > self.positions.size(0):  # sinusoids extend to any length: no position limit
             self.positions = sinusoidal_positions(2 * end, self.positions.size(1)).to(self.positions.device)
-        return self.dropout(self.tokens(ids) * self.scale + self.positions[start:end])
+        positions = self.positions[start][:, None] if isinstance(start, Tensor) else self.positions[start:end]
+        return self.dropout(self.tokens(ids) * self.scale + positions)
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
@@ -208,20 +211,22 @@ class DecoderLayer(nn.Module):
         src_mask: Tensor,
         cache: LayerCache | None = None,
         beams: int = 1,
+        self_mask: Tensor | None = None,
     ) -> Tensor:
-        """beams: rows of x per row of memory_kv (incremental decoding: the beams of a sentence)."""
-        x = self.self_block(x, lambda h: self._self_attend(h, cache))
+        """beams: rows of x per row of memory_kv (incremental decoding: the beams of a sentence);
+        self_mask: (rows, 1, 1, cached positions), True on the positions a row may attend to."""
+        x = self.self_block(x, lambda h: self._self_attend(h, cache, self_mask))
         x = self.cross_block(x, lambda h: self.cross_attn(h, *memory_kv, mask=src_mask, group=beams))
         return self.ffn_block(x, self.ffn)
 
-    def _self_attend(self, h: Tensor, cache: LayerCache | None) -> Tensor:
+    def _self_attend(self, h: Tensor, cache: LayerCache | None, self_mask: Tensor | None = None) -> Tensor:
         if cache is None:
             # Teacher forcing: padding sits after the last real token, so the causal mask alone
             # keeps every real query away from padded keys; no padding mask is needed.
             return self.self_attn(h, *self.self_attn.keys_values(h), is_causal=True)
         # One new position, which may see every cached one; the cache keeps the packed layout.
         k, v = cache.append(self.self_attn.packed_keys_values(h))
-        return self.self_attn(h, k, v)
+        return self.self_attn(h, k, v, mask=self_mask)
 
 
 CACHE_CHUNK = 32  # decoder positions a self-attention cache grows by
@@ -263,7 +268,9 @@ class LayerCache:
             fresh[0][:, :, : self.length] = self._buffers[0][:rows, :, : self.length]
         self._buffers = fresh
 
-    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
+    def select(self, rows: Tensor, sentences: Tensor | None, drop: int = 0) -> None:
+        """Keep `rows` (and the cross-attention rows of `sentences`), and drop the first `drop`
+        positions, which no kept row attends to."""
         if sentences is not None:
             self.cross_k, self.cross_v = (
                 self.cross_k.index_select(0, sentences),
@@ -273,10 +280,37 @@ class LayerCache:
             current, spare = self._buffers
             if rows.numel() > spare.size(0):  # more rows than ever before (not in beam search)
                 spare = current.new_empty(rows.numel(), *current.shape[1:])
-            filled = current[: self.rows, :, : self.length]
-            torch.index_select(filled, 0, rows, out=spare[: rows.numel(), :, : self.length])
+            filled = current[: self.rows, :, drop : self.length]
+            torch.index_select(filled, 0, rows, out=spare[: rows.numel(), :, : self.length - drop])
             self._buffers = [spare, current]
             self.rows = rows.numel()
+            self.length -= drop
+
+    def join(self, other: LayerCache, new_rows: int) -> None:
+        """Append the sentences of a fresh cache (no positions yet) and their `new_rows` rows; the
+        new rows' earlier positions are zeros (their self-attention mask hides them)."""
+        self.cross_k, self.cross_v = (
+            torch.cat(pad_to_common_length([mine, theirs], dim=2))
+            for mine, theirs in ((self.cross_k, other.cross_k), (self.cross_v, other.cross_v))
+        )
+        if not self.length:
+            return
+        current = self._buffers[0]
+        grown = [current.new_zeros(self.rows + new_rows, *current.shape[1:]) for _ in range(2)]
+        grown[0][: self.rows, :, : self.length] = current[: self.rows, :, : self.length]
+        self._buffers = grown
+        self.rows += new_rows
+
+
+def pad_to_common_length(tensors: list[Tensor], dim: int, value: float | bool = 0) -> list[Tensor]:
+    """Pad each tensor at the end of `dim` to the longest one's size there."""
+    longest = max(t.size(dim) for t in tensors)
+    padded = []
+    for t in tensors:
+        shape = list(t.shape)
+        shape[dim] = longest - t.size(dim)
+        padded.append(torch.cat([t, t.new_full(shape, value)], dim=dim) if shape[dim] else t)
+    return padded
 
 
 @dataclass
@@ -286,16 +320,48 @@ class DecoderState:
     layers: list[LayerCache]
     src_mask: Tensor  # (sentences, 1, 1, S)
     beams: int = 1
-    step: int = 0
+    step: int = 0  # cached positions: where the next token goes
+    starts: Tensor | None = None  # (sentences,) the cached position where each sentence began; None: all at 0
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep/reorder rows (beam reordering, dropping finished sentences). With one beam, rows
-        are sentences; with more, `sentences` are the kept sentences (None: all, in order)."""
+        are sentences; with more, `sentences` are the kept sentences (None: all, in order).
+        Positions before every kept sentence's start are dropped from the cache."""
         sentences = rows if self.beams == 1 else sentences
+        drop = 0
+        if sentences is not None and self.starts is not None:
+            self.starts = self.starts.index_select(0, sentences)
+            drop = int(self.starts.min())
+            self.starts -= drop
+            self.step -= drop
         for layer in self.layers:
-            layer.select(rows, sentences)
+            layer.select(rows, sentences, drop)
         if sentences is not None:
             self.src_mask = self.src_mask.index_select(0, sentences)
+
+    def join(self, other: DecoderState) -> None:
+        """Append the sentences of a fresh state (start_decoding, same beams): they decode from
+        the next step on, each at its own positions, alongside the sentences already here."""
+        sentences = self.src_mask.size(0)
+        new_sentences = other.src_mask.size(0)
+        for mine, theirs in zip(self.layers, other.layers):
+            mine.join(theirs, new_sentences * self.beams)
+        self.src_mask = torch.cat(pad_to_common_length([self.src_mask, other.src_mask], dim=3, value=False))
+        starts = self.starts if self.starts is not None else self.src_mask.new_zeros(sentences, dtype=torch.long)
+        self.starts = torch.cat([starts, starts.new_full((new_sentences,), self.step)])
+
+    def positions(self) -> int | Tensor:
+        """The position of each row's next token: an int when every sentence began together."""
+        if self.starts is None:
+            return self.step
+        return (self.step - self.starts).repeat_interleave(self.beams)
+
+    def self_attention_mask(self) -> Tensor | None:
+        """(rows, 1, 1, step + 1): which cached positions (this step's included) each row may see."""
+        if self.starts is None:
+            return None
+        visible = torch.arange(self.step + 1, device=self.starts.device)[None, :] >= self.starts[:, None]
+        return visible.repeat_interleave(self.beams, dim=0)[:, None, None, :]
 
 
 class Transformer(nn.Module):
@@ -355,9 +421,10 @@ class Transformer(nn.Module):
     @torch.no_grad()  # inference only: the cache is written in place
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """Feed one token per row (B,) at position state.step; returns next-token logits (B, V)."""
-        x = self.tgt_embed(tokens[:, None], start=state.step)
+        x = self.tgt_embed(tokens[:, None], start=state.positions())
+        self_mask = state.self_attention_mask()
         for layer, cache in zip(self.decoder_layers, state.layers):
-            x = layer(x, (cache.cross_k, cache.cross_v), state.src_mask, cache, state.beams)
+            x = layer(x, (cache.cross_k, cache.cross_v), state.src_mask, cache, state.beams, self_mask)
         state.step += 1
         return self.logits(self.decoder_norm(x[:, 0]))
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mtkit.errors import MtkitError
-from mtkit.model import Transformer
+from mtkit.model import DecoderState, Transformer, pad_to_common_length
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 MAX_SOURCE_TOKENS = 1024  # subwords of a source line that are translated, without </s>
@@ -83,11 +83,14 @@ def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
     return torch.tensor([max_output_length(n, cfg) for n in source_tokens.tolist()], device=src.device)
 
 
-def _constrain(lprobs: Tensor, step: int, history: Tensor, cfg: SearchConfig) -> Tensor:
-    """Forbid <pad>/<s>, </s> before min_len, and repeated n-grams."""
+def _constrain(lprobs: Tensor, step: int | Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:
+    """Forbid <pad>/<s>, </s> before min_len, and repeated n-grams; step: the tokens chosen so far,
+    for all rows or (a tensor) per row."""
     lprobs[:, PAD_ID] = float("-inf")
     lprobs[:, BOS_ID] = float("-inf")
-    if step < cfg.min_len:
+    if isinstance(step, Tensor):
+        lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(step < cfg.min_len, float("-inf"))
+    elif step < cfg.min_len:
         lprobs[:, EOS_ID] = float("-inf")
     if cfg.no_repeat_ngram and history.size(1) >= cfg.no_repeat_ngram:
         lprobs = _ban_repeated_ngrams(lprobs, history, cfg.no_repeat_ngram)
@@ -117,10 +120,14 @@ def prefix_tensor(prefixes: list[list[int]] | None, batch: int, device: torch.de
 class _Pin:
     """Forces each row's prefix token at this step: only it keeps its (unconstrained) log-probability."""
 
-    def __init__(self, lprobs: Tensor, step: int, forced: Tensor | None):
+    def __init__(self, lprobs: Tensor, step: int | Tensor, forced: Tensor | None):
+        """step: the tokens chosen so far, for all rows or (a tensor) per row."""
         self.rows = self.tokens = self.values = None
-        if forced is not None and step < forced.size(1):
-            tokens = forced[:, step]
+        if isinstance(step, int):
+            step = torch.full((lprobs.size(0),), step, dtype=torch.long, device=lprobs.device)
+        if forced is not None:
+            inside = step < forced.size(1)
+            tokens = forced.gather(1, step.clamp(max=forced.size(1) - 1)[:, None]).squeeze(1).masked_fill(~inside, -1)
             rows = (tokens >= 0).nonzero().flatten()
             if rows.numel():
                 self.rows, self.tokens = rows, tokens[rows]
@@ -192,64 +199,127 @@ def greedy_search(
     return results
 
 
-@torch.no_grad()
+class BeamStream:
+    """Beam search over a changing set of sentences: add() sources between steps, and each step()
+    advances every sentence by one token and returns the ones it finished, with their n-best.
+
+    A sentence added while others are searching joins them at the next step, at its own positions
+    (mtkit.model.DecoderState.join), and finishes as it would have alone. beam_search runs one
+    batch through it; a translation server keeps one running, so that a new sentence need not
+    wait for a whole batch to finish.
+    """
+
+    def __init__(self, model: Transformer, cfg: SearchConfig, device: torch.device):
+        self.model, self.cfg, self.k, self.device = model, cfg, cfg.beam, device
+        self.state: DecoderState | None = None
+        self.ids: list = []  # the caller's name for each sentence still searching
+        self.source_tokens: list[int] = []  # their source lengths with </s>
+        self.finished: dict = {}  # id -> every ended or cut hypothesis so far
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @torch.no_grad()
+    def add(self, src: Tensor, ids: list, forced: Tensor | None = None) -> None:
+        """Start searching for a batch of sources (B, S), known as `ids`; `forced`: prefix_tensor."""
+        batch, k = src.size(0), self.k
+        memory, src_mask = self.model.encode(src)
+        state = self.model.start_decoding(memory, src_mask, beams=k)
+        scores = torch.full((batch, k), float("-inf"), device=self.device)
+        scores[:, 0] = 0.0  # all beams start identical: let only the first one expand
+        forced = forced if forced is not None else torch.full((batch, 0), -1, dtype=torch.long, device=self.device)
+        fresh = {
+            "max_lens": max_output_lengths(src, self.cfg),
+            "steps": torch.zeros(batch, dtype=torch.long, device=self.device),  # tokens chosen so far
+            "scores": scores,
+            "forced": forced,
+        }
+        if self.state is None:
+            self.state, self.history = state, torch.empty(batch * k, 0, dtype=torch.long, device=self.device)
+            self.tokens = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=self.device)
+            self.max_lens, self.steps, self.scores, self.forced = (
+                fresh[n] for n in ("max_lens", "steps", "scores", "forced")
+            )
+        else:
+            self.state.join(state)
+            self.history = torch.cat([self.history, self.history.new_full((batch * k, self.history.size(1)), PAD_ID)])
+            self.tokens = torch.cat([self.tokens, self.tokens.new_full((batch * k,), BOS_ID)])
+            self.max_lens, self.steps, self.scores = (
+                torch.cat([mine, fresh[name]]) for name, mine in
+                (("max_lens", self.max_lens), ("steps", self.steps), ("scores", self.scores))
+            )  # fmt: skip
+            self.forced = torch.cat(pad_to_common_length([self.forced, fresh["forced"]], dim=1, value=-1))
+        self.ids += ids
+        self.source_tokens += (src != PAD_ID).sum(dim=1).tolist()
+        self.finished.update((i, []) for i in ids)
+
+    @torch.no_grad()
+    def step(self) -> list[tuple]:
+        """One token more for every sentence; returns (id, n-best) for the sentences it finished."""
+        n_alive, k, cfg = len(self.ids), self.k, self.cfg
+        lprobs = F.log_softmax(self.model.decode_step(self.tokens, self.state).float(), dim=-1)
+        row_steps = self.steps.repeat_interleave(k)
+        pin = _Pin(lprobs, row_steps, self.forced.repeat_interleave(k, dim=0) if self.forced.size(1) else None)
+        lprobs = pin.apply(_constrain(lprobs, row_steps, self.history, cfg))
+        vocab = lprobs.size(-1)
+        candidates = (self.scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
+        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        last_step = self.steps + 1 >= self.max_lens
+        # An </s> among the k best candidates finishes a hypothesis; at the last step, all k best do.
+        ends = ((top_token == EOS_ID) | last_step[:, None]) & torch.isfinite(top_scores)
+        ends[:, k:] = False
+        steps = self.steps.tolist()
+        for i, j in ends.nonzero().tolist():
+            row, token, log_prob = i * k + int(top_beam[i, j]), int(top_token[i, j]), float(top_scores[i, j])
+            output = self.history[row, self.history.size(1) - steps[i] :].tolist() + (
+                [] if token == EOS_ID else [token]
+            )
+            normalised = log_prob / length_penalty(steps[i] + 1, cfg.lenpen)
+            self.finished[self.ids[i]].append(Hypothesis(output, normalised, log_prob, token == EOS_ID))
+        done = torch.tensor([len(self.finished[s]) >= k for s in self.ids], device=self.device)
+        done |= ~torch.isfinite(top_scores[:, 0]) | last_step
+        results = []
+        for i, is_done in enumerate(done.tolist()):
+            if is_done:  # every sentence gets here once: at the latest at its length limit
+                hypotheses = self.finished.pop(self.ids[i])
+                results.append((self.ids[i], sorted(hypotheses, key=lambda h: h.score, reverse=True)[: cfg.nbest]))
+        # Continue with the k best candidates that did not end.
+        continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
+        next_scores, pick = continuing.topk(k, dim=1)  # (n, k)
+        next_beam, next_token = top_beam.gather(1, pick), top_token.gather(1, pick)
+        keep = (~done).nonzero().flatten()
+        if keep.numel() == 0:
+            self.state, self.ids, self.source_tokens = None, [], []
+            return results
+        rows = (keep[:, None] * k + next_beam[keep]).flatten()
+        self.state.select(rows, keep if keep.numel() < n_alive else None)
+        self.steps = self.steps[keep] + 1
+        width = int(self.steps.max())  # the longest history still searching
+        history = self.history.index_select(0, rows)[:, self.history.size(1) - (width - 1) :]
+        self.history = torch.cat([history, next_token[keep].reshape(-1, 1)], dim=1)
+        self.tokens = self.history[:, -1]
+        self.scores, self.max_lens, self.forced = next_scores[keep], self.max_lens[keep], self.forced[keep]
+        kept = keep.tolist()
+        self.ids = [self.ids[i] for i in kept]
+        self.source_tokens = [self.source_tokens[i] for i in kept]
+        return results
+
+
 def beam_search(
     model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None, on_done: OnDone | None = None
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of sources (B, S); returns the cfg.nbest best hypotheses per sentence.
     With `forced` (prefix_tensor), every hypothesis of a sentence starts with its prefix.
     on_done(i, hypotheses) is called for each sentence as soon as its n-best is final."""
-    batch, k = src.size(0), cfg.beam
-    device = src.device
-    memory, src_mask = model.encode(src)
-    state = model.start_decoding(memory, src_mask, beams=k)
-    max_lens = max_output_lengths(src, cfg)
-    alive = torch.arange(batch, device=device)  # original index of each sentence still searching
-    scores = torch.full((batch, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start identical: let only the first one expand
-    history = torch.empty(batch * k, 0, dtype=torch.long, device=device)
-    tokens = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # every ended or cut hypothesis
-    results: list[list[Hypothesis]] = [[] for _ in range(batch)]  # the n-best, once a sentence is done
-    for step in range(int(max_lens.max())):
-        n_alive = alive.numel()
-        lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
-        pin = _Pin(lprobs, step, None if forced is None else forced[alive].repeat_interleave(k, dim=0))
-        lprobs = pin.apply(_constrain(lprobs, step, history, cfg))
-        vocab = lprobs.size(-1)
-        candidates = (scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
-        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
-        top_beam, top_token = top_index // vocab, top_index % vocab
-        last_step = step + 1 >= max_lens[alive]
-        # An </s> among the k best candidates finishes a hypothesis; at the last step, all k best do.
-        ends = ((top_token == EOS_ID) | last_step[:, None]) & torch.isfinite(top_scores)
-        ends[:, k:] = False
-        normaliser = length_penalty(step + 1, cfg.lenpen)
-        sentence_ids = alive.tolist()
-        for i, j in ends.nonzero().tolist():
-            row, token, log_prob = i * k + int(top_beam[i, j]), int(top_token[i, j]), float(top_scores[i, j])
-            output = history[row].tolist() + ([] if token == EOS_ID else [token])
-            finished[sentence_ids[i]].append(Hypothesis(output, log_prob / normaliser, log_prob, token == EOS_ID))
-        done = torch.tensor([len(finished[s]) >= k for s in sentence_ids], device=device)
-        done |= ~torch.isfinite(top_scores[:, 0]) | last_step
-        for sentence, is_done in zip(sentence_ids, done.tolist()):
-            if is_done:  # every sentence gets here once: at the latest at its length limit
-                results[sentence] = sorted(finished[sentence], key=lambda h: h.score, reverse=True)[: cfg.nbest]
-                if on_done:
-                    on_done(sentence, results[sentence])
-        # Continue with the k best candidates that did not end.
-        continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
-        next_scores, pick = continuing.topk(k, dim=1)  # (n, k)
-        next_beam, next_token = top_beam.gather(1, pick), top_token.gather(1, pick)
-        keep_sentences = (~done).nonzero().flatten()
-        if keep_sentences.numel() == 0:
-            break
-        rows = (keep_sentences[:, None] * k + next_beam[keep_sentences]).flatten()
-        state.select(rows, keep_sentences if keep_sentences.numel() < n_alive else None)
-        history = torch.cat([history.index_select(0, rows), next_token[keep_sentences].reshape(-1, 1)], dim=1)
-        tokens = history[:, -1]
-        scores = next_scores[keep_sentences]
-        alive = alive[keep_sentences]
+    stream = BeamStream(model, cfg, src.device)
+    stream.add(src, list(range(src.size(0))), forced)
+    results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    while len(stream):
+        for sentence, hypotheses in stream.step():
+            results[sentence] = hypotheses
+            if on_done:
+                on_done(sentence, hypotheses)
     return results
 
 

@@ -9,12 +9,14 @@ from mtkit.batching import pad_batch
 from mtkit.errors import MtkitError
 from mtkit.search import (
     MAX_OUTPUT_TOKENS,
+    BeamStream,
     SearchConfig,
     beam_search,
     greedy_search,
     length_penalty,
     max_output_length,
     max_output_lengths,
+    prefix_tensor,
     search,
 )
 from mtkit.tokenizer import BOS_ID, EOS_ID, UNK_ID
@@ -190,3 +192,46 @@ def test_each_sentence_is_reported_once_as_soon_as_it_is_finished(model, beam):
     assert [reported[i][1] for i in range(len(SOURCES))] == results
     assert reported[1][0] <= 2 < steps[0]  # SOURCES[1] has one subword: at most 2 steps
     assert all(reported[i][0] <= max_output_length(len(s), cfg) for i, s in enumerate(SOURCES))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SearchConfig(beam=4, nbest=2, max_len_a=1.0, max_len_b=4, lenpen=0.6),
+        SearchConfig(beam=1, max_len_a=1.0, max_len_b=4, lenpen=0.6),
+        SearchConfig(beam=3, nbest=3, max_len_a=0.5, max_len_b=5, min_len=3, no_repeat_ngram=2),
+    ],
+)
+def test_sentences_that_join_a_running_search_finish_as_they_would_alone(model, cfg):
+    """Sentences added between steps (one by one, two at once, the same source twice) each get the
+    hypotheses a search of that sentence alone gives; one of them has a target prefix."""
+    prefix = {"late": [6, 5]}
+    schedule = {0: [("a", 0)], 1: [("b", 1)], 3: [("c", 2), ("d", 3)], 5: [("late", 0)], 6: [("e", 2)]}
+    stream, results, step = BeamStream(model, cfg, torch.device("cpu")), {}, 0
+    while step <= max(schedule) or len(stream):
+        for name, source in schedule.get(step, []):
+            forced = prefix_tensor([prefix.get(name, [])], 1, torch.device("cpu"))
+            stream.add(pad_batch([SOURCES[source]], suffix=EOS_ID), [name], forced)
+        results.update(stream.step() if len(stream) else [])
+        step += 1
+    for joined in schedule.values():
+        for name, source in joined:
+            src = pad_batch([SOURCES[source]], suffix=EOS_ID)
+            alone = search(model, src, cfg, prefixes=[prefix.get(name, [])])[0]
+            assert [(h.tokens, h.ended) for h in results[name]] == [(h.tokens, h.ended) for h in alone]
+            assert [h.score for h in results[name]] == pytest.approx([h.score for h in alone], abs=1e-5)
+
+
+def test_a_search_that_sentences_keep_joining_keeps_a_bounded_cache(model):
+    """A new sentence every step for 60 steps: positions that no sentence still searching can see
+    are dropped, so the cache never holds more than the longest search needs."""
+    cfg = SearchConfig(beam=2, max_len_a=0, max_len_b=4)
+    stream, finished, longest = BeamStream(model, cfg, torch.device("cpu")), [], 0
+    for step in range(60):
+        stream.add(pad_batch([SOURCES[step % len(SOURCES)]], suffix=EOS_ID), [step])
+        finished += [name for name, _ in stream.step()]
+        longest = max(longest, stream.state.step if stream.state else 0, stream.history.size(1))
+    assert longest <= 4  # a sentence takes at most 4 steps
+    while len(stream):
+        finished += [name for name, _ in stream.step()]
+    assert sorted(finished) == list(range(60))
