@@ -10,17 +10,25 @@ batches do not settle into alternating halves of the clients.
 Engine-agnostic: the translate function does the work, on this one thread, so it owns its device.
 It hands each sentence's result over as soon as that sentence is finished, so a request whose
 sentences finish early is answered while the rest of its batch is still being translated.
+
+Continuous batching, where the engine offers a stream (open_stream): the batch becomes a running
+search, and between its decoding steps queued sentences with the same options join it, as long as
+the sentences searching stay within `max_batch_tokens`. A sentence then waits for the next step,
+not for a whole batch to finish, and the search keeps as many sentences as the load brings. It
+stops taking sentences while the oldest one waiting has other options, so those wait for it to
+drain, not forever.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 class QueueFull(Exception):
@@ -38,9 +46,22 @@ class Job:
 
 @dataclass
 class BatchStats:
-    sentences: int
-    tokens: int
+    """A batch, or with continuous batching one decoding step of the running search."""
+
+    sentences: int  # translated together (searching in this step)
+    tokens: int  # their source subwords
     seconds: float
+    finished: int  # sentences answered
+
+
+class Stream(Protocol):
+    """A running search that sentences join between steps (an engine's, e.g. translate.LineStream):
+    add(keys, texts), and step() calls the deliver function it was opened with, deliver(key, result),
+    for each sentence it finished."""
+
+    def add(self, keys: list[int], texts: list[str]) -> None: ...
+
+    def step(self) -> None: ...
 
 
 class Batcher:
@@ -48,8 +69,10 @@ class Batcher:
 
     translate(texts, options, deliver) calls deliver(i, result) once for each text, as soon as
     that text's result is known; its exceptions reach every request of the batch still waiting.
-    on_batch(stats) is called after each batch (for metrics); setup() runs once on the worker
-    thread before any batch, and if it fails, every request gets its error.
+    open_stream(options, deliver), where given, opens a Stream for continuous batching, or returns
+    None to translate in batches. on_batch(stats) is called after each batch or step (for
+    metrics); setup() runs once on the worker thread before any batch, and if it fails, every
+    request gets its error.
     """
 
     def __init__(
@@ -60,8 +83,10 @@ class Batcher:
         max_queue: int,
         on_batch: Callable[[BatchStats], None] | None = None,
         setup: Callable[[], None] | None = None,
+        open_stream: Callable[[Any, Callable[[int, Any], None]], Stream | None] | None = None,
     ):
         self._translate = translate
+        self._open_stream = open_stream
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
@@ -115,7 +140,8 @@ class Batcher:
                     if job.future.set_running_or_notify_cancel():
                         job.future.set_exception(broken)
                 continue
-            self._process(batch)
+            if not self._stream(batch):
+                self._process(batch)
 
     def _next_batch(self) -> list[Job] | None:
         with self._cond:
@@ -129,32 +155,83 @@ class Batcher:
             first = self._queue[0]
             deadline = max(first.arrival, self._last_batch_end) + self.max_wait_s
             while True:
-                batch, full = self._select(first.options)
+                batch, full = self._select(first.options, self.max_batch_tokens)
                 remaining = deadline - time.monotonic()
                 if full or remaining <= 0 or self._stopping:
                     break
                 self._cond.wait(remaining)
-            chosen = {id(job) for job in batch}
-            self._queue = deque(job for job in self._queue if id(job) not in chosen)
+            self._take(batch)
             return batch
+
+    def _take(self, jobs: list[Job]) -> None:
+        chosen = {id(job) for job in jobs}
+        self._queue = deque(job for job in self._queue if id(job) not in chosen)
 
     def _drop_cancelled(self) -> None:
         if any(job.future.cancelled() for job in self._queue):
             self._queue = deque(job for job in self._queue if not job.future.cancelled())
 
-    def _select(self, options: Hashable) -> tuple[list[Job], bool]:
-        """The oldest jobs with these options that fit the token budget (the first always does),
-        and whether the budget is full (a further job with these options does not fit)."""
+    def _select(self, options: Hashable, budget: int, first_always: bool = True) -> tuple[list[Job], bool]:
+        """The oldest jobs with these options that fit the token budget (the first always does,
+        unless not first_always), and whether the budget is full (a further job with these options
+        does not fit)."""
         batch: list[Job] = []
         tokens = 0
         for job in self._queue:
             if job.options != options or job.future.cancelled():
                 continue
-            if batch and tokens + job.tokens > self.max_batch_tokens:
+            if (batch or not first_always) and tokens + job.tokens > budget:
                 return batch, True
             batch.append(job)
             tokens += job.tokens
-        return batch, tokens >= self.max_batch_tokens
+        return batch, tokens >= budget
+
+    def _stream(self, batch: list[Job]) -> bool:
+        """Continuous batching: run the batch as a search that queued sentences join between steps,
+        until it is empty. False where the engine offers no stream."""
+        active: dict[int, Job] = {}
+        keys = itertools.count()
+        finished = [0]
+
+        def deliver(key: int, result: Any) -> None:
+            active.pop(key).future.set_result(result)
+            finished[0] += 1
+
+        options = batch[0].options
+        stream = self._open_stream(options, deliver) if self._open_stream else None
+        if stream is None:
+            return False
+        joining = batch
+        while True:
+            joining = [job for job in joining if job.future.set_running_or_notify_cancel()]
+            start, finished[0] = time.perf_counter(), 0
+            searching = len(active) + len(joining)
+            tokens = sum(job.tokens for job in itertools.chain(active.values(), joining))
+            try:
+                if joining:
+                    new_keys = [next(keys) for _ in joining]
+                    active.update(zip(new_keys, joining))
+                    stream.add(new_keys, [job.text for job in joining])
+                if active:
+                    stream.step()
+            except Exception as err:  # the requests in the search get it as a 500; the worker carries on
+                for job in active.values():
+                    job.future.set_exception(err)
+                break
+            if self._on_batch and searching:
+                self._on_batch(BatchStats(searching, tokens, time.perf_counter() - start, finished[0]))
+            if not active:
+                break
+            with self._cond:
+                self._drop_cancelled()
+                if self._queue and self._queue[0].options == options:
+                    budget = self.max_batch_tokens - sum(job.tokens for job in active.values())
+                    joining, _ = self._select(options, budget, first_always=False)
+                    self._take(joining)
+                else:
+                    joining = []
+        self._last_batch_end = time.monotonic()
+        return True
 
     def _process(self, batch: list[Job]) -> None:
         batch = [job for job in batch if job.future.set_running_or_notify_cancel()]  # a client may have left
@@ -175,4 +252,5 @@ class Batcher:
                 job.future.set_exception(missing)
         self._last_batch_end = time.monotonic()
         if self._on_batch:
-            self._on_batch(BatchStats(len(batch), sum(job.tokens for job in batch), time.perf_counter() - start))
+            tokens = sum(job.tokens for job in batch)
+            self._on_batch(BatchStats(len(batch), tokens, time.perf_counter() - start, len(batch)))

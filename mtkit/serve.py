@@ -11,7 +11,9 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
 
-Sentences of concurrent requests are batched by mtkit.batcher on one worker thread. A full
+Sentences of concurrent requests are batched by mtkit.batcher on one worker thread; with the
+PyTorch engine the batch is a running beam search that new sentences join between decoding steps
+(continuous batching), with CTranslate2 whole batches. A full
 queue answers 503 with Retry-After; a request over --max-chars 413; invalid JSON or options 422
 (400 on the LibreTranslate endpoint, as LibreTranslate does). A client that disconnects has its
 waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
@@ -37,7 +39,7 @@ from mtkit.errors import MtkitError
 from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.textio import sha256_file
 from mtkit.tokenizer import Tokenizer
-from mtkit.translate import NbestList, TextTranslator
+from mtkit.translate import LineStream, NbestList, TextTranslator
 
 MAX_BEAM = 16
 THROUGHPUT_WINDOW_S = 10.0
@@ -113,13 +115,19 @@ class Metrics:
         self.queue.set_function(depth)
         buckets = [2**i for i in range(15)]
         self.batch_sentences = prom.Histogram(
-            "mtkit_batch_sentences", "Sentences per batch.", buckets=buckets, registry=self.registry
+            "mtkit_batch_sentences",
+            "Sentences per batch (continuous batching: per decoding step).",
+            buckets=buckets,
+            registry=self.registry,
         )
         self.batch_tokens = prom.Histogram(
-            "mtkit_batch_tokens", "Source subwords per batch.", buckets=buckets, registry=self.registry
+            "mtkit_batch_tokens",
+            "Source subwords per batch (continuous batching: per decoding step).",
+            buckets=buckets,
+            registry=self.registry,
         )
         self.batch_seconds = prom.Histogram(
-            "mtkit_batch_seconds", "Time to translate a batch.", buckets=[0.01 * 2**i for i in range(12)],
+            "mtkit_batch_seconds", "Time to translate a batch (continuous batching: a decoding step).", buckets=[0.01 * 2**i for i in range(12)],
             registry=self.registry,
         )  # fmt: skip
         self.sentences = prom.Counter("mtkit_sentences", "Sentences translated.", registry=self.registry)
@@ -134,8 +142,8 @@ class Metrics:
         self.batch_sentences.observe(stats.sentences)
         self.batch_tokens.observe(stats.tokens)
         self.batch_seconds.observe(stats.seconds)
-        self.sentences.inc(stats.sentences)
-        self._recent.append((time.monotonic(), stats.sentences))
+        self.sentences.inc(stats.finished)
+        self._recent.append((time.monotonic(), stats.finished))
 
     def _sentences_per_second(self) -> float:
         horizon = time.monotonic() - THROUGHPUT_WINDOW_S
@@ -167,7 +175,7 @@ class Service:
         self.metrics = Metrics(lambda: self.batcher.depth)
         self.batcher = Batcher(
             self._translate, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch,
-            setup=self._build,
+            setup=self._build, open_stream=self._open_stream,
         )  # fmt: skip
         self.ready = False
         self.checksum = sha256_file(info.path)
@@ -197,21 +205,31 @@ class Service:
     def _translate(self, texts: list[str], options: Options, deliver: Callable[[int, Any], None]) -> None:
         """On the worker thread: one batch, with its options; each text's result is delivered as
         soon as its translation is finished."""
+        translator = self._translator_for(options)
+        translator.translate_hypotheses(
+            texts, on_line=lambda i, nbest_list: deliver(i, self._answer(texts[i], options, nbest_list))
+        )
+
+    def _open_stream(self, options: Options, deliver: Callable[[int, Any], None]) -> LineStream | None:
+        """On the worker thread: a running search for continuous batching, where the engine has one."""
+        return self._translator_for(options).open_stream(
+            lambda key, line, nbest_list: deliver(key, self._answer(line, options, nbest_list))
+        )
+
+    def _translator_for(self, options: Options) -> TextTranslator:
         assert self.translator is not None
-        translator = self.translator
-        translator.cfg = replace(self.base_cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen)
+        self.translator.cfg = replace(self.base_cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen)
+        return self.translator
 
-        def result(i: int, nbest_list: NbestList) -> None:
-            if options.nbest == 1 and not options.alignment:
-                deliver(i, nbest_list[0][1] if nbest_list else "")
-                return
-            hyps = [{"text": t, "score": h.score} for h, t in nbest_list]
-            if options.alignment:
-                for entry, (h, _) in zip(hyps, nbest_list):
-                    entry["alignment"] = translator.alignment(texts[i], h)
-            deliver(i, hyps)
-
-        translator.translate_hypotheses(texts, on_line=result)
+    def _answer(self, line: str, options: Options, nbest_list: NbestList) -> Any:
+        """One text's entry in "translations": the text, or its n-best (with alignments)."""
+        if options.nbest == 1 and not options.alignment:
+            return nbest_list[0][1] if nbest_list else ""
+        hyps = [{"text": t, "score": h.score} for h, t in nbest_list]
+        if options.alignment:
+            for entry, (h, _) in zip(hyps, nbest_list):
+                entry["alignment"] = self.translator.alignment(line, h)
+        return hyps
 
     def jobs(self, texts: Sequence[str], options: Options) -> tuple[list[Job], int]:
         """A job per text, and how many texts are longer than MAX_SOURCE_TOKENS (translated cut)."""

@@ -6,6 +6,7 @@ Also the shape of `mtkit translate`'s output lines (plain, n-best, with alignmen
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -17,7 +18,7 @@ from mtkit.ensemble import Ensemble
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.packed import pack_linear_layers
-from mtkit.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, search
+from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
 from mtkit.tokenizer import EOS_ID, Tokenizer
 
 
@@ -111,6 +112,11 @@ class TextTranslator:
                 finish(j, hyps)
         return out
 
+    def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:
+        """A running search that lines can join between steps (see LineStream); None where the
+        engine translates in whole batches only."""
+        return None
+
     def translate(self, lines: Sequence[str]) -> list[str]:
         """The best translation of each line ("" for a blank line)."""
         return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
@@ -170,6 +176,11 @@ class Translator(TextTranslator):
             on_done,
         )  # fmt: skip
 
+    def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:
+        if isinstance(self.model, Ensemble):
+            return None
+        return LineStream(self, deliver)
+
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
         """Pharaoh-format word alignment of a translation (see mtkit.inspection.word_alignment)."""
         from mtkit.inspection import attention_weights, pharaoh, word_alignment
@@ -185,6 +196,41 @@ class Translator(TextTranslator):
 
 
 NbestList = list[tuple[Hypothesis, str]]
+
+
+class LineStream:
+    """Raw lines joining one running beam search (mtkit.search.BeamStream), for a server:
+    add(keys, lines) between steps; each step() calls deliver(key, line, n-best) for every line
+    it finished. A blank line is delivered at once, with no hypotheses; a line is translated from
+    its first MAX_SOURCE_TOKENS subwords. Beam 1 runs as a beam of one, which finds what greedy
+    search finds."""
+
+    def __init__(self, translator: Translator, deliver: Callable[[Any, str, NbestList], None]):
+        self.translator, self.deliver = translator, deliver
+        self.search = BeamStream(translator.model, translator.cfg, translator.device)
+        self.lines: dict[Any, str] = {}
+
+    def add(self, keys: Sequence[Any], lines: Sequence[str]) -> None:
+        translator = self.translator
+        joining = [(key, line.strip()) for key, line in zip(keys, lines)]
+        for key, line in joining:
+            if not line:
+                self.deliver(key, line, [])
+        joining = [(key, line) for key, line in joining if line]
+        if not joining:
+            return
+        ids = translator.src_tokenizer.encode_batch([line for _, line in joining])
+        src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in ids], translator.device, suffix=EOS_ID)
+        with autocast(translator.device, translator.precision):
+            self.search.add(src, [key for key, _ in joining])
+        self.lines.update(joining)
+
+    def step(self) -> None:
+        with autocast(self.translator.device, self.translator.precision):
+            finished = self.search.step()
+        for key, hyps in finished:
+            texts = self.translator.tgt_tokenizer.decode_batch([h.tokens for h in hyps])
+            self.deliver(key, self.lines.pop(key), list(zip(hyps, texts)))
 
 
 def output_lines(

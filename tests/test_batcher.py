@@ -166,3 +166,85 @@ def test_sentences_the_engine_leaves_out_or_fails_after_delivering_others_get_an
     with pytest.raises(RuntimeError, match="engine failed"):
         failing[1].result(5)
     batcher.stop()
+
+
+class CountdownStream:
+    """A stand-in for a running search: a text finishes after as many steps as it has characters,
+    answered in upper case. Every stream records ("add", step, texts) and ("step", step, searching)."""
+
+    def __init__(self, log, options, deliver, fail_at=None, pause=None):
+        self.log, self.options, self.deliver, self.fail_at = log, options, deliver, fail_at
+        self.pause = pause  # (step, paused, resume): at that step, set paused and wait for resume
+        self.left: dict[int, list] = {}
+        self.steps = 0
+
+    def add(self, keys, texts):
+        self.log.append(("add", self.options, self.steps, list(texts)))
+        self.left.update((key, [len(text), text]) for key, text in zip(keys, texts))
+
+    def step(self):
+        self.steps += 1
+        self.log.append(("step", self.options, self.steps, len(self.left)))
+        if self.steps == self.fail_at:
+            raise RuntimeError("search failed")
+        if self.pause and self.steps == self.pause[0]:
+            self.pause[1].set()
+            assert self.pause[2].wait(5)
+        for key, entry in list(self.left.items()):
+            entry[0] -= 1
+            if entry[0] == 0:
+                del self.left[key]
+                self.deliver(key, entry[1].upper())
+
+
+def streaming_batcher(log, max_batch_tokens=100, fail_at=None, pause=None):
+    def open_stream(options, deliver):
+        return CountdownStream(log, options, deliver, fail_at, pause)
+
+    return Batcher(Recorder(), max_batch_tokens, max_wait_s=0.0, max_queue=100, open_stream=open_stream)
+
+
+def test_sentences_join_the_running_search_between_steps():
+    log: list = []
+    paused, resume = threading.Event(), threading.Event()
+    batcher = streaming_batcher(log, pause=(3, paused, resume))
+    (long,) = batcher.submit(jobs(["a" * 30]))  # 30 steps
+    batcher.start()
+    assert paused.wait(5)  # in step 3
+    joiners = batcher.submit(jobs(["bb", "ccc"]))
+    resume.set()
+    assert [f.result(5) for f in joiners] == ["BB", "CCC"]
+    assert long.result(5) == "A" * 30
+    batcher.stop()
+    adds = [entry for entry in log if entry[0] == "add"]
+    assert adds == [("add", "a", 0, ["a" * 30]), ("add", "a", 3, ["bb", "ccc"])]  # joined after step 3
+    assert max(entry[3] for entry in log if entry[0] == "step") == 3  # all three searched together
+    assert [entry[2] for entry in log if entry[0] == "step"] == list(range(1, 31))  # one stream, 30 steps
+
+
+def test_joining_keeps_the_token_budget_and_other_options_wait_for_the_search_to_drain():
+    log: list = []
+    batcher = streaming_batcher(log, max_batch_tokens=6)  # 3 sentences of 2 tokens
+    futures = batcher.submit(jobs(["xxxx", "xx", "x", "xxx"], "x"))
+    futures += batcher.submit(jobs(["y"], "y")) + batcher.submit(jobs(["xx"], "x"))
+    batcher.start()
+    assert [f.result(5) for f in futures] == ["XXXX", "XX", "X", "XXX", "Y", "XX"]
+    batcher.stop()
+    adds = [entry[1:] for entry in log if entry[0] == "add"]
+    # "xxx" joins when "x" leaves (after step 1); "y" heads the queue then, so the second "xx"
+    # waits behind it: the x-search drains, the y-search runs, then a new x-search.
+    assert adds == [("x", 0, ["xxxx", "xx", "x"]), ("x", 1, ["xxx"]), ("y", 0, ["y"]), ("x", 0, ["xx"])]
+    assert max(entry[3] for entry in log if entry[0] == "step") == 3
+
+
+def test_a_failing_search_fails_its_sentences_only():
+    log: list = []
+    batcher = streaming_batcher(log, fail_at=2)
+    done, failing = batcher.submit(jobs(["a", "bbb"]))
+    batcher.start()
+    assert done.result(5) == "A"
+    with pytest.raises(RuntimeError, match="search failed"):
+        failing.result(5)
+    (later,) = batcher.submit(jobs(["c"]))
+    assert later.result(5) == "C"  # a new search
+    batcher.stop()
