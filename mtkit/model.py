@@ -296,10 +296,13 @@ class LayerCache:
         if not self.length:
             return
         current = self._buffers[0]
-        grown = [current.new_zeros(self.rows + new_rows, *current.shape[1:]) for _ in range(2)]
-        grown[0][: self.rows, :, : self.length] = current[: self.rows, :, : self.length]
-        self._buffers = grown
-        self.rows += new_rows
+        rows = self.rows + new_rows
+        if rows > current.size(0):  # room for half as many rows again: joins come one after another
+            grown = [current.new_empty(rows + rows // 2, *current.shape[1:]) for _ in range(2)]
+            grown[0][: self.rows, :, : self.length] = current[: self.rows, :, : self.length]
+            self._buffers, current = grown, grown[0]
+        current[self.rows : rows, :, : self.length] = 0
+        self.rows = rows
 
 
 def pad_to_common_length(tensors: list[Tensor], dim: int, value: float | bool = 0) -> list[Tensor]:
