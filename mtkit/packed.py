@@ -5,8 +5,8 @@ Decoding multiplies a few hundred rows at a time by the same weights, step after
 is where a weight packed once into oneDNN's blocked layout pays: on this project's 2-core AMD
 EPYC (AVX2) the Multi30k model's output projection (8,000 x 256) takes 0.9 ms for 5 rows through
 F.linear and 0.3 ms packed, and beam search over test2016 in batches of 32 sentences runs about
-20% faster with every linear layer packed (docs/RESULTS.md). The products are the same up to
-float rounding (summation order).
+20% faster with every linear layer packed (docs/RESULTS.md), for about 200 MiB more peak memory
+(see ROW_MULTIPLE). The products are the same up to float rounding (summation order).
 
 Packing uses torch's internal oneDNN operators (the ones torch.compile's freezing uses). Where a
 torch build lacks them or they disagree with F.linear, nothing is packed and nothing changes.
@@ -21,6 +21,11 @@ from torch import Tensor, nn
 from mtkit.model import Transformer
 
 ROWS_HINT = 64  # the rows oneDNN chooses its layout for; 64 and 512 measured the same here
+# oneDNN keeps memory for every input shape it has multiplied, and decoding brings a new row count at
+# almost every step: rows are padded to a multiple of ROW_MULTIPLE, so that there are fewer shapes.
+# Peak RSS translating test2016: about 820 MiB unpadded, 750 with 8 (and 690 with 16, but padding 5
+# rows to 16 made a decoding step 30% slower), against 560 unpacked. Measured in docs/RESULTS.md.
+ROW_MULTIPLE = 8
 
 
 class PackedLinear(nn.Module):
@@ -34,10 +39,11 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features)
-        if not rows.is_contiguous():
-            rows = rows.contiguous()
+        count = rows.size(0)
+        padding = -count % ROW_MULTIPLE
+        rows = F.pad(rows, (0, 0, 0, padding)) if padding else rows.contiguous()
         y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
-        return y.view(*x.shape[:-1], self.out_features)
+        return y[:count].view(*x.shape[:-1], self.out_features)
 
 
 def packing_works() -> bool:
