@@ -213,7 +213,6 @@ class BeamStream:
         self.model, self.cfg, self.k, self.device = model, cfg, cfg.beam, device
         self.state: DecoderState | None = None
         self.ids: list = []  # the caller's name for each sentence still searching
-        self.source_tokens: list[int] = []  # their source lengths with </s>
         self.finished: dict = {}  # id -> every ended or cut hypothesis so far
 
     def __len__(self) -> int:
@@ -222,35 +221,26 @@ class BeamStream:
     @torch.no_grad()
     def add(self, src: Tensor, ids: list, forced: Tensor | None = None) -> None:
         """Start searching for a batch of sources (B, S), known as `ids`; `forced`: prefix_tensor."""
-        batch, k = src.size(0), self.k
+        batch, k, device = src.size(0), self.k, self.device
         memory, src_mask = self.model.encode(src)
         state = self.model.start_decoding(memory, src_mask, beams=k)
-        scores = torch.full((batch, k), float("-inf"), device=self.device)
-        scores[:, 0] = 0.0  # all beams start identical: let only the first one expand
-        forced = forced if forced is not None else torch.full((batch, 0), -1, dtype=torch.long, device=self.device)
-        fresh = {
-            "max_lens": max_output_lengths(src, self.cfg),
-            "steps": torch.zeros(batch, dtype=torch.long, device=self.device),  # tokens chosen so far
-            "scores": scores,
-            "forced": forced,
-        }
-        if self.state is None:
-            self.state, self.history = state, torch.empty(batch * k, 0, dtype=torch.long, device=self.device)
-            self.tokens = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=self.device)
-            self.max_lens, self.steps, self.scores, self.forced = (
-                fresh[n] for n in ("max_lens", "steps", "scores", "forced")
-            )
+        if self.state is None:  # nothing searching: start from empty rows
+            self.state = state
+            self.history, self.tokens = torch.empty(0, 0, dtype=torch.long, device=device), src.new_empty(0)
+            self.max_lens, self.steps = src.new_empty(0), src.new_empty(0)
+            self.scores, self.forced = torch.empty(0, k, device=device), src.new_empty(0, 0)
         else:
             self.state.join(state)
-            self.history = torch.cat([self.history, self.history.new_full((batch * k, self.history.size(1)), PAD_ID)])
-            self.tokens = torch.cat([self.tokens, self.tokens.new_full((batch * k,), BOS_ID)])
-            self.max_lens, self.steps, self.scores = (
-                torch.cat([mine, fresh[name]]) for name, mine in
-                (("max_lens", self.max_lens), ("steps", self.steps), ("scores", self.scores))
-            )  # fmt: skip
-            self.forced = torch.cat(pad_to_common_length([self.forced, fresh["forced"]], dim=1, value=-1))
+        scores = torch.full((batch, k), float("-inf"), device=device)
+        scores[:, 0] = 0.0  # all beams start identical: let only the first one expand
+        self.scores = torch.cat([self.scores, scores])
+        self.history = torch.cat([self.history, self.history.new_full((batch * k, self.history.size(1)), PAD_ID)])
+        self.tokens = torch.cat([self.tokens, self.tokens.new_full((batch * k,), BOS_ID)])
+        self.max_lens = torch.cat([self.max_lens, max_output_lengths(src, self.cfg)])
+        self.steps = torch.cat([self.steps, self.steps.new_zeros(batch)])  # tokens chosen so far
+        forced = forced if forced is not None else src.new_full((batch, 0), -1)
+        self.forced = torch.cat(pad_to_common_length([self.forced, forced], dim=1, value=-1))
         self.ids += ids
-        self.source_tokens += (src != PAD_ID).sum(dim=1).tolist()
         self.finished.update((i, []) for i in ids)
 
     @torch.no_grad()
@@ -290,7 +280,7 @@ class BeamStream:
         next_beam, next_token = top_beam.gather(1, pick), top_token.gather(1, pick)
         keep = (~done).nonzero().flatten()
         if keep.numel() == 0:
-            self.state, self.ids, self.source_tokens = None, [], []
+            self.state, self.ids = None, []
             return results
         rows = (keep[:, None] * k + next_beam[keep]).flatten()
         self.state.select(rows, keep if keep.numel() < n_alive else None)
@@ -300,9 +290,7 @@ class BeamStream:
         self.history = torch.cat([history, next_token[keep].reshape(-1, 1)], dim=1)
         self.tokens = self.history[:, -1]
         self.scores, self.max_lens, self.forced = next_scores[keep], self.max_lens[keep], self.forced[keep]
-        kept = keep.tolist()
-        self.ids = [self.ids[i] for i in kept]
-        self.source_tokens = [self.source_tokens[i] for i in kept]
+        self.ids = [self.ids[i] for i in keep.tolist()]
         return results
 
 
