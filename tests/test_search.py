@@ -203,10 +203,11 @@ def test_each_sentence_is_reported_once_as_soon_as_it_is_finished(model, beam):
     ],
 )
 def test_sentences_that_join_a_running_search_finish_as_they_would_alone(model, cfg):
-    """Sentences added between steps (one by one, two at once, the same source twice) each get the
-    hypotheses a search of that sentence alone gives; one of them has a target prefix."""
+    """Sentences added between steps (one by one, two before the first step and two at once later,
+    the same source twice) each get the hypotheses a search of that sentence alone gives; one of
+    them has a target prefix."""
     prefix = {"late": [6, 5]}
-    schedule = {0: [("a", 0)], 1: [("b", 1)], 3: [("c", 2), ("d", 3)], 5: [("late", 0)], 6: [("e", 2)]}
+    schedule = {0: [("a", 0), ("z", 3)], 1: [("b", 1)], 3: [("c", 2), ("d", 3)], 5: [("late", 0)], 6: [("e", 2)]}
     stream, results, step = BeamStream(model, cfg, torch.device("cpu")), {}, 0
     while step <= max(schedule) or len(stream):
         for name, source in schedule.get(step, []):
