@@ -127,8 +127,8 @@ class Metrics:
             registry=self.registry,
         )
         self.batch_seconds = prom.Histogram(
-            "mtkit_batch_seconds", "Time to translate a batch (continuous batching: a decoding step).", buckets=[0.01 * 2**i for i in range(12)],
-            registry=self.registry,
+            "mtkit_batch_seconds", "Time to translate a batch (continuous batching: a decoding step).",
+            buckets=[0.01 * 2**i for i in range(12)], registry=self.registry,
         )  # fmt: skip
         self.sentences = prom.Counter("mtkit_sentences", "Sentences translated.", registry=self.registry)
         self.throughput = prom.Gauge(

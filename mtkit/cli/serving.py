@@ -34,7 +34,9 @@ def serve(
     engine: EngineOption = "pytorch",
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    max_batch_tokens: Annotated[int, typer.Option(help="Most source subwords per batch.")] = 4096,
+    max_batch_tokens: Annotated[
+        int, typer.Option(help="Most source subwords translated together (a batch, or the running search).")
+    ] = 4096,
     max_wait_ms: Annotated[
         float, typer.Option(help="Longest wait for other requests' sentences to batch with (0: no batching wait).")
     ] = 20.0,
@@ -53,7 +55,8 @@ def serve(
     """Serve a model over HTTP: /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
 
     Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
-    most --max-wait-ms); SIGTERM finishes the requests in flight, then exits. Needs
+    most --max-wait-ms); with the PyTorch engine, sentences that arrive later join the running
+    search between decoding steps. SIGTERM finishes the requests in flight, then exits. Needs
     pip install 'mtkit[serve]'.
 
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
