@@ -20,6 +20,13 @@ def test_help_lists_every_command_and_each_shows_an_example():
         assert sub.returncode == 0 and "Example" in sub.stdout.decode(), command
 
 
+@pytest.mark.parametrize(("command", "extra"), [("serve", "mtkit[serve]"), ("export", "mtkit[hf]")])
+def test_help_names_the_extra_to_install(command, extra):
+    """Square brackets are rich markup in help texts: an unescaped [serve] would vanish."""
+    help_text = " ".join(run_mtkit(command, "--help").stdout.decode().split())
+    assert f"pip install '{extra}'" in help_text
+
+
 def test_version():
     from mtkit import __version__
 

@@ -235,7 +235,7 @@ def export(
 
     --format huggingface writes a MarianMTModel directory (config.json, model.safetensors, a fast
     tokenizer) that transformers.pipeline("translation", model=DIR) loads; post-norm models with
-    a joint vocabulary only. Needs pip install 'mtkit[hf]'.
+    a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
 
     Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
     """
