@@ -83,15 +83,11 @@ def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
     return torch.tensor([max_output_length(n, cfg) for n in source_tokens.tolist()], device=src.device)
 
 
-def _constrain(lprobs: Tensor, step: int | Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:
-    """Forbid <pad>/<s>, </s> before min_len, and repeated n-grams; step: the tokens chosen so far,
-    for all rows or (a tensor) per row."""
+def _constrain(lprobs: Tensor, steps: Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:
+    """Forbid <pad>/<s>, </s> before min_len, and repeated n-grams; steps: each row's tokens so far."""
     lprobs[:, PAD_ID] = float("-inf")
     lprobs[:, BOS_ID] = float("-inf")
-    if isinstance(step, Tensor):
-        lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(step < cfg.min_len, float("-inf"))
-    elif step < cfg.min_len:
-        lprobs[:, EOS_ID] = float("-inf")
+    lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(steps < cfg.min_len, float("-inf"))
     if cfg.no_repeat_ngram and history.size(1) >= cfg.no_repeat_ngram:
         lprobs = _ban_repeated_ngrams(lprobs, history, cfg.no_repeat_ngram)
     return lprobs
@@ -120,14 +116,12 @@ def prefix_tensor(prefixes: list[list[int]] | None, batch: int, device: torch.de
 class _Pin:
     """Forces each row's prefix token at this step: only it keeps its (unconstrained) log-probability."""
 
-    def __init__(self, lprobs: Tensor, step: int | Tensor, forced: Tensor | None):
-        """step: the tokens chosen so far, for all rows or (a tensor) per row."""
+    def __init__(self, lprobs: Tensor, steps: Tensor, forced: Tensor | None):
+        """steps: each row's tokens so far."""
         self.rows = self.tokens = self.values = None
-        if isinstance(step, int):
-            step = torch.full((lprobs.size(0),), step, dtype=torch.long, device=lprobs.device)
         if forced is not None:
-            inside = step < forced.size(1)
-            tokens = forced.gather(1, step.clamp(max=forced.size(1) - 1)[:, None]).squeeze(1).masked_fill(~inside, -1)
+            inside = steps < forced.size(1)
+            tokens = forced.gather(1, steps.clamp(max=forced.size(1) - 1)[:, None]).squeeze(1).masked_fill(~inside, -1)
             rows = (tokens >= 0).nonzero().flatten()
             if rows.numel():
                 self.rows, self.tokens = rows, tokens[rows]
@@ -175,8 +169,9 @@ def greedy_search(
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
     for step in range(int(max_lens.max())):
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
-        pin = _Pin(lprobs, step, None if forced is None else forced[alive])
-        lprobs = pin.apply(_constrain(lprobs, step, history, cfg))
+        steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike
+        pin = _Pin(lprobs, steps, None if forced is None else forced[alive])
+        lprobs = pin.apply(_constrain(lprobs, steps, history, cfg))
         tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
         history = torch.cat([history, tokens[:, None]], dim=1)
