@@ -14,9 +14,11 @@ sentences finish early is answered while the rest of its batch is still being tr
 Continuous batching, where the engine offers a stream (open_stream): the batch becomes a running
 search, and between its decoding steps queued sentences with the same options join it, as long as
 the sentences searching stay within `max_batch_tokens`. A sentence then waits for the next step,
-not for a whole batch to finish, and the search keeps as many sentences as the load brings. It
-stops taking sentences while the oldest one waiting has other options, so those wait for it to
-drain, not forever.
+not for a whole batch to finish, and the search keeps as many sentences as the load brings.
+Sentences that arrive during a step join after the next one, with those that arrive meanwhile
+(unless max_wait_s is 0): a join encodes its sentences in one call, which costs little more for
+several than for one. The search stops taking sentences while the oldest one waiting has other
+options, so those wait for it to drain, not forever.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -204,7 +206,7 @@ class Batcher:
         joining = batch
         while True:
             joining = [job for job in joining if job.future.set_running_or_notify_cancel()]
-            start, finished[0] = time.perf_counter(), 0
+            began, start, finished[0] = time.monotonic(), time.perf_counter(), 0
             searching = len(active) + len(joining)
             tokens = sum(job.tokens for job in itertools.chain(active.values(), joining))
             try:
@@ -224,14 +226,23 @@ class Batcher:
                 break
             with self._cond:
                 self._drop_cancelled()
-                if self._queue and self._queue[0].options == options:
-                    budget = self.max_batch_tokens - sum(job.tokens for job in active.values())
-                    joining, _ = self._select(options, budget, first_always=False)
-                    self._take(joining)
-                else:
-                    joining = []
+                joining = self._joiners(options, active.values(), began)
         self._last_batch_end = time.monotonic()
         return True
+
+    def _joiners(self, options: Hashable, searching: Iterable[Job], step_began: float) -> list[Job]:
+        """Take the queued sentences that join the running search now: the oldest with its options
+        that fit beside the sentences `searching`, once the oldest of them has waited through a whole
+        step (the one that began at `step_began`), or at once if they fill the budget or max_wait_s
+        is 0."""
+        if not self._queue or self._queue[0].options != options:
+            return []
+        budget = self.max_batch_tokens - sum(job.tokens for job in searching)
+        joining, full = self._select(options, budget, first_always=False)
+        if joining and not full and self.max_wait_s > 0 and joining[0].arrival > step_began:
+            return []  # none has waited a whole step yet
+        self._take(joining)
+        return joining
 
     def _process(self, batch: list[Job]) -> None:
         batch = [job for job in batch if job.future.set_running_or_notify_cancel()]  # a client may have left

@@ -197,11 +197,11 @@ class CountdownStream:
                 self.deliver(key, entry[1].upper())
 
 
-def streaming_batcher(log, max_batch_tokens=100, fail_at=None, pause=None):
+def streaming_batcher(log, max_batch_tokens=100, fail_at=None, pause=None, max_wait_s=0.0):
     def open_stream(options, deliver):
         return CountdownStream(log, options, deliver, fail_at, pause)
 
-    return Batcher(Recorder(), max_batch_tokens, max_wait_s=0.0, max_queue=100, open_stream=open_stream)
+    return Batcher(Recorder(), max_batch_tokens, max_wait_s=max_wait_s, max_queue=100, open_stream=open_stream)
 
 
 def test_sentences_join_the_running_search_between_steps():
@@ -220,6 +220,30 @@ def test_sentences_join_the_running_search_between_steps():
     assert adds == [("add", "a", 0, ["a" * 30]), ("add", "a", 3, ["bb", "ccc"])]  # joined after step 3
     assert max(entry[3] for entry in log if entry[0] == "step") == 3  # all three searched together
     assert [entry[2] for entry in log if entry[0] == "step"] == list(range(1, 31))  # one stream, 30 steps
+
+
+@pytest.mark.parametrize(
+    ("texts", "max_wait_s", "max_batch_tokens", "joined_after"),
+    [
+        (["bb"], 0.02, 100, 4),  # arrived during step 3: joins after step 4
+        (["bb", "ccc"], 0.02, 100, 4),
+        (["bb", "ccc"], 0.02, 6, 3),  # they fill the budget (2 + 2 + 2 tokens): no reason to wait
+        (["bb"], 0.0, 100, 3),  # --max-wait-ms 0: no waiting for company
+    ],
+)
+def test_sentences_join_once_they_have_waited_a_whole_step(texts, max_wait_s, max_batch_tokens, joined_after):
+    log: list = []
+    paused, resume = threading.Event(), threading.Event()
+    batcher = streaming_batcher(log, max_batch_tokens, pause=(3, paused, resume), max_wait_s=max_wait_s)
+    (long,) = batcher.submit(jobs(["a" * 10]))
+    batcher.start()
+    assert paused.wait(5)  # in step 3: what arrives now arrived during it
+    joiners = batcher.submit(jobs(texts))
+    resume.set()
+    assert [f.result(5) for f in joiners] == [text.upper() for text in texts]
+    assert long.result(5) == "A" * 10
+    batcher.stop()
+    assert [entry[2:] for entry in log if entry[0] == "add"] == [(0, ["a" * 10]), (joined_after, texts)]
 
 
 def test_joining_keeps_the_token_budget_and_other_options_wait_for_the_search_to_drain():
