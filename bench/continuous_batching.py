@@ -1,55 +1,88 @@
-"""Continuous batching without HTTP: N clients that each send their next sentence as soon as the last
-one is answered, served in one process by a running search (what `mtkit serve` does with the
-PyTorch engine) and, for comparison, batch after batch (each batch waits for its longest sentence).
+"""The server's batching without HTTP: N clients that each send their next sentence as soon as the
+last one is answered, through mtkit serve's own queue and worker (mtkit.batcher.Batcher) in one
+process, with the PyTorch engine's running search (continuous batching, as `mtkit serve` runs it,
+and joining at every step, as with --max-wait-ms 0) and batch after batch (each batch waits for its
+longest sentence).
 
     python bench/continuous_batching.py -m runs/multi30k/model.pt [--src en] [--clients 8,32] [--seconds 15]
 
 The sentences are test2016's, in order, cycled; beam 5, lenpen 0.6, fp32 on the CPU. Against
-bench/serve_load.py, the difference is what HTTP, the event loop and the load generator cost.
+bench/serve_load.py, the difference is what HTTP and the event loop cost.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import threading
 import time
 from pathlib import Path
 
 from common import DEFAULT_MULTI30K, conditions, print_table
 
+from mtkit.batcher import Batcher, BatchStats, Job
 from mtkit.checkpoint import load_model_file
-from mtkit.search import SearchConfig
+from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.translate import Translator
 
+SETTINGS = {  # name: (max_wait_s, continuous)
+    "continuous (serve's default)": (0.02, True),
+    "continuous, joining every step": (0.0, True),
+    "batch after batch": (0.0, False),
+}
 
-def continuous(translator: Translator, sentences, clients: int, seconds: float) -> tuple[float, float, float]:
-    """(sentences/s, ms per step, mean sentences per step) of one running search that each finished
-    sentence's client rejoins at the next step."""
-    answered: list[int] = []
-    stream = translator.open_stream(lambda key, line, nbest: answered.append(key))
-    keys = itertools.count()
-    stream.add([next(keys) for _ in range(clients)], [next(sentences) for _ in range(clients)])
-    steps = searching = 0
-    start, done_before = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        if answered:
-            done_before += len(answered)
-            stream.add([next(keys) for _ in answered], [next(sentences) for _ in answered])
-            answered.clear()
-        searching += len(stream.search.ids)
-        stream.step()
-        steps += 1
+
+def load_translator(model: Path) -> Translator:
+    translator = Translator(load_model_file(model), SearchConfig(beam=5, lenpen=0.6), device="cpu", precision="fp32")
+    translator.translate(["Ein Hund läuft.", "A dog runs."] * 16)  # warm-up
+    return translator
+
+
+def serve_in_process(model: Path, lines: list[str], clients: int, seconds: float, setting) -> list:
+    """[sentences/s, ms per batch or step, sentences per batch or step] of `clients` closed-loop
+    clients submitting single sentences to a Batcher. As in `mtkit serve`, the worker thread builds
+    the model: torch's OpenMP threads belong to the thread that calls them (docs/RESULTS.md)."""
+    max_wait_s, continuous = setting
+    batches: list[BatchStats] = []  # until the deadline (not while the last sentences drain)
+    done = threading.Event()
+    built: list[Translator] = []
+
+    def translate(texts, options, deliver):
+        built[0].translate_hypotheses(texts, on_line=lambda i, nbest_list: deliver(i, nbest_list))
+
+    def open_stream(options, deliver):
+        return built[0].open_stream(lambda key, line, nbest_list: deliver(key, nbest_list)) if continuous else None
+
+    batcher = Batcher(
+        translate, 4096, max_wait_s, 2048, on_batch=lambda stats: done.is_set() or batches.append(stats),
+        setup=lambda: built.append(load_translator(model)), open_stream=open_stream,
+    )  # fmt: skip
+    batcher.start()
+    while not built:  # the worker builds the model first
+        time.sleep(0.1)
+    lengths = [len(ids) for ids in built[0].src_tokenizer.encode_batch(lines)]
+    jobs = itertools.cycle([(line, min(n, MAX_SOURCE_TOKENS) + 1) for line, n in zip(lines, lengths)])
+    answered = itertools.count()
+
+    def send(_=None) -> None:
+        """A client's next sentence, sent as its last one is answered (from the worker's thread):
+        the clients need no threads of their own and cost next to nothing."""
+        if done.is_set():
+            return
+        text, tokens = next(jobs)
+        batcher.submit([Job(text, tokens, "beam5")])[0].add_done_callback(send)
+        next(answered)
+
+    start = time.perf_counter()
+    for _ in range(clients):
+        send()
+    time.sleep(seconds)
+    done.set()
     elapsed = time.perf_counter() - start
-    return (done_before + len(answered)) / elapsed, 1e3 * elapsed / steps, searching / steps
-
-
-def batch_after_batch(translator: Translator, sentences, clients: int, seconds: float) -> float:
-    """Sentences/s when each batch of `clients` sentences is translated whole before the next."""
-    done, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        translator.translate([next(sentences) for _ in range(clients)])
-        done += clients
-    return done / (time.perf_counter() - start)
+    sent = next(answered)  # every sent sentence but the last `clients` ones has been answered
+    batcher.stop()
+    searching = sum(b.sentences for b in batches)
+    return [(sent - clients) / elapsed, 1e3 * sum(b.seconds for b in batches) / len(batches), searching / len(batches)]
 
 
 def main() -> None:
@@ -61,21 +94,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     args = parser.parse_args()
     lines = (args.data / f"test2016.{args.src}").read_text(encoding="utf-8").splitlines()
-    translator = Translator(
-        load_model_file(args.model), SearchConfig(beam=5, lenpen=0.6), device="cpu", precision="fp32"
-    )
-    translator.translate(lines[:64])  # warm-up
     rows = []
     for clients in map(int, args.clients.split(",")):
-        rate, step_ms, per_step = continuous(translator, itertools.cycle(lines), clients, args.seconds)
-        batched = batch_after_batch(translator, itertools.cycle(lines), clients, args.seconds)
-        rows.append([clients, f"{rate:.1f}", f"{step_ms:.1f}", f"{per_step:.1f}", f"{batched:.1f}"])
+        for name, setting in SETTINGS.items():
+            rate, ms, per_batch = serve_in_process(args.model, lines, clients, args.seconds, setting)
+            rows.append([name, clients, f"{rate:.1f}", f"{ms:.1f}", f"{per_batch:.1f}"])
+    translator = load_translator(args.model)  # on this thread, now that the workers are gone
     start = time.perf_counter()
     translator.translate(lines)
     offline = len(lines) / (time.perf_counter() - start)
-    print(f"continuous batching in one process: {args.model}, test2016.{args.src}, beam 5, lenpen 0.6, fp32, ")
+    print(f"the server's batching in one process: {args.model}, test2016.{args.src}, beam 5, lenpen 0.6, fp32, ")
     print(f"{args.seconds:g} s per row; {conditions()}\n")
-    print_table(["clients", "continuous sent/s", "ms per step", "sentences per step", "batch after batch sent/s"], rows)
+    print_table(["batching", "clients", "sentences/s", "ms per step (batch)", "sentences per step (batch)"], rows)
     print(f"\noffline translation of all {len(lines):,} sentences (batches of 128): {offline:.1f} sentences/s")
 
 
