@@ -46,6 +46,13 @@ def serve_in_process(model: Path, lines: list[str], clients: int, seconds: float
     batches: list[BatchStats] = []  # until the deadline (not while the last sentences drain)
     done = threading.Event()
     built: list[Translator] = []
+    setup_over = threading.Event()
+
+    def setup() -> None:
+        try:
+            built.append(load_translator(model))
+        finally:
+            setup_over.set()
 
     def translate(texts, options, deliver):
         built[0].translate_hypotheses(texts, on_line=lambda i, nbest_list: deliver(i, nbest_list))
@@ -55,11 +62,12 @@ def serve_in_process(model: Path, lines: list[str], clients: int, seconds: float
 
     batcher = Batcher(
         translate, 4096, max_wait_s, 2048, on_batch=lambda stats: done.is_set() or batches.append(stats),
-        setup=lambda: built.append(load_translator(model)), open_stream=open_stream,
+        setup=setup, open_stream=open_stream,
     )  # fmt: skip
     batcher.start()
-    while not built:  # the worker builds the model first
-        time.sleep(0.1)
+    setup_over.wait()  # the worker builds the model first
+    if not built:
+        raise SystemExit(f"{model}: the model could not be loaded")
     lengths = [len(ids) for ids in built[0].src_tokenizer.encode_batch(lines)]
     jobs = itertools.cycle([(line, min(n, MAX_SOURCE_TOKENS) + 1) for line, n in zip(lines, lengths)])
     answered = itertools.count()
