@@ -26,6 +26,11 @@ ROWS_HINT = 64  # the rows oneDNN chooses its layout for; 64 and 512 measured th
 # Peak RSS translating test2016: about 820 MiB unpadded, 750 with 8 (and 690 with 16, but padding 5
 # rows to 16 made a decoding step 30% slower), against 560 unpacked. Measured in docs/RESULTS.md.
 ROW_MULTIPLE = 8
+# Only weights at least this large are packed. A packed product costs about 60 us more per call than
+# F.linear (oneDNN's primitive lookup and the row padding), which only a large weight pays back: on
+# the 2-core AMD EPYC, 5 rows by 256 x 256 took 90 us packed against 28 through F.linear, and by the
+# 8,000 x 256 output projection 437 us against 1,617 (docs/RESULTS.md).
+PACK_MIN_WEIGHTS = 1 << 19  # the output projection of a 4,000-subword vocabulary and d_model 256 is packed
 
 
 class PackedLinear(nn.Module):
@@ -60,17 +65,23 @@ def packing_works() -> bool:
     return torch.allclose(packed, F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
 
 
-def pack_linear_layers(model: Transformer) -> bool:
-    """Swap every nn.Linear of an fp32 CPU model, and a tied output projection, for a PackedLinear,
-    in place. The model is then for inference only. Returns False (and changes nothing) where
-    packing is not available."""
+def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bool:
+    """Swap every nn.Linear of an fp32 CPU model with at least `min_weights` weights (default:
+    PACK_MIN_WEIGHTS), and a tied output projection as large, for a PackedLinear, in place. The model
+    is then for inference only. Returns False (and changes nothing) where packing is not available."""
     if not packing_works():
         return False
+    min_weights = PACK_MIN_WEIGHTS if min_weights is None else min_weights
     with torch.no_grad():
         for module in list(model.modules()):
             for name, child in list(module.named_children()):
-                if isinstance(child, nn.Linear) and child.weight.dtype == torch.float32:
+                if _worth_packing(child.weight if isinstance(child, nn.Linear) else None, min_weights):
                     setattr(module, name, PackedLinear(child.weight, child.bias))
-        if model.output is None:  # tied to the target embedding: Transformer.logits uses model.output when set
-            model.output = PackedLinear(model.tgt_embed.tokens.weight, None)
+        tied = model.tgt_embed.tokens.weight
+        if model.output is None and _worth_packing(tied, min_weights):
+            model.output = PackedLinear(tied, None)  # Transformer.logits uses model.output when set
     return True
+
+
+def _worth_packing(weight: Tensor | None, min_weights: int) -> bool:
+    return weight is not None and weight.dtype == torch.float32 and weight.numel() >= min_weights

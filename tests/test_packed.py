@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+import mtkit.packed
 import mtkit.translate
 from mtkit.checkpoint import load_model_file
 from mtkit.packed import PackedLinear, pack_linear_layers, packing_works
@@ -54,7 +55,7 @@ def test_packed_linear_takes_non_contiguous_input():
 def test_packed_model_computes_what_the_model_does(tied):
     plain = tiny_model(vocab=20, seed=3, tie_embeddings=tied)
     packed = tiny_model(vocab=20, seed=3, tie_embeddings=tied)
-    assert pack_linear_layers(packed)
+    assert pack_linear_layers(packed, min_weights=0)
     assert not any(isinstance(m, nn.Linear) for m in packed.modules())
     assert isinstance(packed.output, PackedLinear)
     src = torch.randint(4, 20, (3, 6))
@@ -72,6 +73,25 @@ def test_packed_model_computes_what_the_model_does(tied):
     assert [[h.tokens for h in hyps] for hyps in search(packed, src, cfg)] == expected
 
 
+@needs_packing
+@pytest.mark.parametrize("tied", [True, False])
+def test_only_weights_at_least_min_weights_are_packed(tied):
+    model = tiny_model(vocab=300, tie_embeddings=tied)
+    sizes = {name: m.weight.numel() for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    output_size = model.tgt_embed.tokens.weight.numel()
+    threshold = sorted(set(sizes.values()))[1]  # the smallest layers stay as they are, the rest is packed
+    assert 0 < sum(size < threshold for size in sizes.values()) < len(sizes)
+    assert pack_linear_layers(model, min_weights=threshold)
+    for name, size in sizes.items():
+        module = model.get_submodule(name)
+        assert isinstance(module, PackedLinear if size >= threshold else nn.Linear), name
+    if tied:
+        assert isinstance(model.output, PackedLinear) == (output_size >= threshold)
+    small = tiny_model(vocab=300, tie_embeddings=True)
+    assert pack_linear_layers(small, min_weights=output_size + 1)
+    assert small.output is None and not any(isinstance(m, PackedLinear) for m in small.modules())
+
+
 def test_without_onednn_nothing_is_packed(monkeypatch):
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     model = tiny_model(vocab=20)
@@ -85,6 +105,7 @@ def test_without_onednn_nothing_is_packed(monkeypatch):
 def test_cpu_fp32_translator_packs_and_translates_as_before(trained_run, corpus, monkeypatch):
     lines = (corpus / "test.en").read_text(encoding="utf-8").splitlines()[:40]
     cfg = SearchConfig(beam=3, nbest=2)
+    monkeypatch.setattr(mtkit.packed, "PACK_MIN_WEIGHTS", 0)  # the tiny model's layers are all small
     packed = Translator(load_model_file(trained_run), cfg, device="cpu", precision="fp32")
     assert isinstance(packed.model.output, PackedLinear)
     monkeypatch.setattr(mtkit.translate, "pack_linear_layers", lambda model: False)
