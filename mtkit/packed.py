@@ -1,12 +1,13 @@
-"""Faster fp32 inference on a CPU: linear layers whose weights are packed once for oneDNN.
+"""Faster fp32 inference on a CPU: large linear layers whose weights are packed once for oneDNN.
 
 torch's fp32 matrix product (MKL's sgemm) reads each weight in its plain layout at every call.
 Decoding multiplies a few hundred rows at a time by the same weights, step after step, and that
-is where a weight packed once into oneDNN's blocked layout pays: on this project's 2-core AMD
-EPYC (AVX2) the Multi30k model's output projection (8,000 x 256) takes 0.9 ms for 5 rows through
-F.linear and 0.3 ms packed, and beam search over test2016 in batches of 32 sentences runs about
-20% faster with every linear layer packed (docs/RESULTS.md), for about 200 MiB more peak memory
-(see ROW_MULTIPLE). The products are the same up to float rounding (summation order).
+is where a large weight packed once into oneDNN's blocked layout pays: on this project's 2-core AMD
+EPYC (AVX2) the Multi30k model's output projection (8,000 x 256) takes 1.6 ms for 5 rows through
+F.linear and 0.4 ms packed. The smaller layers gain nothing or lose (a packed call costs more to
+set up), and each packed layer adds memory (see ROW_MULTIPLE), so only weights of at least
+PACK_MIN_WEIGHTS are packed: in practice the output projection. Measured in docs/RESULTS.md.
+The products are the same up to float rounding (summation order).
 
 Packing uses torch's internal oneDNN operators (the ones torch.compile's freezing uses). Where a
 torch build lacks them or they disagree with F.linear, nothing is packed and nothing changes.
@@ -23,10 +24,10 @@ from mtkit.model import Transformer
 ROWS_HINT = 64  # the rows oneDNN chooses its layout for; 64 and 512 measured the same here
 # oneDNN keeps memory for every input shape it has multiplied, and decoding brings a new row count at
 # almost every step: rows are padded to a multiple of ROW_MULTIPLE, so that there are fewer shapes.
-# Peak RSS translating test2016: about 820 MiB unpadded, 750 with 8 (and 690 with 16, but padding 5
+# Peak RSS translating test2016, every layer packed then: about 820 MiB unpadded, 750 with 8 (and 690 with 16, but padding 5
 # rows to 16 made a decoding step 30% slower), against 560 unpacked. Measured in docs/RESULTS.md.
 ROW_MULTIPLE = 8
-# Only weights at least this large are packed. A packed product costs about 60 us more per call than
+# Only weights at least this large are packed. A packed product costs 45-60 us more per call than
 # F.linear (oneDNN's primitive lookup and the row padding), which only a large weight pays back: on
 # the 2-core AMD EPYC, 5 rows by 256 x 256 took 90 us packed against 28 through F.linear, and by the
 # 8,000 x 256 output projection 437 us against 1,617 (docs/RESULTS.md).
