@@ -24,8 +24,8 @@ from mtkit.model import Transformer
 ROWS_HINT = 64  # the rows oneDNN chooses its layout for; 64 and 512 measured the same here
 # oneDNN keeps memory for every input shape it has multiplied, and decoding brings a new row count at
 # almost every step: rows are padded to a multiple of ROW_MULTIPLE, so that there are fewer shapes.
-# Peak RSS translating test2016, every layer packed then: about 820 MiB unpadded, 750 with 8 (and 690 with 16, but padding 5
-# rows to 16 made a decoding step 30% slower), against 560 unpacked. Measured in docs/RESULTS.md.
+# Peak RSS translating test2016 with every layer packed (as then): about 820 MiB unpadded, 750 with
+# 8 (and 690 with 16, but padding 5 rows to 16 made a decoding step 30% slower), against 560 unpacked.
 ROW_MULTIPLE = 8
 # Only weights at least this large are packed. A packed product costs 45-60 us more per call than
 # F.linear (oneDNN's primitive lookup and the row padding), which only a large weight pays back: on

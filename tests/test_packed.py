@@ -113,3 +113,12 @@ def test_cpu_fp32_translator_packs_and_translates_as_before(trained_run, corpus,
     assert plain.model.output is None
     as_tokens = [[h.tokens for h, _ in nbest] for nbest in plain.translate_hypotheses(lines)]
     assert [[h.tokens for h, _ in nbest] for nbest in packed.translate_hypotheses(lines)] == as_tokens
+
+
+@needs_packing
+def test_by_default_only_the_output_projection_of_the_recipe_model_is_packed():
+    model = tiny_model(vocab=8000, preset="transformer-small", norm="pre")  # the Multi30k recipe's shape
+    assert pack_linear_layers(model)
+    assert [name for name, m in model.named_modules() if isinstance(m, PackedLinear)] == ["output"]
+    # every other layer stays: 3 encoder layers of 5 (q, kv, out, fc1, fc2) and 3 decoder layers of 8 (both attentions)
+    assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 3 * 5 + 3 * 8
