@@ -28,7 +28,7 @@ ROWS_HINT = 64  # the rows oneDNN chooses its layout for; 64 and 512 measured th
 # 8 (and 690 with 16, but padding 5 rows to 16 made a decoding step 30% slower), against 560 unpacked.
 ROW_MULTIPLE = 8
 # Only weights at least this large are packed. A packed product costs 45-60 us more per call than
-# F.linear (oneDNN's primitive lookup and the row padding), which only a large weight pays back: on
+# F.linear (the row padding and oneDNN's per-call work), which only a large weight pays back: on
 # the 2-core AMD EPYC, 5 rows by 256 x 256 took 90 us packed against 28 through F.linear, and by the
 # 8,000 x 256 output projection 437 us against 1,617 (docs/RESULTS.md).
 PACK_MIN_WEIGHTS = 1 << 19  # the output projection of a 4,000-subword vocabulary and d_model 256 is packed
@@ -76,7 +76,7 @@ def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bo
     with torch.no_grad():
         for module in list(model.modules()):
             for name, child in list(module.named_children()):
-                if _worth_packing(child.weight if isinstance(child, nn.Linear) else None, min_weights):
+                if isinstance(child, nn.Linear) and _worth_packing(child.weight, min_weights):
                     setattr(module, name, PackedLinear(child.weight, child.bias))
         tied = model.tgt_embed.tokens.weight
         if model.output is None and _worth_packing(tied, min_weights):
@@ -84,5 +84,5 @@ def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bo
     return True
 
 
-def _worth_packing(weight: Tensor | None, min_weights: int) -> bool:
-    return weight is not None and weight.dtype == torch.float32 and weight.numel() >= min_weights
+def _worth_packing(weight: Tensor, min_weights: int) -> bool:
+    return weight.dtype == torch.float32 and weight.numel() >= min_weights
