@@ -40,11 +40,16 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """Mixed precision for bf16/fp16 (weights stay fp32); nothing for fp32."""
+    """Mixed precision for bf16/fp16 (the weights stay fp32, unless an inference model cast its linear
+    layers once: mtkit.packed.cast_linear_weights); nothing for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=autocast_dtype(precision))
+
+
+def autocast_dtype(precision: str) -> torch.dtype:
+    """The lower precision that autocast computes in for bf16 or fp16."""
+    return torch.bfloat16 if precision == "bf16" else torch.float16
 
 
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:

@@ -1,4 +1,7 @@
-"""Faster fp32 inference on a CPU: large linear layers whose weights are packed once for oneDNN.
+"""Weights prepared once for inference: large fp32 linear layers packed for oneDNN on a CPU, and
+linear layers stored in bf16/fp16 for inference under autocast (cast_linear_weights, at the end).
+
+Packing, for fp32 on a CPU:
 
 torch's fp32 matrix product (MKL's sgemm) reads each weight in its plain layout at every call.
 Decoding multiplies a few hundred rows at a time by the same weights, step after step, and that
@@ -86,3 +89,22 @@ def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bo
 
 def _worth_packing(weight: Tensor, min_weights: int) -> bool:
     return weight.dtype == torch.float32 and weight.numel() >= min_weights
+
+
+def cast_linear_weights(model: Transformer, dtype: torch.dtype) -> None:
+    """Store every linear layer's weights, and a tied output projection's, in `dtype` (bf16 or fp16),
+    in place, for inference under autocast to that dtype; the model is then for inference only.
+
+    Autocast casts an fp32 weight at every call and keeps the cast only until the outermost autocast
+    context ends, so a search that enters a context per decoding step (a server's running search)
+    casts all the weights at every step. Cast once, the products are the same: autocast casts these
+    weights to the same values. Embeddings and LayerNorms stay fp32, as autocast keeps them.
+    """
+    with torch.no_grad():
+        if model.output is None:  # the tied projection gets a copy: the embedding lookup stays fp32
+            tied = model.tgt_embed.tokens.weight
+            model.output = nn.Linear(tied.size(1), tied.size(0), bias=False, device=tied.device, dtype=dtype)
+            model.output.weight.copy_(tied)
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                module.to(dtype)

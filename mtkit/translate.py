@@ -13,11 +13,11 @@ import torch
 from mtkit.batching import length_batches, pad_batch
 from mtkit.checkpoint import ModelFile
 from mtkit.console import warn
-from mtkit.device import autocast, resolve_device, resolve_precision
+from mtkit.device import autocast, autocast_dtype, resolve_device, resolve_precision
 from mtkit.ensemble import Ensemble
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.packed import pack_linear_layers
+from mtkit.packed import cast_linear_weights, pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
 from mtkit.tokenizer import EOS_ID, Tokenizer
 
@@ -161,8 +161,10 @@ class Translator(TextTranslator):
         self.precision = resolve_precision(precision, self.device)
         files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
         models = [f.build_model(self.device) for f in files]
-        if self.device.type == "cpu" and self.precision == "fp32":
-            for model in models:
+        for model in models:
+            if self.precision != "fp32":
+                cast_linear_weights(model, autocast_dtype(self.precision))
+            elif self.device.type == "cpu":
                 pack_linear_layers(model)
         self.model = models[0] if len(models) == 1 else Ensemble(models)
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
@@ -190,7 +192,8 @@ class Translator(TextTranslator):
 
         src_line = line.strip()
         src_ids = self.src_tokenizer.encode_batch([src_line])[0][:MAX_SOURCE_TOKENS]
-        weights = attention_weights(self.model, src_ids, hypothesis.tokens)
+        with autocast(self.device, self.precision):
+            weights = attention_weights(self.model, src_ids, hypothesis.tokens)
         tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
         return pharaoh(word_alignment(weights["cross"], self.src_tokenizer.tokens(src_line), tgt_tokens))
 

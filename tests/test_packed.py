@@ -1,3 +1,4 @@
+import copy
 import platform
 
 import pytest
@@ -11,7 +12,7 @@ from torch import nn
 import mtkit.packed
 import mtkit.translate
 from mtkit.checkpoint import load_model_file
-from mtkit.packed import PackedLinear, pack_linear_layers, packing_works
+from mtkit.packed import PackedLinear, cast_linear_weights, pack_linear_layers, packing_works
 from mtkit.search import SearchConfig, search
 from mtkit.tokenizer import BOS_ID
 from mtkit.translate import Translator
@@ -122,3 +123,39 @@ def test_by_default_only_the_output_projection_of_the_recipe_model_is_packed():
     assert [name for name, m in model.named_modules() if isinstance(m, PackedLinear)] == ["output"]
     # every other layer stays: 3 encoder layers of 5 (q, kv, out, fc1, fc2) and 3 decoder layers of 8 (both attentions)
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 3 * 5 + 3 * 8
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_linear_weights_cast_once_compute_what_autocast_computes(tied):
+    model = tiny_model(vocab=50, tie_embeddings=tied)
+    cast = copy.deepcopy(model)
+    cast_linear_weights(cast, torch.bfloat16)
+    assert cast.output is not None and cast.output.weight.dtype == torch.bfloat16
+    assert all(m.weight.dtype == torch.bfloat16 for m in cast.modules() if isinstance(m, nn.Linear))
+    assert cast.tgt_embed.tokens.weight.dtype == torch.float32  # the lookup stays fp32
+    generator = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 50, (3, 7), generator=generator)
+    tgt_in = torch.cat([torch.full((3, 1), BOS_ID), torch.randint(4, 50, (3, 5), generator=generator)], dim=1)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(cast(src, tgt_in), model(src, tgt_in))
+        states = [m.start_decoding(*m.encode(src), beams=1) for m in (model, cast)]
+        for position in range(tgt_in.size(1)):  # incremental decoding, step by step
+            expected, got = (m.decode_step(tgt_in[:, position], s) for m, s in zip((model, cast), states))
+            assert torch.equal(got, expected)
+
+
+def test_bf16_translator_casts_once_and_translates_as_autocast_does(trained_run, corpus, monkeypatch):
+    lines = (corpus / "test.en").read_text(encoding="utf-8").splitlines()[:40]
+    cfg = SearchConfig(beam=3, nbest=2)
+    cast = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
+    assert cast.model.output.weight.dtype == torch.bfloat16
+    monkeypatch.setattr(mtkit.translate, "cast_linear_weights", lambda model, dtype: None)
+    plain = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
+    assert plain.model.output is None
+    expected = plain.translate_hypotheses(lines)
+    got = cast.translate_hypotheses(lines)
+    assert [[(h.tokens, h.score, text) for h, text in nbest] for nbest in got] == [
+        [(h.tokens, h.score, text) for h, text in nbest] for nbest in expected
+    ]
+    best = expected[0][0][0]  # word alignment runs under the same autocast with either model
+    assert cast.alignment(lines[0], best) == plain.alignment(lines[0], best)
