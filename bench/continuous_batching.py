@@ -5,8 +5,10 @@ and joining at every step, as with --max-wait-ms 0) and batch after batch (each 
 longest sentence).
 
     python bench/continuous_batching.py -m runs/multi30k/model.pt [--src en] [--clients 8,32] [--seconds 15]
+        [--precision auto]
 
-The sentences are test2016's, in order, cycled; beam 5, lenpen 0.6, fp32 on the CPU. Against
+The sentences are test2016's, in order, cycled; beam 5, lenpen 0.6, on the CPU in --precision (auto,
+as `mtkit serve` runs: bf16 where the CPU has it, else fp32). Against
 bench/serve_load.py, the difference is what HTTP and the event loop cost.
 """
 
@@ -32,13 +34,13 @@ SETTINGS = {  # name: (max_wait_s, continuous)
 }
 
 
-def load_translator(model: Path) -> Translator:
-    translator = Translator(load_model_file(model), SearchConfig(beam=5, lenpen=0.6), device="cpu", precision="fp32")
+def load_translator(model: Path, precision: str) -> Translator:
+    translator = Translator(load_model_file(model), SearchConfig(beam=5, lenpen=0.6), device="cpu", precision=precision)
     translator.translate(["Ein Hund läuft.", "A dog runs."] * 16)  # warm-up
     return translator
 
 
-def serve_in_process(model: Path, lines: list[str], clients: int, seconds: float, setting) -> list:
+def serve_in_process(model: Path, precision: str, lines: list[str], clients: int, seconds: float, setting) -> list:
     """[sentences/s, ms per batch or step, sentences per batch or step] of `clients` closed-loop
     clients submitting single sentences to a Batcher. As in `mtkit serve`, the worker thread builds
     the model: torch's OpenMP threads belong to the thread that calls them (docs/RESULTS.md)."""
@@ -50,7 +52,7 @@ def serve_in_process(model: Path, lines: list[str], clients: int, seconds: float
 
     def setup() -> None:
         try:
-            built.append(load_translator(model))
+            built.append(load_translator(model, precision))
         finally:
             setup_over.set()
 
@@ -100,18 +102,20 @@ def main() -> None:
     parser.add_argument("--src", default="en")
     parser.add_argument("--clients", default="8,32")
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--precision", default="auto", help="auto, fp32 or bf16")
     args = parser.parse_args()
     lines = (args.data / f"test2016.{args.src}").read_text(encoding="utf-8").splitlines()
     rows = []
     for clients in map(int, args.clients.split(",")):
         for name, setting in SETTINGS.items():
-            rate, ms, per_batch = serve_in_process(args.model, lines, clients, args.seconds, setting)
+            rate, ms, per_batch = serve_in_process(args.model, args.precision, lines, clients, args.seconds, setting)
             rows.append([name, clients, f"{rate:.1f}", f"{ms:.1f}", f"{per_batch:.1f}"])
-    translator = load_translator(args.model)  # on this thread, now that the workers are gone
+    translator = load_translator(args.model, args.precision)  # on this thread, now that the workers are gone
     start = time.perf_counter()
     translator.translate(lines)
     offline = len(lines) / (time.perf_counter() - start)
-    print(f"the server's batching in one process: {args.model}, test2016.{args.src}, beam 5, lenpen 0.6, fp32, ")
+    precision = translator.precision
+    print(f"the server's batching in one process: {args.model}, test2016.{args.src}, beam 5, lenpen 0.6, {precision}, ")
     print(f"{args.seconds:g} s per row; {conditions()}\n")
     print_table(["batching", "clients", "sentences/s", "ms per step (batch)", "sentences per step (batch)"], rows)
     print(f"\noffline translation of all {len(lines):,} sentences (batches of 128): {offline:.1f} sentences/s")

@@ -1,10 +1,11 @@
 """Where beam search spends its time: torch.profiler's top operators over a translation of test2016.
 
     python bench/decode_profile.py -m runs/multi30k_en_de/model.pt [--lines 256] [--batch-size 128] [--beam 5]
+        [--precision auto]
 
 The model translates the first --lines sentences of test2016 once untimed (warm-up), once timed
 (sentences/s), once timing every decoding step, and once under the profiler, in batches of
---batch-size sentences, fp32 on the CPU, lenpen 0.6. The step times are fitted as a + b x rows
+--batch-size sentences, on the CPU in --precision (auto: as `mtkit translate`), lenpen 0.6. The step times are fitted as a + b x rows
 (least squares; rows = beams still searching): a is what a step costs whatever its size. The
 table lists the operators by their own (self) CPU time.
 """
@@ -59,10 +60,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--rows", type=int, default=15, help="operators to list")
+    parser.add_argument("--precision", default="auto", help="auto, fp32 or bf16")
     args = parser.parse_args()
     lines = (args.data / f"test2016.{args.src}").read_text(encoding="utf-8").splitlines()[: args.lines]
     translator = Translator(
-        load_model_file(args.model), SearchConfig(beam=args.beam, lenpen=0.6), device="cpu", precision="fp32"
+        load_model_file(args.model), SearchConfig(beam=args.beam, lenpen=0.6), device="cpu", precision=args.precision
     )
 
     def translate_all() -> float:
@@ -72,7 +74,10 @@ def main() -> None:
         return len(lines) / (time.perf_counter() - start)
 
     print(f"conditions: {conditions()}")
-    print(f"model: {args.model}; first {len(lines)} lines of test2016, beam {args.beam}, batch size {args.batch_size}")
+    print(
+        f"model: {args.model}; first {len(lines)} lines of test2016, beam {args.beam}, batch size {args.batch_size}, "
+        f"{translator.precision}"
+    )
     translate_all()
     print(f"sentences/s: {translate_all():.1f} (without the profiler)")
     print(step_costs(translator, translate_all) + "\n")
