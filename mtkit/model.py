@@ -109,6 +109,11 @@ def _fp32_attention_on_cpu(q: Tensor) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+def attention_dtype(x: Tensor) -> torch.dtype:
+    """What attention computes in: fp32 on a CPU (see _fp32_attention_on_cpu), x's dtype elsewhere."""
+    return torch.float32 if x.device.type == "cpu" else x.dtype
+
+
 class MultiHeadAttention(nn.Module):
     """h heads in parallel: W_q, W_k, W_v per head (stored as one d x d matrix each), then W_o."""
 
@@ -144,7 +149,7 @@ class MultiHeadAttention(nn.Module):
         else:
             dropout = self.dropout if self.training else 0.0
             with _fp32_attention_on_cpu(q):
-                q, k, v = (t.float() for t in (q, k, v)) if q.device.type == "cpu" else (q, k, v)
+                q, k, v = (t.to(attention_dtype(t)) for t in (q, k, v))
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
         if group > 1:  # back to (B*g, h, 1, d_k)
             out = out.transpose(1, 2).reshape(-1, out.size(1), 1, out.size(3))
@@ -243,7 +248,8 @@ class LayerCache:
     """
 
     def __init__(self, cross_k: Tensor, cross_v: Tensor):
-        self.cross_k, self.cross_v = cross_k, cross_v
+        # Kept in attention's dtype: under CPU autocast, converted once rather than at every step.
+        self.cross_k, self.cross_v = (t.to(attention_dtype(t)) for t in (cross_k, cross_v))
         self.length = 0
         self._buffers: list[Tensor] = []  # [current, spare]; the current rows are the first `rows`
         self.rows = 0
@@ -263,7 +269,7 @@ class LayerCache:
 
     def _grow(self, rows: int, heads2: int, d_k: int, like: Tensor) -> None:
         capacity = self.length + CACHE_CHUNK
-        fresh = [like.new_empty(rows, heads2, capacity, d_k) for _ in range(2)]
+        fresh = [like.new_empty(rows, heads2, capacity, d_k, dtype=attention_dtype(like)) for _ in range(2)]
         if self._buffers:
             fresh[0][:, :, : self.length] = self._buffers[0][:rows, :, : self.length]
         self._buffers = fresh

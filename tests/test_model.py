@@ -159,6 +159,24 @@ def test_cpu_autocast_forward_is_close_to_fp32(dtype):
     assert torch.allclose(F.softmax(low.float(), -1), F.softmax(model(src, tgt), -1), atol=0.02)
 
 
+def test_under_cpu_autocast_the_decoder_cache_holds_the_low_precision_values_in_fp32():
+    model = tiny_model(vocab=20)
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID]])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        state = model.start_decoding(*model.encode(src))
+        for token in (BOS_ID, 10, 11):
+            logits = model.decode_step(torch.tensor([token, token]), state)
+        tgt = torch.tensor([[BOS_ID, 10, 11]] * 2)
+        full = model(src, tgt)[:, -1]
+    for cache in state.layers:  # attention reads fp32 on a CPU: converted once, not at every step
+        heads, d_k = model.cfg.heads, model.cfg.d_model // model.cfg.heads
+        k, v = cache.append(torch.zeros(2, 2 * heads, 1, d_k))  # one more position: views of what is stored
+        for stored in (cache.cross_k, cache.cross_v, k[:, :, :3], v[:, :, :3]):
+            assert stored.dtype == torch.float32
+            assert torch.equal(stored, stored.bfloat16().float())  # exactly the bf16 projections
+    assert torch.allclose(F.softmax(logits.float(), -1), F.softmax(full.float(), -1), atol=0.02)
+
+
 @pytest.mark.parametrize("p", [0.1, 0.3])
 def test_cpu_dropout_drops_at_rate_p_and_scales_kept_values_exactly(p):
     torch.manual_seed(0)
