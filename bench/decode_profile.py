@@ -5,9 +5,9 @@
 
 The model translates the first --lines sentences of test2016 once untimed (warm-up), once timed
 (sentences/s), once timing every decoding step, and once under the profiler, in batches of
---batch-size sentences, on the CPU in --precision (auto: as `mtkit translate`), lenpen 0.6. The step times are fitted as a + b x rows
-(least squares; rows = beams still searching): a is what a step costs whatever its size. The
-table lists the operators by their own (self) CPU time.
+--batch-size sentences, on the CPU in --precision (auto: as `mtkit translate`), lenpen 0.6. The
+step times are fitted as a + b x rows (least squares; rows = beams still searching): a is what a
+step costs whatever its size. The table lists the operators by their own (self) CPU time.
 """
 
 from __future__ import annotations
