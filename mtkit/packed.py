@@ -3,11 +3,11 @@ and linear layers stored in bf16/fp16 for inference under autocast (cast_linear_
 
 Packing:
 
-torch's matrix product reads each weight in its plain layout at every call (MKL's sgemm for fp32;
-for bf16, oneDNN, which reorders the weight for itself at each call). Decoding multiplies a few
-hundred rows at a time by the same weights, step after step, and that is where a weight packed once
-into oneDNN's blocked layout pays: on this project's 2-core AMD EPYC (AVX2) the Multi30k model's
-fp32 output projection (8,000 x 256) takes 1.6 ms for 5 rows through F.linear and 0.4 ms packed.
+torch's matrix product reads each weight in its plain layout at every call (MKL's sgemm for fp32,
+oneDNN for bf16). Decoding multiplies a few hundred rows at a time by the same weights, step after
+step, and that is where a weight packed once into oneDNN's blocked layout pays: on this project's
+2-core AMD EPYC (AVX2) the Multi30k model's fp32 output projection (8,000 x 256) takes 1.6 ms for
+5 rows through F.linear and 0.4 ms packed.
 In fp32 the smaller layers gain nothing or lose (a packed call costs more to set up), and each
 packed layer adds memory (see ROW_MULTIPLE), so only fp32 weights of at least PACK_MIN_WEIGHTS are
 packed: in practice the output projection. In bf16 every layer is packed (PACK_MIN_WEIGHTS_BF16).
@@ -37,7 +37,7 @@ ROW_MULTIPLE = 8
 # the 2-core AMD EPYC, 5 rows by 256 x 256 took 90 us packed against 28 through F.linear, and by the
 # 8,000 x 256 output projection 437 us against 1,617 (docs/RESULTS.md).
 PACK_MIN_WEIGHTS = 1 << 19  # the output projection of a 4,000-subword vocabulary and d_model 256 is packed
-# bf16 weights: F.linear reorders them for oneDNN at every call, which packing saves at every size.
+# bf16 weights: packed products were faster than F.linear's at every size measured (docs/RESULTS.md).
 PACK_MIN_WEIGHTS_BF16 = 0
 
 
