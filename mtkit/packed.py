@@ -1,18 +1,16 @@
-"""Weights prepared once for inference: linear layers packed for oneDNN on a CPU (fp32 and bf16),
-and linear layers stored in bf16/fp16 for inference under autocast (cast_linear_weights, at the end).
+"""Weights prepared once for inference: large fp32 linear layers packed for oneDNN on a CPU, and
+linear layers stored in bf16/fp16 for inference under autocast (cast_linear_weights, at the end).
 
-Packing:
+Packing, for fp32 on a CPU:
 
-torch's matrix product reads each weight in its plain layout at every call (MKL's sgemm for fp32,
-oneDNN for bf16). Decoding multiplies a few hundred rows at a time by the same weights, step after
-step, and that is where a weight packed once into oneDNN's blocked layout pays: on this project's
-2-core AMD EPYC (AVX2) the Multi30k model's fp32 output projection (8,000 x 256) takes 1.6 ms for
-5 rows through F.linear and 0.4 ms packed.
-In fp32 the smaller layers gain nothing or lose (a packed call costs more to set up), and each
-packed layer adds memory (see ROW_MULTIPLE), so only fp32 weights of at least PACK_MIN_WEIGHTS are
-packed: in practice the output projection. In bf16 every layer is packed (PACK_MIN_WEIGHTS_BF16).
-Measured in docs/RESULTS.md. fp32 products are the same up to float rounding (summation order);
-bf16 ones are exactly autocast's, or nothing is packed.
+torch's fp32 matrix product (MKL's sgemm) reads each weight in its plain layout at every call.
+Decoding multiplies a few hundred rows at a time by the same weights, step after step, and that
+is where a large weight packed once into oneDNN's blocked layout pays: on this project's 2-core AMD
+EPYC (AVX2) the Multi30k model's output projection (8,000 x 256) takes 1.6 ms for 5 rows through
+F.linear and 0.4 ms packed. The smaller layers gain nothing or lose (a packed call costs more to
+set up), and each packed layer adds memory (see ROW_MULTIPLE), so only weights of at least
+PACK_MIN_WEIGHTS are packed: in practice the output projection. Measured in docs/RESULTS.md.
+The products are the same up to float rounding (summation order).
 
 Packing uses torch's internal oneDNN operators (the ones torch.compile's freezing uses). Where a
 torch build lacks them or they disagree with F.linear, nothing is packed and nothing changes.
@@ -37,23 +35,19 @@ ROW_MULTIPLE = 8
 # the 2-core AMD EPYC, 5 rows by 256 x 256 took 90 us packed against 28 through F.linear, and by the
 # 8,000 x 256 output projection 437 us against 1,617 (docs/RESULTS.md).
 PACK_MIN_WEIGHTS = 1 << 19  # the output projection of a 4,000-subword vocabulary and d_model 256 is packed
-# bf16 weights: packed products were faster than F.linear's at every size measured (docs/RESULTS.md).
-PACK_MIN_WEIGHTS_BF16 = 0
 
 
 class PackedLinear(nn.Module):
-    """y = x W^T + b with W packed for oneDNN (inference only: no gradients flow through it).
-    With a bf16 weight, x is cast to bf16 first and y is bf16, as under autocast."""
+    """y = x W^T + b with W packed for oneDNN (inference only: no gradients flow through it)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self.dtype = weight.dtype
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
         self.bias = None if bias is None else bias.detach()
 
     def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, self.in_features).to(self.dtype)  # oneDNN's operator is not autocast's to cast
+        rows = x.reshape(-1, self.in_features)
         count = rows.size(0)
         padding = -count % ROW_MULTIPLE
         rows = F.pad(rows, (0, 0, 0, padding)) if padding else rows.contiguous()
@@ -61,45 +55,40 @@ class PackedLinear(nn.Module):
         return y[:count].view(*x.shape[:-1], self.out_features)
 
 
-def packing_works(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether this torch build packs weights of `dtype` for oneDNN and gives F.linear's results
-    (fp32: up to rounding; bf16 or fp16: exactly what F.linear gives under autocast)."""
+def packing_works() -> bool:
+    """Whether this torch build packs for oneDNN and gives F.linear's results."""
     if not torch.backends.mkldnn.is_available():
         return False
     generator = torch.Generator().manual_seed(0)
     weight, bias = torch.randn(48, 32, generator=generator), torch.randn(48, generator=generator)
-    weight, bias = weight.to(dtype), bias.to(dtype)
     x = torch.randn(2, 3, 32, generator=generator)
     try:
         packed = PackedLinear(weight, bias)(x)
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
-    if dtype == torch.float32:
-        return torch.allclose(packed, F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
-    with torch.autocast("cpu", dtype=dtype):
-        return torch.equal(packed, F.linear(x, weight, bias))
+    return torch.allclose(packed, F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
 
 
 def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bool:
-    """Swap every nn.Linear of a CPU inference model with at least `min_weights` weights (default:
-    PACK_MIN_WEIGHTS for fp32, PACK_MIN_WEIGHTS_BF16 for bf16), and an fp32 tied output projection as
-    large, for a PackedLinear, in place: fp32 weights, or bf16 ones after cast_linear_weights. The
-    model is then for inference only. Returns False (and changes nothing) where packing is not
-    available for the model's weights."""
-    dtype = next(m.weight.dtype for m in model.modules() if isinstance(m, nn.Linear))
-    if dtype not in (torch.float32, torch.bfloat16) or not packing_works(dtype):
+    """Swap every nn.Linear of an fp32 CPU model with at least `min_weights` weights (default:
+    PACK_MIN_WEIGHTS), and a tied output projection as large, for a PackedLinear, in place. The model
+    is then for inference only. Returns False (and changes nothing) where packing is not available."""
+    if not packing_works():
         return False
-    if min_weights is None:
-        min_weights = PACK_MIN_WEIGHTS if dtype == torch.float32 else PACK_MIN_WEIGHTS_BF16
+    min_weights = PACK_MIN_WEIGHTS if min_weights is None else min_weights
     with torch.no_grad():
         for module in list(model.modules()):
             for name, child in list(module.named_children()):
-                if isinstance(child, nn.Linear) and child.weight.numel() >= min_weights:
+                if isinstance(child, nn.Linear) and _worth_packing(child.weight, min_weights):
                     setattr(module, name, PackedLinear(child.weight, child.bias))
         tied = model.tgt_embed.tokens.weight
-        if model.output is None and tied.numel() >= min_weights:  # fp32: the embedding is the projection
+        if model.output is None and _worth_packing(tied, min_weights):
             model.output = PackedLinear(tied, None)  # Transformer.logits uses model.output when set
     return True
+
+
+def _worth_packing(weight: Tensor, min_weights: int) -> bool:
+    return weight.dtype == torch.float32 and weight.numel() >= min_weights
 
 
 def cast_linear_weights(model: Transformer, dtype: torch.dtype) -> None:

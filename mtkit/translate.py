@@ -164,7 +164,7 @@ class Translator(TextTranslator):
         for model in models:
             if self.precision != "fp32":
                 cast_linear_weights(model, autocast_dtype(self.precision))
-            if self.device.type == "cpu":
+            elif self.device.type == "cpu":
                 pack_linear_layers(model)
         self.model = models[0] if len(models) == 1 else Ensemble(models)
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer

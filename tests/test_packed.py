@@ -12,50 +12,17 @@ from torch import nn
 import mtkit.packed
 import mtkit.translate
 from mtkit.checkpoint import load_model_file
-from mtkit.device import cpu_has_native_bf16
 from mtkit.packed import PackedLinear, cast_linear_weights, pack_linear_layers, packing_works
 from mtkit.search import SearchConfig, search
 from mtkit.tokenizer import BOS_ID
 from mtkit.translate import Translator
 
 needs_packing = pytest.mark.skipif(not packing_works(), reason="this torch build has no oneDNN packing")
-needs_bf16_packing = pytest.mark.skipif(
-    not packing_works(torch.bfloat16), reason="oneDNN does not pack bf16 exactly as autocast computes here"
-)
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checked on x86-64")
 def test_packing_is_available_on_x86_64():
     assert packing_works()  # else every CPU translation silently loses its speed-up
-
-
-@pytest.mark.skipif(not cpu_has_native_bf16(), reason="checked on CPUs with native bf16")
-def test_bf16_packing_is_available_where_the_cpu_has_bf16():
-    assert packing_works(torch.bfloat16)  # else bf16 translation (precision auto there) silently loses its speed-up
-
-
-@needs_bf16_packing
-@settings(max_examples=40, deadline=None)
-@given(
-    rows=st.integers(1, 300),
-    in_features=st.integers(1, 96),
-    out_features=st.integers(1, 130),
-    with_bias=st.booleans(),
-    leading=st.sampled_from([(), (2,), (3, 1)]),
-    seed=st.integers(0, 2**16),
-)
-def test_bf16_packed_linear_computes_exactly_what_autocast_computes(
-    rows, in_features, out_features, with_bias, leading, seed
-):
-    generator = torch.Generator().manual_seed(seed)
-    weight = torch.randn(out_features, in_features, generator=generator).bfloat16()
-    bias = torch.randn(out_features, generator=generator).bfloat16() if with_bias else None
-    x = torch.randn(*leading, rows, in_features, generator=generator)  # fp32, as a LayerNorm gives it
-    packed = PackedLinear(weight, bias)(x)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = F.linear(x, weight, bias)
-    assert packed.dtype == torch.bfloat16 and packed.shape == (*leading, rows, out_features)
-    assert torch.equal(packed, expected)
 
 
 @needs_packing
@@ -158,18 +125,6 @@ def test_by_default_only_the_output_projection_of_the_recipe_model_is_packed():
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 3 * 5 + 3 * 8
 
 
-@needs_bf16_packing
-@pytest.mark.parametrize("tied", [True, False])
-def test_by_default_every_bf16_layer_is_packed(tied):
-    model = tiny_model(vocab=50, tie_embeddings=tied)
-    cast_linear_weights(model, torch.bfloat16)
-    layers = sum(isinstance(m, nn.Linear) for m in model.modules())
-    assert pack_linear_layers(model)
-    assert not any(isinstance(m, nn.Linear) for m in model.modules())
-    assert sum(isinstance(m, PackedLinear) for m in model.modules()) == layers
-    assert isinstance(model.output, PackedLinear) and model.output.dtype == torch.bfloat16
-
-
 @pytest.mark.parametrize("tied", [True, False])
 def test_linear_weights_cast_once_compute_what_autocast_computes(tied):
     model = tiny_model(vocab=50, tie_embeddings=tied)
@@ -189,23 +144,18 @@ def test_linear_weights_cast_once_compute_what_autocast_computes(tied):
             assert torch.equal(got, expected)
 
 
-def test_bf16_translator_casts_and_packs_once_and_translates_as_autocast_does(trained_run, corpus, monkeypatch):
+def test_bf16_translator_casts_once_and_translates_as_autocast_does(trained_run, corpus, monkeypatch):
     lines = (corpus / "test.en").read_text(encoding="utf-8").splitlines()[:40]
     cfg = SearchConfig(beam=3, nbest=2)
-    prepared = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
-    if packing_works(torch.bfloat16):
-        assert not any(isinstance(m, nn.Linear) for m in prepared.model.modules())
-        assert isinstance(prepared.model.output, PackedLinear) and prepared.model.output.dtype == torch.bfloat16
-    else:
-        assert prepared.model.output.weight.dtype == torch.bfloat16
+    cast = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
+    assert cast.model.output.weight.dtype == torch.bfloat16
     monkeypatch.setattr(mtkit.translate, "cast_linear_weights", lambda model, dtype: None)
-    monkeypatch.setattr(mtkit.translate, "pack_linear_layers", lambda model: False)
     plain = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
     assert plain.model.output is None
     expected = plain.translate_hypotheses(lines)
-    got = prepared.translate_hypotheses(lines)
+    got = cast.translate_hypotheses(lines)
     assert [[(h.tokens, h.score, text) for h, text in nbest] for nbest in got] == [
         [(h.tokens, h.score, text) for h, text in nbest] for nbest in expected
     ]
     best = expected[0][0][0]  # word alignment runs under the same autocast with either model
-    assert prepared.alignment(lines[0], best) == plain.alignment(lines[0], best)
+    assert cast.alignment(lines[0], best) == plain.alignment(lines[0], best)
