@@ -168,8 +168,8 @@ def test_under_cpu_autocast_the_decoder_cache_holds_the_low_precision_values_in_
             logits = model.decode_step(torch.tensor([token, token]), state)
         tgt = torch.tensor([[BOS_ID, 10, 11]] * 2)
         full = model(src, tgt)[:, -1]
+    heads, d_k = model.cfg.heads, model.cfg.d_model // model.cfg.heads
     for cache in state.layers:  # attention reads fp32 on a CPU: converted once, not at every step
-        heads, d_k = model.cfg.heads, model.cfg.d_model // model.cfg.heads
         k, v = cache.append(torch.zeros(2, 2 * heads, 1, d_k))  # one more position: views of what is stored
         for stored in (cache.cross_k, cache.cross_v, k[:, :, :3], v[:, :, :3]):
             assert stored.dtype == torch.float32
