@@ -83,6 +83,7 @@ class TrainConfig:
     valid_max_sentences: int = 0  # decode only the first N valid sentences for BLEU; 0 = all
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     ema_decay: float = 0.0  # keep an exponential moving average of the weights (e.g. 0.9999); 0 = off
+    rdrop_alpha: float = 0.0  # R-Drop: weight of the KL term between two dropout passes (e.g. 5); 0 = off
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
@@ -90,7 +91,7 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise MtkitError(f"train.{name} must be at least 1")
         not_negative = ("warmup", "clip_norm", "weight_decay", "max_epochs", "max_time", "keep_best", "patience")
-        for name in (*not_negative, "valid_max_sentences", "threads"):
+        for name in (*not_negative, "valid_max_sentences", "threads", "rdrop_alpha"):
             if getattr(self, name) < 0:
                 raise MtkitError(f"train.{name} must not be negative")
         if self.lr < 0:

@@ -70,7 +70,7 @@ class Trainer:
         if init_weights is not None and not resume:  # fine-tuning: a model's weights, a fresh optimizer
             self.model.load_state_dict(init_weights)
         self.model.to(self.device)
-        self.objective: nn.Module = TrainingObjective(self.model, self.cfg.label_smoothing)
+        self.objective: nn.Module = TrainingObjective(self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha)
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             # broadcast_buffers=False: the only buffers are the constant sinusoidal positions.
