@@ -1,8 +1,12 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from mtkit.loss import label_smoothed_loss
+from mtkit.loss import TrainingObjective, label_smoothed_loss, symmetric_kl
+from mtkit.tokenizer import PAD_ID
 
 
 def reference(logits, target, epsilon):
@@ -70,3 +74,91 @@ def test_no_positions_give_zero_loss():
     loss, nll = label_smoothed_loss(logits, torch.zeros(0, dtype=torch.long), 0.1)
     loss.backward()
     assert loss.item() == 0.0 and nll.item() == 0.0 and logits.grad.shape == (0, 9)
+
+
+def torch_symmetric_kl(logits_p, logits_q):
+    log_p, log_q = F.log_softmax(logits_p.double(), -1), F.log_softmax(logits_q.double(), -1)
+    return F.kl_div(log_q, log_p, log_target=True, reduction="sum") + F.kl_div(
+        log_p, log_q, log_target=True, reduction="sum"
+    )
+
+
+@given(
+    rows=st.integers(0, 6),
+    vocab=st.integers(2, 9),
+    seed=st.integers(0, 2**16),
+    scale=st.floats(0.1, 8.0),
+)
+@settings(max_examples=40, deadline=None)
+def test_symmetric_kl_and_its_gradient_equal_torch_kl_div(rows, vocab, seed, scale):
+    generator = torch.Generator().manual_seed(seed)
+    p, q = (t.clone().requires_grad_() for t in scale * torch.randn(2, rows, vocab, generator=generator))
+    expected_p, expected_q = p.detach().double().requires_grad_(), q.detach().double().requires_grad_()
+
+    kl = symmetric_kl(p, q)
+    kl.backward()
+    expected = torch_symmetric_kl(expected_p, expected_q)
+    expected.backward()
+
+    torch.testing.assert_close(kl.double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(p.grad.double(), expected_p.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(q.grad.double(), expected_q.grad, rtol=1e-4, atol=1e-5)
+    assert symmetric_kl(p, p).item() == 0.0
+
+
+def a_batch(vocab=30):
+    generator = torch.Generator().manual_seed(3)
+    src = torch.randint(4, vocab, (3, 7), generator=generator)
+    tgt_in, tgt_out = torch.randint(4, vocab, (2, 3, 6), generator=generator).unbind(0)
+    tgt_out[0, 4:] = PAD_ID  # a shorter sentence
+    return src, tgt_in, tgt_out
+
+
+def loss_and_gradient(objective, batch, seed=0):
+    torch.manual_seed(seed)
+    objective.model.zero_grad()
+    loss, nll = objective(*batch)
+    loss.backward()
+    return loss.detach(), nll, {name: p.grad.clone() for name, p in objective.model.named_parameters()}
+
+
+def test_rdrop_without_dropout_is_the_plain_loss():
+    """Two passes without dropout are the same pass: the KL term is zero and the loss, the NLL and
+    the gradient are the plain objective's."""
+    model = tiny_model(vocab=30, dropout=0.0).train()
+    plain = loss_and_gradient(TrainingObjective(model, 0.1), a_batch())
+    rdrop = loss_and_gradient(TrainingObjective(model, 0.1, rdrop_alpha=5.0), a_batch())
+    torch.testing.assert_close(rdrop[0], plain[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rdrop[1], plain[1], rtol=1e-5, atol=1e-5)
+    for name, grad in plain[2].items():
+        torch.testing.assert_close(rdrop[2][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_rdrop_loss_equals_the_papers_formula_with_the_same_dropout_masks():
+    """With dropout, the loss is (ce_1 + ce_2) / 2 + alpha / 4 * (KL(p1||p2) + KL(p2||p1)), computed
+    here with torch's own functions from the same two passes (the same seed draws the same masks)."""
+    model = tiny_model(vocab=30, dropout=0.3).train()
+    src, tgt_in, tgt_out = a_batch()
+    loss, nll, _ = loss_and_gradient(TrainingObjective(model, 0.1, rdrop_alpha=2.5), (src, tgt_in, tgt_out), seed=7)
+
+    torch.manual_seed(7)
+    memory, src_mask = model.encode(torch.cat([src, src]))
+    hidden = model.decode(torch.cat([tgt_in, tgt_in]), memory, src_mask)
+    logits = model.logits(hidden).detach().double()
+    first, second = logits[:3][tgt_out != PAD_ID], logits[3:][tgt_out != PAD_ID]
+    target = tgt_out[tgt_out != PAD_ID]
+    ce = [F.cross_entropy(half, target, label_smoothing=0.1, reduction="sum") for half in (first, second)]
+    nlls = [F.cross_entropy(half, target, reduction="sum") for half in (first, second)]
+    expected = (ce[0] + ce[1]) / 2 + 2.5 / 4 * torch_symmetric_kl(first, second)
+
+    assert torch_symmetric_kl(first, second) > 1e-3  # the two passes did differ
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(nll.double(), (nlls[0] + nlls[1]) / 2, rtol=1e-5, atol=1e-4)
+
+
+def test_rdrop_is_for_training_only():
+    """In eval mode (no dropout) the objective is the plain one, whatever rdrop_alpha says."""
+    model = tiny_model(vocab=30, dropout=0.3).eval()
+    plain = TrainingObjective(model, 0.1)(*a_batch())
+    rdrop = TrainingObjective(model, 0.1, rdrop_alpha=5.0)(*a_batch())
+    assert torch.equal(plain[0], rdrop[0]) and torch.equal(plain[1], rdrop[1])

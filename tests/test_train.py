@@ -113,6 +113,19 @@ def test_mixed_precision_steps_on_cpu(tmp_path, data_dir, precision):
     assert all(torch.isfinite(t).all() for t in state["model"].values())
 
 
+def test_rdrop_trains_like_the_plain_loss_without_dropout_and_apart_with_it(tmp_path, data_dir):
+    """Through the whole trainer: without dropout R-Drop's two passes agree, so the losses are the
+    plain run's; with dropout the KL term joins the loss and the runs part."""
+    for dropout in ("0.0", "0.2"):
+        common = ("train.max_steps=5", f"model.dropout={dropout}")
+        train(tiny_config(*common), data_dir, tmp_path / f"plain{dropout}")
+        train(tiny_config(*common, "train.rdrop_alpha=5"), data_dir, tmp_path / f"rdrop{dropout}")
+    plain, rdrop = losses(tmp_path / "plain0.0"), losses(tmp_path / "rdrop0.0")
+    assert [s for s, _ in rdrop] == list(range(1, 6))
+    assert [loss for _, loss in rdrop] == pytest.approx([loss for _, loss in plain], rel=1e-4)
+    assert losses(tmp_path / "rdrop0.2")[1][1] != pytest.approx(losses(tmp_path / "plain0.2")[1][1], rel=1e-4)
+
+
 def test_nonfinite_gradients_are_skipped_then_training_stops(tmp_path, data_dir, monkeypatch):
     from mtkit import train as train_module
 
@@ -210,6 +223,7 @@ def test_early_stopping_and_best_checkpoint(tmp_path, data_dir):
     [
         (["--set", "train.bogus=1"], "unknown config key 'train.bogus'; valid keys:"),
         (["--set", "model.norm=sideways"], "model.norm: 'sideways' is not one of post, pre"),
+        (["--set", "train.rdrop_alpha=-1"], "train.rdrop_alpha must not be negative"),
     ],
 )
 def test_bad_config_is_one_clear_line(tmp_path, data_dir, args, message):
