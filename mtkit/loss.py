@@ -30,20 +30,16 @@ from mtkit.model import Transformer
 from mtkit.tokenizer import PAD_ID
 
 
-def _softmax_and_sums(logits32: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Softmax, log-sum-exp per row, and the summed nll and smooth terms, from one pass of exp."""
-    probs = torch.softmax(logits32, dim=-1)
-    # The largest probability is exp(max - lse), and being at least 1/V it never underflows.
-    lse = logits32.amax(dim=-1) - probs.amax(dim=-1).log()
-    nll = (lse - logits32.gather(1, target[:, None]).squeeze(1)).sum()
-    smooth = (lse - logits32.mean(dim=-1)).sum()
-    return probs, lse, nll, smooth
-
-
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-        probs, _, nll, smooth = _softmax_and_sums(logits.float(), target)
+        logits32 = logits.float()
+        probs = torch.softmax(logits32, dim=-1)
+        # log-sum-exp without a second pass of exp: the largest probability is exp(max - lse),
+        # and being at least 1/V it never underflows.
+        lse = logits32.amax(dim=-1) - probs.amax(dim=-1).log()
+        nll = (lse - logits32.gather(1, target[:, None]).squeeze(1)).sum()
+        smooth = (lse - logits32.mean(dim=-1)).sum()
         ctx.save_for_backward(probs, target)
         ctx.epsilon, ctx.logits_dtype = epsilon, logits.dtype
         ctx.mark_non_differentiable(nll)
@@ -66,45 +62,11 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
     return _LabelSmoothedCrossEntropy.apply(logits, target, epsilon)
 
 
-class _RDropLoss(torch.autograd.Function):
-    """R-Drop's loss over (2N, V) logits, the first N rows from one pass and the rest from the other,
-    from one softmax as above; the symmetric KL uses log p - log q = logits_p - logits_q - (lse_p - lse_q)."""
-
-    @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, alpha: float) -> tuple[Tensor, Tensor]:
-        n, logits32 = target.numel(), logits.float()
-        probs, lse, nll, smooth = _softmax_and_sums(logits32, torch.cat([target, target]))
-        log_ratio = logits32[:n] - logits32[n:]  # log p - log q, row by row
-        log_ratio -= (lse[:n] - lse[n:])[:, None]
-        p, q = probs[:n], probs[n:]
-        kl = torch.dot(p.reshape(-1), log_ratio.reshape(-1)) - torch.dot(q.reshape(-1), log_ratio.reshape(-1))
-        ctx.save_for_backward(probs, log_ratio, target)
-        ctx.epsilon, ctx.alpha, ctx.logits_dtype = epsilon, alpha, logits.dtype
-        mean_nll = nll / 2
-        ctx.mark_non_differentiable(mean_nll)
-        return ((1.0 - epsilon) * nll + epsilon * smooth) / 2 + alpha / 4 * kl, mean_nll
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
-        probs, log_ratio, target = ctx.saved_tensors
-        n, a = target.numel(), ctx.alpha / 4
-        p, q = probs[:n], probs[n:]
-        # With r = log p - log q: dKL/dlogits_p = p * (r - <p, r>) + p - q and
-        # dKL/dlogits_q = q * (<q, r> - r) + q - p; the cross-entropies add (softmax - target) / 2.
-        p_r, q_r = (p * log_ratio).sum(-1, keepdim=True), (q * log_ratio).sum(-1, keepdim=True)
-        scaled = log_ratio.mul_(a)
-        grad_p = (scaled - a * p_r).add_(0.5 + a).mul_(p).sub_(q, alpha=a)
-        grad_q = (a * q_r - scaled).add_(0.5 + a).mul_(q).sub_(p, alpha=a)
-        grad = torch.cat([grad_p, grad_q]).sub_(0.5 * ctx.epsilon / probs.size(-1))
-        grad.scatter_add_(1, torch.cat([target, target])[:, None], grad.new_full((2 * n, 1), 0.5 * (ctx.epsilon - 1.0)))
-        grad.mul_(grad_loss)
-        return grad.to(ctx.logits_dtype), None, None, None
-
-
-def rdrop_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float) -> tuple[Tensor, Tensor]:
-    """R-Drop's loss (the module docstring) and the mean NLL of the two passes, summed over positions:
-    `logits` (2N, V) holds one pass's N positions, then the other's, both for the (N,) `target`."""
-    return _RDropLoss.apply(logits, target, epsilon, alpha)
+def symmetric_kl(logits_p: Tensor, logits_q: Tensor) -> Tensor:
+    """Summed KL(p || q) + KL(q || p) over rows of (N, V) logits, in fp32:
+    sum_v (p_v - q_v) * (log p_v - log q_v)."""
+    log_p, log_q = torch.log_softmax(logits_p.float(), dim=-1), torch.log_softmax(logits_q.float(), dim=-1)
+    return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()
 
 
 class TrainingObjective(nn.Module):
@@ -118,14 +80,15 @@ class TrainingObjective(nn.Module):
         self.rdrop_alpha = rdrop_alpha
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
-        real = tgt_out != PAD_ID  # only real positions reach the vocabulary projection
-        if self.rdrop_alpha > 0 and self.training:  # two copies in one batch: each draws its own dropout masks
-            hidden = self._decode(torch.cat([src, src]), torch.cat([tgt_in, tgt_in]))
-            logits = self.model.logits(hidden[torch.cat([real, real])])  # one copy's positions, then the other's
-            return rdrop_loss(logits, tgt_out[real], self.label_smoothing, self.rdrop_alpha)
-        logits = self.model.logits(self._decode(src, tgt_in)[real])
-        return label_smoothed_loss(logits, tgt_out[real], self.label_smoothing)
-
-    def _decode(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        rdrop = self.rdrop_alpha > 0 and self.training
+        if rdrop:  # two copies in one batch: each row draws its own dropout masks
+            src, tgt_in, tgt_out = (torch.cat([t, t]) for t in (src, tgt_in, tgt_out))
         memory, src_mask = self.model.encode(src)
-        return self.model.decode(tgt_in, memory, src_mask)
+        hidden = self.model.decode(tgt_in, memory, src_mask)
+        real = tgt_out != PAD_ID
+        logits = self.model.logits(hidden[real])  # only real positions reach the vocabulary projection
+        loss, nll = label_smoothed_loss(logits, tgt_out[real], self.label_smoothing)
+        if not rdrop:
+            return loss, nll
+        first, second = logits.chunk(2)  # the copies' real positions, in the same order
+        return loss / 2 + self.rdrop_alpha / 4 * symmetric_kl(first, second), nll / 2
