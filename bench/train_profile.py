@@ -59,7 +59,7 @@ def main() -> None:
             return tokens
 
         print(f"conditions: {conditions()}")
-        print(f"config: {args.config} {' '.join(args.set)}, fp32; data: {args.data}")
+        print(f"config: {args.config} {' '.join(args.set)}, {config.train.precision}; data: {args.data}")
         print(padding_report(trainer, config.train.max_tokens))
         train(10)
         start = time.perf_counter()
