@@ -71,7 +71,7 @@ def symmetric_kl(logits_p: Tensor, logits_q: Tensor) -> Tensor:
 
 class TrainingObjective(nn.Module):
     """Teacher-forced loss of a batch; the unit that DistributedDataParallel wraps. With rdrop_alpha
-    > 0, in training mode, the R-Drop loss of the module docstring."""
+    > 0, while the model is in training mode, the R-Drop loss of the module docstring."""
 
     def __init__(self, model: Transformer, label_smoothing: float, rdrop_alpha: float = 0.0):
         super().__init__()
@@ -80,7 +80,7 @@ class TrainingObjective(nn.Module):
         self.rdrop_alpha = rdrop_alpha
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
-        rdrop = self.rdrop_alpha > 0 and self.training
+        rdrop = self.rdrop_alpha > 0 and self.model.training  # the model's mode: the trainer sets that one
         if rdrop:  # two copies in one batch: each row draws its own dropout masks
             src, tgt_in, tgt_out = (torch.cat([t, t]) for t in (src, tgt_in, tgt_out))
         memory, src_mask = self.model.encode(src)

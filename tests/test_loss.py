@@ -156,9 +156,18 @@ def test_rdrop_loss_equals_the_papers_formula_with_the_same_dropout_masks():
     torch.testing.assert_close(nll.double(), (nlls[0] + nlls[1]) / 2, rtol=1e-5, atol=1e-4)
 
 
-def test_rdrop_is_for_training_only():
-    """In eval mode (no dropout) the objective is the plain one, whatever rdrop_alpha says."""
-    model = tiny_model(vocab=30, dropout=0.3).eval()
+def test_rdrop_runs_two_passes_only_while_the_model_trains():
+    """The batch is doubled in training mode only; in eval mode (no dropout) the objective is the
+    plain one, whatever rdrop_alpha says."""
+    model = tiny_model(vocab=30, dropout=0.3)
+    rows_encoded = []
+    encode = model.encode
+    model.encode = lambda src: rows_encoded.append(src.size(0)) or encode(src)
+    objective = TrainingObjective(model, 0.1, rdrop_alpha=5.0)
+    model.train()
+    objective(*a_batch())
+    model.eval()
+    rdrop = objective(*a_batch())
     plain = TrainingObjective(model, 0.1)(*a_batch())
-    rdrop = TrainingObjective(model, 0.1, rdrop_alpha=5.0)(*a_batch())
+    assert rows_encoded == [6, 3, 3]
     assert torch.equal(plain[0], rdrop[0]) and torch.equal(plain[1], rdrop[1])
