@@ -1,10 +1,16 @@
-"""The paper recipes cannot run here (they need GPUs and WMT14); check that they are ready to."""
+"""The recipes: the paper ones cannot run here (they need GPUs and WMT14), so check that they are ready to;
+the Multi30k script runs end to end on a generated corpus."""
 
+import json
+import os
 import random
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from conftest import REPO, run_mtkit, write_lines
+import sacrebleu
+from conftest import REPO, TINY_TRAIN, run_mtkit, write_corpus, write_lines
 
 from mtkit.config import load_config
 from mtkit.model import Transformer
@@ -88,3 +94,40 @@ def test_paper_recipes_take_training_steps_on_cpu(config, made_up_data, tmp_path
 @pytest.mark.parametrize("script", sorted(str(p.relative_to(RECIPES)) for p in RECIPES.glob("*/*.sh")))
 def test_recipe_scripts_are_valid_bash(script):
     assert subprocess.run(["bash", "-n", RECIPES / script]).returncode == 0
+
+
+def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenpen_on_val(tmp_path):
+    """The whole script on a generated corpus with a tiny model, its length penalty chosen from two."""
+    (tmp_path / "data").mkdir()
+    data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
+    out = tmp_path / "out"
+    training = [*TINY_TRAIN, "--set", "train.max_steps=80", "--set", "train.max_time=0", "--set", "train.save_every=16"]
+    env = {
+        **os.environ,
+        "DATA": str(data),
+        "LENPENS": "0.0 3.0",
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    script = RECIPES / "multi30k_en_de/run.sh"
+    result = subprocess.run(["bash", script, "--out", out, *training], env=env, capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+
+    rows = [line.split("\t") for line in (out / "val_lenpen.tsv").read_text().splitlines()]
+    assert [lenpen for lenpen, _ in rows] == ["0.0", "3.0"]
+    for lenpen, bleu in rows:  # each row is what `mtkit evaluate` gives for that lenpen
+        shown = run_mtkit(
+            "evaluate", "-m", out / "model.pt", "--src", data / "val.en", "--ref", data / "val.de",
+            "--beam", "5", "--lenpen", lenpen, "--metrics", "bleu", "--json",
+        )  # fmt: skip
+        assert float(bleu) == json.loads(shown.stdout)["bleu"]["score"]
+    best = max(rows, key=lambda row: float(row[1]))[0]  # max keeps the first of equals, as the script does
+    assert f"lenpen {best}: the best val BLEU" in result.stderr.decode()
+    expected = run_mtkit(
+        "translate", "-m", out / "model.pt", "-i", data / "test2016.en", "--beam", "5", "--lenpen", best
+    )  # fmt: skip
+    assert (out / "test2016.hyp.de").read_bytes() == expected.stdout
+    hyps = expected.stdout.decode().splitlines()
+    refs = (data / "test2016.de").read_text().splitlines()
+    scores = json.loads((out / "test2016.json").read_text())
+    assert scores["bleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-4)
