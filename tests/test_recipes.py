@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 from conftest import REPO, TINY_TRAIN, run_mtkit, write_corpus, write_lines
 
+from mtkit.checkpoint import load_model_file
 from mtkit.config import load_config
 from mtkit.model import Transformer
 
@@ -96,8 +98,10 @@ def test_recipe_scripts_are_valid_bash(script):
     assert subprocess.run(["bash", "-n", RECIPES / script]).returncode == 0
 
 
-def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenpen_on_val(tmp_path):
-    """The whole script on a generated corpus with a tiny model, its length penalty chosen from two."""
+@pytest.mark.parametrize("models", [1, 2])
+def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenpen_on_val(tmp_path, models):
+    """The whole script on a generated corpus with a tiny model (or an ensemble of two trained at once,
+    each on its share of the cores), its length penalty chosen from two."""
     (tmp_path / "data").mkdir()
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
@@ -110,21 +114,32 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     script = RECIPES / "multi30k_en_de/run.sh"
-    result = subprocess.run(["bash", script, "--out", out, *training], env=env, capture_output=True, timeout=600)
+    command = ["bash", script, "--out", out, "--models", str(models), *training]
+    result = subprocess.run(command, env=env, capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
+    if models == 1:
+        model_args = ["-m", out / "model.pt"]
+    else:
+        model_args = ["-m", out / "model1.pt", "-m", out / "model2.pt"]
+        threads = max(1, len(os.sched_getaffinity(0)) // 2)
+        for seed in (1, 2):
+            saved = load_config(out / f"run{seed}" / "config.yaml", [])
+            assert (saved.train.seed, saved.train.threads) == (seed, threads)
+        first, second = (load_model_file(out / f"model{i}.pt").weights for i in (1, 2))
+        assert any(not torch.equal(first[name], second[name]) for name in first)  # two seeds, two models
 
     rows = [line.split("\t") for line in (out / "val_lenpen.tsv").read_text().splitlines()]
     assert [lenpen for lenpen, _ in rows] == ["0.0", "3.0"]
     for lenpen, bleu in rows:  # each row is what `mtkit evaluate` gives for that lenpen
         shown = run_mtkit(
-            "evaluate", "-m", out / "model.pt", "--src", data / "val.en", "--ref", data / "val.de",
+            "evaluate", *model_args, "--src", data / "val.en", "--ref", data / "val.de",
             "--beam", "5", "--lenpen", lenpen, "--metrics", "bleu", "--json",
         )  # fmt: skip
         assert float(bleu) == json.loads(shown.stdout)["bleu"]["score"]
     best = max(rows, key=lambda row: float(row[1]))[0]  # max keeps the first of equals, as the script does
     assert f"lenpen {best}: the best val BLEU" in result.stderr.decode()
     expected = run_mtkit(
-        "translate", "-m", out / "model.pt", "-i", data / "test2016.en", "--beam", "5", "--lenpen", best
+        "translate", *model_args, "-i", data / "test2016.en", "--beam", "5", "--lenpen", best
     )  # fmt: skip
     assert (out / "test2016.hyp.de").read_bytes() == expected.stdout
     hyps = expected.stdout.decode().splitlines()
