@@ -121,10 +121,9 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
         model_args = ["-m", out / "model.pt"]
     else:
         model_args = ["-m", out / "model1.pt", "-m", out / "model2.pt"]
-        threads = max(1, len(os.sched_getaffinity(0)) // 2)
-        for seed in (1, 2):
+        for seed in (1, 2):  # the cores shared: OMP_NUM_THREADS=1 leaves one thread for the two
             saved = load_config(out / f"run{seed}" / "config.yaml", [])
-            assert (saved.train.seed, saved.train.threads) == (seed, threads)
+            assert (saved.train.seed, saved.train.threads) == (seed, 1)
         first, second = (load_model_file(out / f"model{i}.pt").weights for i in (1, 2))
         assert any(not torch.equal(first[name], second[name]) for name in first)  # two seeds, two models
 
