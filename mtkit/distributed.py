@@ -47,6 +47,10 @@ class Distributed:
         """The element-wise sums of the ranks' values, on every rank."""
         return self._all_reduce(values, dist.ReduceOp.SUM)
 
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
     def gather_objects(self, obj) -> list:
         if not self.enabled:
             return [obj]

@@ -334,6 +334,7 @@ def train(
         reason = trainer.run()
         if trainer.dist.is_main:
             console.info(f"stopped at step {trainer.progress.step}: {reason}")
+        trainer.dist.barrier()  # no rank tears gloo down while another still writes or prints
         return reason
     finally:
         shutdown_distributed()
