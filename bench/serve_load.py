@@ -9,9 +9,11 @@ and compares with offline translation (the same engine and options, in one proce
 sentences.
 
   python bench/serve_load.py -m runs/multi30k/model.pt [--src en] [--seconds 30] [--clients 1,8,32]
+      [--threads N]
 
 Needs pip install 'mtkit[serve]' httpx. The load generator runs on the same machine (a thread per
-client), so it takes a little CPU from the server.
+client), so it takes a little CPU from the server. --threads N decodes on N threads, offline and in
+the server (OMP_NUM_THREADS), e.g. to leave cores to HTTP and the clients; default: torch's choice.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import http.client
 import itertools
 import json
+import os
 import re
 import socket
 import subprocess
@@ -111,7 +114,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="server settings to run: wait20, wait0, none")
+    parser.add_argument("--threads", type=int, default=0, help="decoding threads, offline and served (0: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the servers inherit it
+        torch.set_num_threads(args.threads)
     sentences = (args.data / f"test2016.{args.src}").read_text(encoding="utf-8").splitlines()
     client_counts = [int(c) for c in args.clients.split(",")]
 

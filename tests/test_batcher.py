@@ -204,6 +204,18 @@ def streaming_batcher(log, max_batch_tokens=100, fail_at=None, pause=None, max_w
     return Batcher(Recorder(), max_batch_tokens, max_wait_s=max_wait_s, max_queue=100, open_stream=open_stream)
 
 
+def test_a_running_search_starts_without_waiting_for_company():
+    log: list = []
+    batcher = streaming_batcher(log, max_wait_s=30.0)  # batches would wait up to 30 s for company
+    batcher.start()
+    start = time.monotonic()
+    (future,) = batcher.submit(jobs(["ab"]))
+    assert future.result(5) == "AB"
+    assert time.monotonic() - start < 5  # later sentences would have joined the search instead
+    batcher.stop()
+    assert log == [("add", "a", 0, ["ab"]), ("step", "a", 1, 1), ("step", "a", 2, 1)]
+
+
 def test_sentences_join_the_running_search_between_steps():
     log: list = []
     paused, resume = threading.Event(), threading.Event()

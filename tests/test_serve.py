@@ -204,37 +204,53 @@ def test_metrics_count_the_requests_made(server, sentences):
     assert '"status": 200' in log[-3] and '"sentences": 2' in log[-3] and '"status": 422' in log[-1]
 
 
+# Searches of at least 1,000 steps per sentence, beam 12: 20 sentences keep the worker busy for
+# seconds (about 4 s here).
+LONG_SEARCH = ("--min-len", "1000", "--max-len-b", "1000", "--beam", "12")
+
+
 def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_run, sentences, tmp_path):
-    """Sentences wait up to 3 s for company here, so the queue (4 sentences) stays full meanwhile."""
-    server = Server(trained_run, tmp_path / "serve.log", "--max-wait-ms", "3000", "--max-queue", "4",
+    """A long search runs; sentences with other options wait in the queue (30 sentences) until it
+    drains, so the queue stays full meanwhile."""
+    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-queue", "30",
                     "--max-batch-tokens", "100000")  # fmt: skip
+
+    def in_background(payload: dict, answers: dict) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.update(r=server.post("/v1/translate", json=payload)))
+        thread.start()
+        return thread
+
     try:
-        waiting = {}
-        first = threading.Thread(
-            target=lambda: waiting.update(r=server.post("/v1/translate", json={"text": sentences[:3]}))
-        )
-        first.start()
+        searching, waiting = {}, {}
+        first = in_background({"text": sentences[:20]}, searching)
+        time.sleep(0.5)  # the search has begun
+        second = in_background({"text": sentences[:10], "beam": 2}, waiting)  # other options: queued
         time.sleep(0.5)
-        busy = server.post("/v1/translate", json={"text": sentences[3:5]})
+        busy = server.post("/v1/translate", json={"text": sentences[:21]})
         assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
-        assert "3 sentences are waiting; the queue holds 4" in busy.json()["error"]
-        assert server.post("/v1/translate", json={"text": sentences[:5]}).status_code == 413  # could never fit
+        assert "10 sentences are waiting; the queue holds 30" in busy.json()["error"]
+        assert server.post("/v1/translate", json={"text": sentences[:31]}).status_code == 413  # could never fit
         first.join()
-        assert waiting["r"].status_code == 200 and len(waiting["r"].json()["translations"]) == 3
+        second.join()
+        assert searching["r"].status_code == 200 and len(searching["r"].json()["translations"]) == 20
+        assert waiting["r"].status_code == 200 and len(waiting["r"].json()["translations"]) == 10
 
         before = server.metrics()["mtkit_sentences_total"]
-        with pytest.raises(httpx.ReadTimeout):
-            server.post("/v1/translate", json={"text": sentences[5:8]}, timeout=0.5)
-        time.sleep(4)  # past the 3 s wait: the sentences would have been translated by now
-        assert server.metrics()["mtkit_sentences_total"] == before
+        first = in_background({"text": sentences[:20]}, searching)
+        time.sleep(0.5)
+        with pytest.raises(httpx.ReadTimeout):  # queued behind the search, and the client leaves
+            server.post("/v1/translate", json={"text": sentences[:3], "beam": 2}, timeout=0.5)
+        first.join()
+        time.sleep(1)  # the leaver's sentences would have been translated by now
+        assert server.metrics()["mtkit_sentences_total"] == before + 20
         assert '"status": 499' in server.log_path.read_text()
     finally:
         assert server.stop() == 0
 
 
 def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path):
-    expected = offline(trained_run, sentences[:8])
-    server = Server(trained_run, tmp_path / "serve.log", "--max-wait-ms", "1500", "--max-batch-tokens", "100000")
+    expected = offline(trained_run, sentences[:8], *LONG_SEARCH)
+    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000")
     answers = {}
 
     def client(i: int) -> None:
@@ -243,7 +259,7 @@ def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)  # the requests wait in the queue (1.5 s) when the signal comes
+    time.sleep(0.5)  # the requests are searching (1,000 steps or more) when the signal comes
     server.process.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join()

@@ -55,8 +55,8 @@ def serve(
     """Serve a model over HTTP: /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
 
     Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
-    most --max-wait-ms); with the PyTorch engine, sentences that arrive later join the running
-    search between decoding steps. SIGTERM finishes the requests in flight, then exits. Needs
+    most --max-wait-ms); with the PyTorch engine, a search starts at once and sentences that
+    arrive later join it between decoding steps. SIGTERM finishes the requests in flight, then exits. Needs
     pip install 'mtkit\\[serve]'.
 
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
