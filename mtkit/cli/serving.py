@@ -56,8 +56,8 @@ def serve(
 
     Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
     most --max-wait-ms); with the PyTorch engine, a search starts at once and sentences that
-    arrive later join it between decoding steps. SIGTERM finishes the requests in flight, then exits. Needs
-    pip install 'mtkit\\[serve]'.
+    arrive later join it between decoding steps. SIGTERM finishes the requests in flight, then
+    exits. Needs pip install 'mtkit\\[serve]'.
 
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
     [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
