@@ -7,6 +7,7 @@ from conftest import run_mtkit, write_lines
 
 from mtkit.average import average_checkpoints
 from mtkit.checkpoint import MODEL_FORMAT, load_model_file, load_payload, read_index, save_model_file
+from mtkit.cli.app import one_line_paragraphs
 
 COMMANDS = ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate", "attention", "plot"]
 
@@ -25,6 +26,31 @@ def test_help_names_the_extra_to_install(command, extra):
     """Square brackets are rich markup in help texts: an unescaped [serve] would vanish."""
     help_text = " ".join(run_mtkit(command, "--help").stdout.decode().split())
     assert f"pip install '{extra}'" in help_text
+
+
+def test_help_paragraphs_wrap_at_the_terminal_not_at_the_source_lines():
+    """A docstring paragraph spans several source lines: the help fills each line up to COLUMNS, where
+    keeping the source's breaks left short lines such as "cross-attention" alone."""
+    lines = run_mtkit("translate", "--help", env={"COLUMNS": "80"}).stdout.decode().splitlines()
+    start = next(i for i, line in enumerate(lines) if "With --alignment" in line)
+    end = next(i for i in range(start, len(lines)) if not lines[i].strip())
+    paragraph = [line.strip() for line in lines[start:end]]
+    assert paragraph[-1].endswith("continues as the model's best completion (both engines).")
+    assert len(paragraph) == 5 and all(len(line) > 70 for line in paragraph[:-1]), paragraph
+    assert max(len(line.rstrip()) for line in lines) <= 80
+
+
+def test_one_line_paragraphs():
+    doc = """Summary line.
+
+    First paragraph,
+    wrapped in the source.
+
+    Example: [bold]mtkit x[/bold]
+    """
+    expected = "Summary line.\n\nFirst paragraph, wrapped in the source.\n\nExample: [bold]mtkit x[/bold]"
+    assert one_line_paragraphs(doc) == expected
+    assert one_line_paragraphs(None) is None
 
 
 def test_version():

@@ -126,6 +126,13 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
             assert (saved.train.seed, saved.train.threads) == (seed, 1)
         first, second = (load_model_file(out / f"model{i}.pt").weights for i in (1, 2))
         assert any(not torch.equal(first[name], second[name]) for name in first)  # two seeds, two models
+        # the second model's pairs: 10 samples segmented with BPE-dropout 0.05, by the same tokenizer
+        plain, dropout = (
+            json.loads((out / name / "manifest.json").read_text()) for name in ("data-bin", "data-bin-dropout")
+        )
+        assert dropout["sampling"] == {"bpe_dropout": 0.05, "samples": 10}
+        assert plain["sampling"]["bpe_dropout"] == 0.0
+        assert dropout["src_tokenizer"]["sha256"] == plain["src_tokenizer"]["sha256"]
 
     rows = [line.split("\t") for line in (out / "val_lenpen.tsv").read_text().splitlines()]
     assert [lenpen for lenpen, _ in rows] == ["0.0", "3.0"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Annotated
@@ -37,7 +38,16 @@ def handle_errors(command: Callable) -> Callable:
             sys.stderr.close()
             raise typer.Exit(0) from None
 
+    wrapper.__doc__ = one_line_paragraphs(command.__doc__)
     return wrapper
+
+
+def one_line_paragraphs(doc: str | None) -> str | None:
+    """The docstring with each paragraph on one line. Rich help keeps a docstring's line breaks, so a
+    paragraph wrapped in the source would wrap again, raggedly, at the terminal's width."""
+    if not doc:
+        return doc
+    return "\n\n".join(" ".join(paragraph.splitlines()) for paragraph in inspect.cleandoc(doc).split("\n\n"))
 
 
 def _version(value: bool) -> None:
