@@ -124,9 +124,11 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
         for seed in (1, 2):  # the cores shared: OMP_NUM_THREADS=1 leaves one thread for the two
             saved = load_config(out / f"run{seed}" / "config.yaml", [])
             assert (saved.train.seed, saved.train.threads) == (seed, 1)
-        first, second = (load_model_file(out / f"model{i}.pt").weights for i in (1, 2))
-        assert any(not torch.equal(first[name], second[name]) for name in first)  # two seeds, two models
-        # the second model's pairs: 10 samples segmented with BPE-dropout 0.05, by the same tokenizer
+        first, second = (load_model_file(out / f"model{i}.pt") for i in (1, 2))
+        assert any(not torch.equal(first.weights[name], second.weights[name]) for name in first.weights)
+        # the second model trained on the pairs as 10 samples segmented with BPE-dropout 0.05, same tokenizer
+        assert Path(first.meta["data_dir"]) == (out / "data-bin").resolve()
+        assert Path(second.meta["data_dir"]) == (out / "data-bin-dropout").resolve()
         plain, dropout = (
             json.loads((out / name / "manifest.json").read_text()) for name in ("data-bin", "data-bin-dropout")
         )
