@@ -70,6 +70,20 @@ class Stream(Protocol):
     def step(self) -> None: ...
 
 
+@dataclass
+class _Search:
+    """A running search (continuous batching): the engine's stream, the sentences in it by key, and
+    how many of them the current step finished."""
+
+    active: dict[int, Job] = field(default_factory=dict)
+    finished: int = 0
+    stream: Stream = field(init=False)  # opened with deliver as its callback
+
+    def deliver(self, key: int, result: Any) -> None:
+        self.active.pop(key).future.set_result(result)
+        self.finished += 1
+
+
 class Batcher:
     """A queue of sentences and the worker thread that translates them in batches.
 
@@ -148,7 +162,7 @@ class Batcher:
                     if job.future.set_running_or_notify_cancel():
                         job.future.set_exception(broken)
             elif search is not None:
-                self._stream(options, batch, *search)
+                self._stream(options, batch, search)
             else:
                 self._process(batch)
 
@@ -206,29 +220,24 @@ class Batcher:
             tokens += job.tokens
         return batch, tokens >= budget
 
-    def _open_search(self, options: Hashable) -> tuple[Stream, dict[int, Job], list[int]] | None:
-        """A running search for continuous batching, with the sentences in it by key and a count
-        of those it finished in the current step; None where the engine offers no stream."""
-        active: dict[int, Job] = {}
-        finished = [0]
+    def _open_search(self, options: Hashable) -> _Search | None:
+        """A running search for continuous batching; None where the engine offers no stream."""
+        search = _Search()
+        stream = self._open_stream(options, search.deliver) if self._open_stream else None
+        if stream is None:
+            return None
+        search.stream = stream
+        return search
 
-        def deliver(key: int, result: Any) -> None:
-            active.pop(key).future.set_result(result)
-            finished[0] += 1
-
-        stream = self._open_stream(options, deliver) if self._open_stream else None
-        return None if stream is None else (stream, active, finished)
-
-    def _stream(
-        self, options: Hashable, batch: list[Job], stream: Stream, active: dict[int, Job], finished: list[int]
-    ) -> None:
+    def _stream(self, options: Hashable, batch: list[Job], search: _Search) -> None:
         """Continuous batching: run the batch as a search that queued sentences with these options
         join between steps, until it is empty."""
+        active, stream = search.active, search.stream
         keys = itertools.count()
         joining = batch
         while True:
             joining = [job for job in joining if job.future.set_running_or_notify_cancel()]
-            began, start, finished[0] = time.monotonic(), time.perf_counter(), 0
+            began, start, search.finished = time.monotonic(), time.perf_counter(), 0
             searching = len(active) + len(joining)
             tokens = sum(job.tokens for job in itertools.chain(active.values(), joining))
             try:
@@ -243,7 +252,7 @@ class Batcher:
                     job.future.set_exception(err)
                 break
             if self._on_batch and searching:
-                self._on_batch(BatchStats(searching, tokens, time.perf_counter() - start, finished[0]))
+                self._on_batch(BatchStats(searching, tokens, time.perf_counter() - start, search.finished))
             if not active:
                 break
             with self._cond:
