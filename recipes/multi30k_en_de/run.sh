@@ -73,8 +73,11 @@ if [ "$quick" = 1 ]; then
 fi
 
 mtkit train-tokenizer -i "$DATA/train.$src" -i "$DATA/train.$tgt" -o "$out/tokenizer.json" --vocab-size 8000
-mtkit preprocess -s "$src" -t "$tgt" --train "$DATA/train" --valid "$DATA/val" --test "$DATA/test2016" \
-  --tokenizer "$out/tokenizer.json" -o "$out/data-bin" --force
+preprocess() {  # dataset directory, then settings of its own
+  mtkit preprocess -s "$src" -t "$tgt" --train "$DATA/train" --valid "$DATA/val" --test "$DATA/test2016" \
+    --tokenizer "$out/tokenizer.json" -o "$1" --force "${@:2}"
+}
+preprocess "$out/data-bin"
 train() {  # dataset, run directory, then settings of its own
   mtkit train -d "$1" -o "$2" -c "$here/config.yaml" --force "${settings[@]}" "${@:3}" "${extra[@]}"
 }
@@ -90,8 +93,7 @@ else
   second_data="$out/data-bin"
   if awk -v p="$bpe_dropout" 'BEGIN { exit !(p > 0) }'; then
     second_data="$out/data-bin-dropout"
-    mtkit preprocess -s "$src" -t "$tgt" --train "$DATA/train" --valid "$DATA/val" --test "$DATA/test2016" \
-      --tokenizer "$out/tokenizer.json" -o "$second_data" --force --bpe-dropout "$bpe_dropout" --samples 10
+    preprocess "$second_data" --bpe-dropout "$bpe_dropout" --samples 10
   fi
   pids=()
   trap '[ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2>/dev/null' EXIT
