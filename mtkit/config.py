@@ -44,6 +44,9 @@ class ModelConfig:
     src_vocab_size: int = 0  # filled in from the dataset
     tgt_vocab_size: int = 0
     joint_vocab: bool = False
+    # all: the output layer scores every subword. target: only the subwords on the training data's
+    # target side (and <unk>, </s>); the rest of a joint vocabulary is never predicted and costs nothing.
+    output_vocab: Literal["all", "target"] = "all"
 
     def validate(self) -> None:
         if self.d_model % self.heads:

@@ -159,6 +159,10 @@ class TrainingSamples:
         sample, pair = divmod(index, self.pairs)
         return self.samples[sample][pair]
 
+    def target_ids(self) -> np.ndarray:
+        """Every id that occurs on the target side of any sample, sorted."""
+        return np.unique(np.concatenate([np.unique(sample.tgt.ids) for sample in self.samples]))
+
     def epoch_sample(self, epoch: int) -> tuple[int, np.ndarray, np.ndarray]:
         """The index offset and the source and target lengths of the sample epoch `epoch` trains on."""
         k = epoch % len(self.samples)

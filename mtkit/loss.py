@@ -86,8 +86,9 @@ class TrainingObjective(nn.Module):
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)
         real = tgt_out != PAD_ID
-        logits = self.model.logits(hidden[real])  # only real positions reach the vocabulary projection
-        loss, nll = label_smoothed_loss(logits, tgt_out[real], self.label_smoothing)
+        # Only real positions reach the vocabulary projection, and only its scored columns.
+        logits = self.model.output_logits(hidden[real])
+        loss, nll = label_smoothed_loss(logits, self.model.output_positions(tgt_out[real]), self.label_smoothing)
         if not rdrop:
             return loss, nll
         first, second = logits.chunk(2)  # the copies' real positions, in the same order

@@ -6,7 +6,9 @@ the source mask is (B, 1, 1, S); decoder self-attention uses the kernel's causal
 
 Departures from the paper, all options: `norm: pre` puts LayerNorm before each sub-layer and
 adds a final LayerNorm (trains more stably); `tie_embeddings` shares the target embedding
-with the output projection (and with the source embedding when the vocabulary is joint).
+with the output projection (and with the source embedding when the vocabulary is joint);
+`output_vocab: target` has the output projection score only the ids the training data's target
+side holds (a joint vocabulary's source-only ids are then never predicted and cost nothing).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.config import ModelConfig
-from mtkit.tokenizer import PAD_ID
+from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -373,6 +375,14 @@ class DecoderState:
         return visible.repeat_interleave(self.beams, dim=0)[:, None, None, :]
 
 
+def unscored_logit_bias(weights: dict[str, Tensor], cfg: ModelConfig) -> Tensor | None:
+    """For exports: a (V,) bias for the output layer, -inf on the ids a model with
+    output_vocab = target does not score (0 elsewhere); None when it scores every id."""
+    if cfg.output_vocab == "all":
+        return None
+    return torch.zeros(cfg.tgt_vocab_size).masked_fill_(~weights["output_mask"], float("-inf"))
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -386,7 +396,12 @@ class Transformer(nn.Module):
         pre = cfg.norm == "pre"
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        # None: the tied embedding projects. Otherwise a Linear over the whole vocabulary (trained),
+        # or over output_ids() only (an inference copy, see mtkit.packed).
         self.output = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        if cfg.output_vocab == "target":  # which ids the output layer scores (see set_output_vocab)
+            self.register_buffer("output_mask", torch.ones(cfg.tgt_vocab_size, dtype=torch.bool))
+        self._output_ids_cache: tuple | None = None
         self._init_linear_layers()
 
     def _init_linear_layers(self) -> None:
@@ -411,11 +426,55 @@ class Transformer(nn.Module):
             x = layer(x, layer.cross_attn.keys_values(memory), src_mask)
         return self.decoder_norm(x)
 
+    def scored_output_weight(self) -> Tensor:
+        """The output projection's rows for output_ids() (all rows when it scores every id)."""
+        weight = self.tgt_embed.tokens.weight if self.output is None else self.output.weight
+        ids = self.output_ids()
+        return weight if ids is None else weight[ids]
+
+    def set_output_vocab(self, ids: Tensor) -> None:
+        """With model.output_vocab = target: score only these target ids (<unk> and </s> always)."""
+        mask = torch.zeros_like(self.output_mask)
+        mask[ids.to(mask.device)] = True
+        mask[[UNK_ID, EOS_ID]] = True
+        self.output_mask.copy_(mask)
+
+    def output_ids(self) -> Tensor | None:
+        """The ids the output layer scores, in order; None when it scores the whole vocabulary."""
+        if self.cfg.output_vocab == "all":
+            return None
+        key = (self.output_mask._version, self.output_mask.device)  # loading weights bumps the version
+        if self._output_ids_cache is None or self._output_ids_cache[0] != key:
+            self._output_ids_cache = (key, self.output_mask.nonzero().squeeze(1))
+        return self._output_ids_cache[1]
+
+    def output_positions(self, target: Tensor) -> Tensor:
+        """Target ids -> their columns in output_logits; an id the output layer does not score
+        (in valid data only: the training data's target side defines the set) counts as <unk>."""
+        ids = self.output_ids()
+        if ids is None:
+            return target
+        columns = torch.searchsorted(ids, target).clamp_(max=ids.numel() - 1)
+        unk = torch.searchsorted(ids, torch.tensor(UNK_ID, device=ids.device))
+        return torch.where(ids[columns] == target, columns, unk)
+
+    def output_logits(self, hidden: Tensor) -> Tensor:
+        """(..., d) -> (..., len(output_ids())): the scored ids' logits only (what training needs)."""
+        ids = self.output_ids()
+        scored = self.cfg.tgt_vocab_size if ids is None else ids.numel()
+        if self.output is not None and self.output.out_features == scored:
+            return self.output(hidden)
+        return F.linear(hidden, self.scored_output_weight())
+
     def logits(self, hidden: Tensor) -> Tensor:
-        """(..., d) -> (..., V); softmax of these gives the output distribution."""
-        if self.output is None:
-            return F.linear(hidden, self.tgt_embed.tokens.weight)
-        return self.output(hidden)
+        """(..., d) -> (..., V); softmax of these gives the output distribution (-inf on the ids
+        outside output_ids())."""
+        ids = self.output_ids()
+        scored = self.output_logits(hidden)
+        if ids is None:
+            return scored
+        full = scored.new_full((*scored.shape[:-1], self.cfg.tgt_vocab_size), float("-inf"))
+        return full.index_copy_(-1, ids, scored)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, src_mask = self.encode(src)

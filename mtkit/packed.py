@@ -71,19 +71,22 @@ def packing_works() -> bool:
 
 def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bool:
     """Swap every nn.Linear of an fp32 CPU model with at least `min_weights` weights (default:
-    PACK_MIN_WEIGHTS), and a tied output projection as large, for a PackedLinear, in place. The model
-    is then for inference only. Returns False (and changes nothing) where packing is not available."""
+    PACK_MIN_WEIGHTS) for a PackedLinear, in place; the output projection (tied or not) becomes one
+    of only the rows it scores (see Transformer.output_ids) when those are as many. The model is
+    then for inference only. Returns False (and changes nothing) where packing is not available."""
     if not packing_works():
         return False
     min_weights = PACK_MIN_WEIGHTS if min_weights is None else min_weights
     with torch.no_grad():
+        output = model.scored_output_weight()  # the rows of the ids the model scores
         for module in list(model.modules()):
             for name, child in list(module.named_children()):
+                if child is model.output:
+                    continue
                 if isinstance(child, nn.Linear) and _worth_packing(child.weight, min_weights):
                     setattr(module, name, PackedLinear(child.weight, child.bias))
-        tied = model.tgt_embed.tokens.weight
-        if model.output is None and _worth_packing(tied, min_weights):
-            model.output = PackedLinear(tied, None)  # Transformer.logits uses model.output when set
+        if _worth_packing(output, min_weights):
+            model.output = PackedLinear(output, None)  # Transformer.output_logits uses model.output
     return True
 
 
@@ -92,7 +95,7 @@ def _worth_packing(weight: Tensor, min_weights: int) -> bool:
 
 
 def cast_linear_weights(model: Transformer, dtype: torch.dtype) -> None:
-    """Store every linear layer's weights, and a tied output projection's, in `dtype` (bf16 or fp16),
+    """Store every linear layer's weights, and the output projection's scored rows, in `dtype` (bf16 or fp16),
     in place, for inference under autocast to that dtype; the model is then for inference only.
 
     Autocast casts an fp32 weight at every call and keeps the cast only until the outermost autocast
@@ -101,10 +104,10 @@ def cast_linear_weights(model: Transformer, dtype: torch.dtype) -> None:
     weights to the same values. Embeddings and LayerNorms stay fp32, as autocast keeps them.
     """
     with torch.no_grad():
-        if model.output is None:  # the tied projection gets a copy: the embedding lookup stays fp32
-            tied = model.tgt_embed.tokens.weight
-            model.output = nn.Linear(tied.size(1), tied.size(0), bias=False, device=tied.device, dtype=dtype)
-            model.output.weight.copy_(tied)
+        # A copy of the scored rows: a tied embedding's lookup stays fp32.
+        output = model.scored_output_weight()
+        model.output = nn.Linear(output.size(1), output.size(0), bias=False, device=output.device, dtype=dtype)
+        model.output.weight.copy_(output)
         for module in model.modules():
             if isinstance(module, nn.Linear):
                 module.to(dtype)

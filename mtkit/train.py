@@ -69,11 +69,14 @@ class Trainer:
         self.model = Transformer(config.model)
         if init_weights is not None and not resume:  # fine-tuning: a model's weights, a fresh optimizer
             self.model.load_state_dict(init_weights)
+        if config.model.output_vocab == "target" and not resume:
+            self._score_training_targets(fine_tuning=init_weights is not None)
         self.model.to(self.device)
         self.objective: nn.Module = TrainingObjective(self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha)
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            # broadcast_buffers=False: the only buffers are the constant sinusoidal positions.
+            # broadcast_buffers=False: the buffers are the constant sinusoidal positions, and the
+            # output mask, which every rank computes from the same data.
             self.objective = nn.parallel.DistributedDataParallel(
                 self.objective, device_ids=device_ids, broadcast_buffers=False
             )
@@ -87,6 +90,14 @@ class Trainer:
             torch.manual_seed(self.cfg.seed + self.dist.rank)  # each rank draws its own dropout masks
         position = (self.progress.epoch, self.progress.batch_in_epoch)
         self.stream = BatchStream(self.train_data, self.cfg, self.dist, self.device, position)
+
+    def _score_training_targets(self, fine_tuning: bool) -> None:
+        """model.output_vocab = target: the output layer scores the ids of the training data's
+        target side (every sample); a fine-tuned model keeps scoring what it scored before too."""
+        ids = torch.from_numpy(self.train_data.target_ids().astype(np.int64))
+        if fine_tuning:
+            ids = torch.cat([ids, self.model.output_ids()])
+        self.model.set_output_vocab(ids)
 
     # --- one update --------------------------------------------------------------------------
 

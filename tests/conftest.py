@@ -6,6 +6,7 @@ corpus (the `multi30k` fixture) skip when it is absent, saying how to point them
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -195,3 +196,12 @@ def tiny_model(vocab: int = 12, seed: int = 0, **overrides) -> Transformer:
         **overrides,
     }
     return Transformer(build_config({"model": values}).model).eval()
+
+
+def with_output_vocab(model_file, ids: list[int]):
+    """A copy of a model file whose output layer scores only `ids`, <unk> and </s> (model.output_vocab = target)."""
+    config = dataclasses.replace(model_file.config, output_vocab="target")
+    model = Transformer(config)
+    model.load_state_dict({**model_file.weights, "output_mask": model.output_mask})
+    model.set_output_vocab(torch.tensor(ids))
+    return dataclasses.replace(model_file, config=config, weights=model.state_dict())

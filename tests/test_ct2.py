@@ -4,7 +4,7 @@ import ctranslate2
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_mtkit
+from conftest import run_mtkit, with_output_vocab
 
 from mtkit.checkpoint import load_model_file, save_model_file
 from mtkit.ct2 import CTranslate2Translator, export_ctranslate2
@@ -14,10 +14,14 @@ from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Translator
 
 
-@pytest.fixture(scope="module", params=["post", "pre"])
-def model_file(request, trained_run, tmp_path_factory):
-    """The tiny trained model, and a pre-norm variant with random final norms (exercises the other layout)."""
+@pytest.fixture(scope="module", params=["post", "pre", "target"])
+def model_file(request, trained_run, corpus):
+    """The tiny trained model, a pre-norm variant with random final norms (exercises the other
+    layout), and one scoring only the test references' ids and the even ids (output_vocab = target)."""
     mf = load_model_file(trained_run)
+    if request.param == "target":
+        references = mf.tgt_tokenizer.encode_batch((corpus / "test.de").read_text().splitlines())
+        mf = with_output_vocab(mf, [i for line in references for i in line] + list(range(0, 200, 2)))
     if request.param == "pre":
         from mtkit.model import Transformer
 

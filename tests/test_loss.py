@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtkit.loss import TrainingObjective, label_smoothed_loss, symmetric_kl
-from mtkit.tokenizer import PAD_ID
+from mtkit.tokenizer import PAD_ID, UNK_ID
 
 
 def reference(logits, target, epsilon):
@@ -171,3 +171,23 @@ def test_rdrop_runs_two_passes_only_while_the_model_trains():
     plain = TrainingObjective(model, 0.1)(*a_batch())
     assert rows_encoded == [6, 3, 3]
     assert torch.equal(plain[0], rdrop[0]) and torch.equal(plain[1], rdrop[1])
+
+
+def test_with_output_vocab_target_the_loss_smooths_over_the_scored_ids_only():
+    """The objective of a model scoring 8 of 30 ids is torch's label-smoothed cross-entropy over
+    those 8 columns of the full model's logits; a reference id outside them counts as <unk>."""
+    model = tiny_model(vocab=30, dropout=0.0, output_vocab="target").train()
+    src, tgt_in, tgt_out = a_batch()
+    real = tgt_out != PAD_ID
+    references = tgt_out[real]
+    model.set_output_vocab(references[references != references[0]].unique())  # all but the first one's
+    ids = model.output_ids()
+    loss, nll, _ = loss_and_gradient(TrainingObjective(model, 0.1), (src, tgt_in, tgt_out))
+
+    hidden = model.decode(tgt_in, *model.encode(src))
+    logits = torch.nn.functional.linear(hidden, model.tgt_embed.tokens.weight)[real][:, ids].detach().double()
+    columns = torch.tensor([(ids == t).nonzero().item() if t in ids else 0 for t in references.tolist()])
+    assert columns[0] == 0 and ids[0] == UNK_ID  # the first reference id counts as <unk>
+    expected = F.cross_entropy(logits, columns, label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(nll.double(), F.cross_entropy(logits, columns, reduction="sum"), rtol=1e-5, atol=1e-4)

@@ -14,7 +14,7 @@ from mtkit.model import (
     attention_with_weights,
     sinusoidal_positions,
 )
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def reference_attention(q, k, v, allowed):
@@ -265,3 +265,46 @@ def test_cache_follows_many_reorders_past_its_capacity(beams):
         new_tokens = torch.randint(4, 20, (rows.numel(), 1), generator=generator)
         histories = torch.cat([histories[rows], new_tokens], dim=1)
         sentence_of_row = sentence_of_row[rows]
+
+
+def scoring_5_7_9(vocab: int = 12) -> tuple[Transformer, Transformer]:
+    """The same weights twice: scoring every id, and (output_vocab = target) only 5, 7, 9, <unk>, </s>."""
+    everything = tiny_model(vocab=vocab, seed=4)
+    target = tiny_model(vocab=vocab, seed=4, output_vocab="target")
+    target.set_output_vocab(torch.tensor([9, 5, 7, 5]))
+    assert torch.equal(target.tgt_embed.tokens.weight, everything.tgt_embed.tokens.weight)
+    return everything, target
+
+
+def test_a_target_vocab_model_scores_its_ids_as_the_full_model_and_no_others():
+    everything, target = scoring_5_7_9()
+    assert target.output_ids().tolist() == [UNK_ID, EOS_ID, 5, 7, 9]
+    src, tgt_in = torch.randint(4, 12, (2, 5)), torch.randint(4, 12, (2, 4))
+    with torch.no_grad():
+        full, restricted = everything(src, tgt_in), target(src, tgt_in)
+        hidden = target.decode(tgt_in, *target.encode(src))
+        torch.testing.assert_close(target.output_logits(hidden), full[..., [1, 3, 5, 7, 9]])
+    scored = torch.zeros(12, dtype=torch.bool)
+    scored[[1, 3, 5, 7, 9]] = True
+    torch.testing.assert_close(restricted[..., scored], full[..., scored])
+    assert bool((restricted[..., ~scored] == float("-inf")).all())
+    state = target.start_decoding(*target.encode(src))
+    step = target.decode_step(tgt_in[:, 0], state)
+    torch.testing.assert_close(step, restricted[:, 0])
+
+
+def test_target_ids_map_to_their_columns_and_unscored_ids_to_unk():
+    _, target = scoring_5_7_9()
+    columns = target.output_positions(torch.tensor([5, 7, 9, EOS_ID, UNK_ID, 6, 11, 4]))
+    assert columns.tolist() == [2, 3, 4, 1, 0, 0, 0, 0]
+    assert tiny_model(vocab=12).output_positions(torch.tensor([5, 11])).tolist() == [5, 11]
+
+
+def test_the_scored_ids_are_weights_a_model_file_keeps():
+    _, target = scoring_5_7_9()
+    assert target.output_ids().tolist() == [1, 3, 5, 7, 9]  # computed once before loading
+    fresh = tiny_model(vocab=12, seed=0, output_vocab="target")
+    assert fresh.output_ids().tolist() == list(range(12))  # until set, every id
+    fresh.load_state_dict(target.state_dict())
+    assert fresh.output_ids().tolist() == [1, 3, 5, 7, 9]
+    assert "output_mask" not in tiny_model(vocab=12).state_dict()

@@ -51,12 +51,21 @@ def test_packed_linear_takes_non_contiguous_input():
     assert torch.allclose(PackedLinear(weight, None)(x), x @ weight.t(), atol=1e-5)
 
 
+def scoring(model, output_vocab: str):
+    """The model, with output_vocab = target: scoring the ids 5, 6, 8, 12, 15 (and <unk>, </s>)."""
+    if output_vocab == "target":
+        model.set_output_vocab(torch.tensor([5, 6, 8, 12, 15]))
+    return model
+
+
 @needs_packing
 @pytest.mark.parametrize("tied", [True, False])
-def test_packed_model_computes_what_the_model_does(tied):
-    plain = tiny_model(vocab=20, seed=3, tie_embeddings=tied)
-    packed = tiny_model(vocab=20, seed=3, tie_embeddings=tied)
+@pytest.mark.parametrize("output_vocab", ["all", "target"])
+def test_packed_model_computes_what_the_model_does(tied, output_vocab):
+    plain = scoring(tiny_model(vocab=20, seed=3, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
+    packed = scoring(tiny_model(vocab=20, seed=3, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
     assert pack_linear_layers(packed, min_weights=0)
+    assert packed.output.out_features == (20 if output_vocab == "all" else 7)
     assert not any(isinstance(m, nn.Linear) for m in packed.modules())
     assert isinstance(packed.output, PackedLinear)
     src = torch.randint(4, 20, (3, 6))
@@ -126,11 +135,13 @@ def test_by_default_only_the_output_projection_of_the_recipe_model_is_packed():
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_linear_weights_cast_once_compute_what_autocast_computes(tied):
-    model = tiny_model(vocab=50, tie_embeddings=tied)
+@pytest.mark.parametrize("output_vocab", ["all", "target"])
+def test_linear_weights_cast_once_compute_what_autocast_computes(tied, output_vocab):
+    model = scoring(tiny_model(vocab=50, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
     cast = copy.deepcopy(model)
     cast_linear_weights(cast, torch.bfloat16)
     assert cast.output is not None and cast.output.weight.dtype == torch.bfloat16
+    assert cast.output.out_features == (50 if output_vocab == "all" else 7)
     assert all(m.weight.dtype == torch.bfloat16 for m in cast.modules() if isinstance(m, nn.Linear))
     assert cast.tgt_embed.tokens.weight.dtype == torch.float32  # the lookup stays fp32
     generator = torch.Generator().manual_seed(1)

@@ -1,0 +1,71 @@
+"""model.output_vocab = target: the output layer scores only the training data's target-side ids."""
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, run_mtkit
+
+from mtkit.checkpoint import load_model_file, save_model_file
+from mtkit.data import TrainingSamples
+from mtkit.preprocess import Sampling, preprocess
+from mtkit.search import SearchConfig, search
+from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
+
+FINE_TUNE = [arg for pair in zip(TINY_TRAIN[::2], TINY_TRAIN[1::2]) if not pair[1].startswith("model.") for arg in pair]
+
+
+def target_side_ids(data_dir) -> set[int]:
+    """What the training data's target side holds, every sample's, read sentence by sentence."""
+    data = TrainingSamples(data_dir)
+    return {int(i) for sample in data.samples for pair in range(len(sample)) for i in sample[pair][1]}
+
+
+def scored_ids(model_file) -> set[int]:
+    return set(model_file.weights["output_mask"].nonzero().squeeze(1).tolist())
+
+
+@pytest.fixture(scope="module")
+def sampled(corpus, tokenizer_path, tmp_path_factory):
+    """The corpus with 3 BPE-dropout samples of the training data: more (smaller) target ids."""
+    out = tmp_path_factory.mktemp("sampled") / "bin"
+    splits = {"train": corpus / "train", "valid": corpus / "valid"}
+    preprocess("en", "de", splits, tokenizer_path, out, sampling=Sampling(bpe_dropout=0.3, samples=3))
+    return out
+
+
+@pytest.fixture(scope="module")
+def target_run(sampled, tmp_path_factory):
+    run = tmp_path_factory.mktemp("target") / "run"
+    result = run_mtkit("train", "-d", sampled, "-o", run, *TINY_TRAIN,
+                       "--set", "model.output_vocab=target", "--set", "train.max_steps=6")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    return run
+
+
+def test_training_scores_exactly_the_target_side_of_every_sample(target_run, sampled, data_dir):
+    expected = target_side_ids(sampled) | {UNK_ID, EOS_ID}
+    assert scored_ids(load_model_file(target_run)) == expected
+    assert len(expected) < load_model_file(target_run).config.tgt_vocab_size  # the source side has ids of its own
+    assert expected > target_side_ids(data_dir)  # the samples add ids the plain segmentation lacks
+
+
+def test_beam_search_produces_only_scored_ids(target_run, corpus):
+    model_file = load_model_file(target_run)
+    lines = model_file.src_tokenizer.encode_batch((corpus / "test.en").read_text().splitlines())
+    src = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(line + [EOS_ID]) for line in lines], batch_first=True, padding_value=PAD_ID
+    )
+    found = search(model_file.build_model(), src, SearchConfig(beam=3, nbest=3, max_len_a=0, max_len_b=8))
+    produced = {i for hypotheses in found for h in hypotheses for i in h.tokens}
+    assert len(produced) > 3 and produced <= scored_ids(model_file)
+
+
+def test_fine_tuning_scores_what_the_model_scored_and_the_new_data(target_run, data_dir, tmp_path):
+    model_file = load_model_file(target_run)
+    source_only = sorted(set(range(model_file.config.tgt_vocab_size)) - scored_ids(model_file))[0]
+    model_file.weights["output_mask"][source_only] = True
+    save_model_file(tmp_path / "start.pt", model_file)
+    run = tmp_path / "ft"
+    result = run_mtkit("train", "-d", data_dir, "-o", run, "--init-from", tmp_path / "start.pt", *FINE_TUNE,
+                       "--set", "train.max_steps=1")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    assert scored_ids(load_model_file(run, "last")) == scored_ids(model_file) | target_side_ids(data_dir)
