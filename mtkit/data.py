@@ -159,9 +159,14 @@ class TrainingSamples:
         sample, pair = divmod(index, self.pairs)
         return self.samples[sample][pair]
 
-    def target_ids(self) -> np.ndarray:
-        """Every id that occurs on the target side of any sample, sorted."""
-        return np.unique(np.concatenate([np.unique(sample.tgt.ids) for sample in self.samples]))
+    def target_ids(self, vocab_size: int, chunk: int = 1 << 24) -> np.ndarray:
+        """Every id that occurs on the target side of any sample, sorted; counted a chunk at a time,
+        so that a large corpus is never copied whole."""
+        seen = np.zeros(vocab_size, dtype=bool)
+        for sample in self.samples:
+            for start in range(0, len(sample.tgt.ids), chunk):
+                seen |= np.bincount(sample.tgt.ids[start : start + chunk], minlength=vocab_size) > 0
+        return np.flatnonzero(seen)
 
     def epoch_sample(self, epoch: int) -> tuple[int, np.ndarray, np.ndarray]:
         """The index offset and the source and target lengths of the sample epoch `epoch` trains on."""

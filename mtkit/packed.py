@@ -71,9 +71,9 @@ def packing_works() -> bool:
 
 def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bool:
     """Swap every nn.Linear of an fp32 CPU model with at least `min_weights` weights (default:
-    PACK_MIN_WEIGHTS) for a PackedLinear, in place; the output projection (tied or not) becomes one
-    of only the rows it scores (see Transformer.output_ids) when those are as many. The model is
-    then for inference only. Returns False (and changes nothing) where packing is not available."""
+    PACK_MIN_WEIGHTS) for a PackedLinear, in place. The output projection (tied or not) is packed
+    with only the rows of the ids it scores (Transformer.output_ids), when those hold as many. The
+    model is then for inference only. Returns False (and changes nothing) where packing is not available."""
     if not packing_works():
         return False
     min_weights = PACK_MIN_WEIGHTS if min_weights is None else min_weights

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from mtkit.errors import MtkitError
 from mtkit.model import DecoderState, Transformer, pad_to_common_length
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAX_SOURCE_TOKENS = 1024  # subwords of a source line that are translated, without </s>
 MAX_OUTPUT_TOKENS = 1024  # the largest length limit L
@@ -125,7 +125,9 @@ class _Pin:
             rows = (tokens >= 0).nonzero().flatten()
             if rows.numel():
                 self.rows, self.tokens = rows, tokens[rows]
-                self.values = lprobs[rows, self.tokens].clone()  # before _constrain bans anything
+                values = lprobs[rows, self.tokens]  # before _constrain bans anything
+                # An id the model does not score (model.output_vocab = target) counts as <unk>.
+                self.values = torch.where(values.isneginf(), lprobs[rows, UNK_ID], values)
 
     def apply(self, lprobs: Tensor) -> Tensor:
         if self.rows is not None:

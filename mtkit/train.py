@@ -94,7 +94,7 @@ class Trainer:
     def _score_training_targets(self, fine_tuning: bool) -> None:
         """model.output_vocab = target: the output layer scores the ids of the training data's
         target side (every sample); a fine-tuned model keeps scoring what it scored before too."""
-        ids = torch.from_numpy(self.train_data.target_ids().astype(np.int64))
+        ids = torch.from_numpy(self.train_data.target_ids(self.config.model.tgt_vocab_size))
         if fine_tuning:
             ids = torch.cat([ids, self.model.output_ids()])
         self.model.set_output_vocab(ids)

@@ -41,6 +41,12 @@ def target_run(sampled, tmp_path_factory):
     return run
 
 
+@pytest.mark.parametrize("chunk", [7, 1 << 24])
+def test_target_ids_are_the_target_side_of_every_sample_whatever_the_chunk(sampled, chunk):
+    ids = TrainingSamples(sampled).target_ids(vocab_size=500, chunk=chunk)  # the tiny tokenizer's
+    assert ids.tolist() == sorted(target_side_ids(sampled))
+
+
 def test_training_scores_exactly_the_target_side_of_every_sample(target_run, sampled, data_dir):
     expected = target_side_ids(sampled) | {UNK_ID, EOS_ID}
     assert scored_ids(load_model_file(target_run)) == expected

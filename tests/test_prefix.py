@@ -3,12 +3,12 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_mtkit, write_lines
+from conftest import run_mtkit, with_output_vocab, write_lines
 
 from mtkit.checkpoint import load_model_file
 from mtkit.ct2 import CTranslate2Translator, export_ctranslate2
 from mtkit.search import SearchConfig, max_output_length
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.translate import Translator
 
 
@@ -45,6 +45,32 @@ def test_greedy_continues_the_prefix_with_the_argmax_completion(model_file, corp
                 break
             out.append(token)
         assert hyp.tokens == out
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_prefix_id_the_model_does_not_score_counts_as_unk(model_file, corpus, beam):
+    """With model.output_vocab = target, a forced id outside the scored ones takes <unk>'s
+    log-probability: the search goes on from the prefix instead of ending on a -inf score."""
+    scoring_even = with_output_vocab(model_file, list(range(0, model_file.config.tgt_vocab_size, 2)))
+    sources = (corpus / "test.en").read_text().splitlines()[:6]
+    prefixes = [" ".join(ref.split()[:2]) for ref in (corpus / "test.de").read_text().splitlines()[:6]]
+    cfg = SearchConfig(beam=beam, max_len_a=0, max_len_b=30)
+    translator = Translator(scoring_even, cfg, device="cpu", precision="fp32")
+    unscored = 0
+    for source, prefix, ((hyp, text),) in zip(
+        sources, prefixes, translator.translate_hypotheses(sources, prefixes=prefixes)
+    ):
+        src_ids = translator.src_tokenizer.encode_batch([source])[0]
+        forced = translator.tgt_tokenizer.encode_batch([prefix])[0]
+        unscored += sum(i % 2 for i in forced)
+        assert hyp.tokens[: len(forced)] == forced and text.startswith(prefix)
+        assert all(i % 2 == 0 for i in hyp.tokens[len(forced) :])
+        tgt_in = torch.tensor([[BOS_ID] + hyp.tokens])
+        lprobs = F.log_softmax(translator.model(torch.tensor([src_ids + [EOS_ID]]), tgt_in)[0].float(), dim=-1)
+        taken = [i if i % 2 == 0 else UNK_ID for i in hyp.tokens] + ([EOS_ID] if hyp.ended else [])
+        assert hyp.log_prob == pytest.approx(float(lprobs[range(len(taken)), taken].sum()), abs=1e-4)
+    assert unscored > 0  # the prefixes did force ids the model does not score
 
 
 def test_beam_hypotheses_all_begin_with_the_prefix(model_file, corpus):
