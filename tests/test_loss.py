@@ -5,6 +5,7 @@ from conftest import tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mtkit.loss
 from mtkit.loss import TrainingObjective, label_smoothed_loss, symmetric_kl
 from mtkit.tokenizer import PAD_ID, UNK_ID
 
@@ -17,7 +18,10 @@ def reference(logits, target, epsilon):
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
-def test_loss_nll_and_gradient_equal_torch_cross_entropy(epsilon):
+@pytest.mark.parametrize("rows_per_chunk", [1, 5, None])  # None: all 37 rows in one chunk
+def test_loss_nll_and_gradient_equal_torch_cross_entropy(epsilon, rows_per_chunk, monkeypatch):
+    if rows_per_chunk:
+        monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", rows_per_chunk * 53)
     torch.manual_seed(0)
     logits = (3 * torch.randn(37, 53)).requires_grad_()
     target = torch.randint(0, 53, (37,))
@@ -53,7 +57,8 @@ def test_gradient_matches_central_differences():
     torch.testing.assert_close(logits.grad, numerical, rtol=0, atol=1e-3)
 
 
-def test_bf16_logits_get_a_bf16_gradient_of_the_fp32_loss():
+def test_bf16_logits_get_a_bf16_gradient_of_the_fp32_loss(monkeypatch):
+    monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", 3 * 30)  # 20 rows: 6 chunks of 3, then 2
     torch.manual_seed(2)
     logits = torch.randn(20, 30).bfloat16().requires_grad_()
     target = torch.randint(0, 30, (20,))
