@@ -32,18 +32,25 @@ from mtkit.tokenizer import PAD_ID
 CHUNK_ELEMENTS = 1 << 17  # logits per chunk of rows: 512 KiB in fp32, which stays in a core's L2 cache
 
 
+def _rows_per_chunk(logits: Tensor) -> int:
+    """On a CPU a few rows at a time, so that every pass over a chunk reads the cache, not memory;
+    on a GPU all rows at once, one kernel per pass."""
+    if logits.device.type != "cpu":
+        return max(1, logits.size(0))
+    return max(1, CHUNK_ELEMENTS // max(1, logits.size(1)))
+
+
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-        # On a CPU a few rows at a time: every pass over a chunk (softmax, sums, the gradient) then
-        # reads the cache instead of memory, and the whole (N, V) array is written once, as the
-        # gradient in the logits' dtype. A GPU takes all rows at once (one kernel per pass) and keeps
-        # the gradient in fp32 until it is scaled (fp16's loss scale would otherwise flush small ones).
         rows, vocab = logits.shape
-        on_cpu = logits.device.type == "cpu"
-        grad = torch.empty_like(logits, dtype=logits.dtype if on_cpu else torch.float32)
+        step = _rows_per_chunk(logits)
+        # In chunks, the (N, V) array is written once, as the gradient in the logits' dtype. In one
+        # chunk the gradient stays in fp32, in the probabilities' memory, until it is scaled (fp16's
+        # loss scale would otherwise flush the small ones).
+        chunked = step < rows
+        grad = torch.empty_like(logits) if chunked else logits.new_zeros((0, vocab), dtype=torch.float32)  # no rows
         nll, smooth = logits.new_zeros(2, dtype=torch.float32).unbind()
-        step = max(1, CHUNK_ELEMENTS // max(1, vocab) if on_cpu else rows)
         for start in range(0, rows, step):
             x, t = logits[start : start + step].float(), target[start : start + step, None]
             top = x.amax(dim=-1, keepdim=True)
@@ -54,7 +61,10 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
             smooth += (lse.squeeze(1) - x.mean(dim=-1)).sum()
             # The gradient of the summed loss: softmax - (1 - epsilon) * onehot - epsilon / V.
             probs.mul_(total.reciprocal_()).scatter_add_(1, t, probs.new_full(t.shape, epsilon - 1.0))
-            torch.sub(probs, epsilon / vocab, out=grad[start : start + step])
+            if chunked:
+                torch.sub(probs, epsilon / vocab, out=grad[start : start + step])
+            else:
+                grad = probs.sub_(epsilon / vocab)
         ctx.save_for_backward(grad)
         ctx.logits_dtype = logits.dtype
         ctx.mark_non_differentiable(nll)

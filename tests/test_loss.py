@@ -18,7 +18,7 @@ def reference(logits, target, epsilon):
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
-@pytest.mark.parametrize("rows_per_chunk", [1, 5, None])  # None: all 37 rows in one chunk
+@pytest.mark.parametrize("rows_per_chunk", [1, 5, None])  # 5: 7 chunks of 5 rows, then 2; None: one chunk
 def test_loss_nll_and_gradient_equal_torch_cross_entropy(epsilon, rows_per_chunk, monkeypatch):
     if rows_per_chunk:
         monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", rows_per_chunk * 53)
@@ -57,8 +57,10 @@ def test_gradient_matches_central_differences():
     torch.testing.assert_close(logits.grad, numerical, rtol=0, atol=1e-3)
 
 
-def test_bf16_logits_get_a_bf16_gradient_of_the_fp32_loss(monkeypatch):
-    monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", 3 * 30)  # 20 rows: 6 chunks of 3, then 2
+@pytest.mark.parametrize("rows_per_chunk", [3, None])  # 3: 6 chunks of 3 rows, then 2; None: one chunk (as on a GPU)
+def test_bf16_logits_get_a_bf16_gradient_of_the_fp32_loss(rows_per_chunk, monkeypatch):
+    if rows_per_chunk:
+        monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", rows_per_chunk * 30)
     torch.manual_seed(2)
     logits = torch.randn(20, 30).bfloat16().requires_grad_()
     target = torch.randint(0, 30, (20,))
