@@ -7,7 +7,7 @@ per position
     loss = (1 - epsilon) * nll + epsilon * smooth,   nll = -log p(reference),   smooth = -mean_v log p(v)
 
 and the gradient with respect to the logits is softmax - (1 - epsilon) * onehot - epsilon / V.
-On a CPU the vocabulary projection's softmax is the largest cost after the matrix products;
+On a CPU the vocabulary projection's softmax is one of the larger costs after the matrix products;
 this computes the loss, the NLL and that gradient from one softmax, a chunk of rows at a time,
 and keeps only the gradient for the backward pass.
 
@@ -47,9 +47,9 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         step = _rows_per_chunk(logits)
         # In chunks, the (N, V) array is written once, as the gradient in the logits' dtype. In one
         # chunk the gradient stays in fp32, in the probabilities' memory, until it is scaled (fp16's
-        # loss scale would otherwise flush the small ones).
+        # loss scale would otherwise flush the small ones); the empty one is for no rows at all.
         chunked = step < rows
-        grad = torch.empty_like(logits) if chunked else logits.new_zeros((0, vocab), dtype=torch.float32)  # no rows
+        grad = torch.empty_like(logits) if chunked else logits.new_zeros((0, vocab), dtype=torch.float32)
         nll, smooth = logits.new_zeros(2, dtype=torch.float32).unbind()
         for start in range(0, rows, step):
             x, t = logits[start : start + step].float(), target[start : start + step, None]
