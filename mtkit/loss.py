@@ -47,8 +47,9 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         step = _rows_per_chunk(logits)
         # In chunks, the (N, V) array is written once, as the gradient in the logits' dtype. In one
         # chunk the gradient stays in fp32, in the probabilities' memory, until it is scaled (fp16's
-        # loss scale would otherwise flush the small ones); the empty one is for no rows at all.
-        chunked = step < rows
+        # loss scale would otherwise flush the small ones); the empty one is for no rows or no gradient.
+        wants_grad = ctx.needs_input_grad[0]  # not in validation, which needs only the NLL
+        chunked = wants_grad and step < rows
         grad = torch.empty_like(logits) if chunked else logits.new_zeros((0, vocab), dtype=torch.float32)
         nll, smooth = logits.new_zeros(2, dtype=torch.float32).unbind()
         for start in range(0, rows, step):
@@ -59,6 +60,8 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
             lse = top + total.log()
             nll += (lse - x.gather(1, t)).sum()
             smooth += (lse.squeeze(1) - x.mean(dim=-1)).sum()
+            if not wants_grad:
+                continue
             # The gradient of the summed loss: softmax - (1 - epsilon) * onehot - epsilon / V.
             probs.mul_(total.reciprocal_()).scatter_add_(1, t, probs.new_full(t.shape, epsilon - 1.0))
             if chunked:

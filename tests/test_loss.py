@@ -76,6 +76,18 @@ def test_bf16_logits_get_a_bf16_gradient_of_the_fp32_loss(rows_per_chunk, monkey
     torch.testing.assert_close(logits.grad.float(), expected_logits.grad, rtol=1e-2, atol=1e-3)
 
 
+def test_without_autograd_the_loss_and_nll_are_the_same(monkeypatch):
+    """Validation runs under no_grad, where no gradient is computed: the values must not change."""
+    monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", 4 * 30)
+    torch.manual_seed(3)
+    logits = torch.randn(21, 30).bfloat16()
+    target = torch.randint(0, 30, (21,))
+    with torch.no_grad():
+        without = label_smoothed_loss(logits, target, 0.1)
+    with_grad = label_smoothed_loss(logits.clone().requires_grad_(), target, 0.1)
+    assert [float(v) for v in without] == [float(v.detach()) for v in with_grad]
+
+
 def test_no_positions_give_zero_loss():
     logits = torch.randn(0, 9, requires_grad=True)
     loss, nll = label_smoothed_loss(logits, torch.zeros(0, dtype=torch.long), 0.1)
