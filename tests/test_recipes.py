@@ -105,7 +105,7 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
     (tmp_path / "data").mkdir()
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
-    training = [*TINY_TRAIN, "--set", "train.max_steps=80", "--set", "train.max_time=0", "--set", "train.save_every=16"]
+    training = [*TINY_TRAIN, "--set", "train.max_steps=80", "--set", "train.max_time=0", "--set", "train.save_every=5"]
     env = {
         **os.environ,
         "DATA": str(data),
@@ -117,10 +117,12 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
     command = ["bash", script, "--out", out, "--models", str(models), *training]
     result = subprocess.run(command, env=env, capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    if models == 1:
-        model_args = ["-m", out / "model.pt"]
-    else:
-        model_args = ["-m", out / "model1.pt", "-m", out / "model2.pt"]
+    runs = ["run"] if models == 1 else ["run1", "run2"]
+    model_args = ["-m", out / "model.pt"] if models == 1 else ["-m", out / "model1.pt", "-m", out / "model2.pt"]
+    for run, model in zip(runs, model_args[1::2], strict=True):  # each the average of its last 15 of 16 checkpoints
+        averaged = [Path(path).name for path in load_model_file(model).meta["averaged"]]
+        assert averaged == [f"step_{step:08d}.pt" for step in range(10, 81, 5)], run
+    if models > 1:
         for seed in (1, 2):  # the cores shared: OMP_NUM_THREADS=1 leaves one thread for the two
             saved = load_config(out / f"run{seed}" / "config.yaml", [])
             assert (saved.train.seed, saved.train.threads) == (seed, 1)
