@@ -98,6 +98,17 @@ def test_recipe_scripts_are_valid_bash(script):
     assert subprocess.run(["bash", "-n", RECIPES / script]).returncode == 0
 
 
+def recipe_env(data: Path, lenpens: str) -> dict[str, str]:
+    """run.sh's environment in tests: the data folder, the lenpens to try, one thread, this mtkit."""
+    return {
+        **os.environ,
+        "DATA": str(data),
+        "LENPENS": lenpens,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+
+
 @pytest.mark.parametrize("models", [1, 2])
 def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenpen_on_val(tmp_path, models):
     """The whole script on a generated corpus with a tiny model (or an ensemble of two trained at once,
@@ -106,22 +117,14 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
     training = [*TINY_TRAIN, "--set", "train.max_steps=80", "--set", "train.max_time=0", "--set", "train.save_every=5"]
-    env = {
-        **os.environ,
-        "DATA": str(data),
-        "LENPENS": "0.0 3.0",
-        "OMP_NUM_THREADS": "1",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
-    script = RECIPES / "multi30k_en_de/run.sh"
-    command = ["bash", script, "--out", out, "--models", str(models), *training]
-    result = subprocess.run(command, env=env, capture_output=True, timeout=600)
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--out", out, "--models", str(models), *training]
+    result = subprocess.run(command, env=recipe_env(data, "0.0 3.0"), capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     runs = ["run"] if models == 1 else ["run1", "run2"]
     model_args = ["-m", out / "model.pt"] if models == 1 else ["-m", out / "model1.pt", "-m", out / "model2.pt"]
-    for run, model in zip(runs, model_args[1::2], strict=True):  # each the average of its last 15 of 16 checkpoints
-        averaged = [Path(path).name for path in load_model_file(model).meta["averaged"]]
-        assert averaged == [f"step_{step:08d}.pt" for step in range(10, 81, 5)], run
+    for run, model in zip(runs, model_args[1::2], strict=True):  # each the average of its run's last 15 of 16
+        averaged = [Path(path).parts[-3:] for path in load_model_file(model).meta["averaged"]]
+        assert averaged == [(run, "checkpoints", f"step_{step:08d}.pt") for step in range(10, 81, 5)]
     if models > 1:
         for seed in (1, 2):  # the cores shared: OMP_NUM_THREADS=1 leaves one thread for the two
             saved = load_config(out / f"run{seed}" / "config.yaml", [])
@@ -156,3 +159,17 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
     refs = (data / "test2016.de").read_text().splitlines()
     scores = json.loads((out / "test2016.json").read_text())
     assert scores["bleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-4)
+
+
+def test_multi30k_quick_mode_keeps_and_averages_the_last_5_checkpoints(tmp_path):
+    """--quick trains one model and averages its last 5 checkpoints (the full recipe keeps 15)."""
+    (tmp_path / "data").mkdir()
+    data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
+    out = tmp_path / "out"
+    training = [*TINY_TRAIN, "--set", "train.max_steps=40", "--set", "train.max_time=0", "--set", "train.save_every=5"]
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--quick", "--out", out, *training]
+    result = subprocess.run(command, env=recipe_env(data, "1.0"), capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert load_config(out / "run" / "config.yaml", []).train.keep_last == 5
+    averaged = [Path(path).parts[-3:] for path in load_model_file(out / "model.pt").meta["averaged"]]
+    assert averaged == [("run", "checkpoints", f"step_{step:08d}.pt") for step in range(20, 41, 5)]
