@@ -15,7 +15,8 @@
 # (10 samples, the same tokenizer): a second segmentation makes the ensemble differ more. The
 # default is 0.05 (val 39.79; 0.1 gave 39.58, 0 gave 39.75); --bpe-dropout 0 trains all on one.
 # Each model is the average of its last 15 checkpoints (config.yaml keeps 15; on val, in two runs,
-# 39.61 and 39.79 against the last 5's 39.42 and 39.56), of its last 5 with --quick.
+# 39.61 and 39.79 against the last 5's 39.42 and 39.56), of its last 5 with --quick, and of all it
+# saved when a shorter run (--set train.max_time=...) saved fewer.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="runs/multi30k_en_de"
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --models) models="$2"; shift ;;
     --bpe-dropout) bpe_dropout="$2"; shift ;;
     --set) extra+=(--set "$2"); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -85,9 +86,15 @@ preprocess "$out/data-bin"
 train() {  # dataset, run directory, then settings of its own
   mtkit train -d "$1" -o "$2" -c "$here/config.yaml" --force "${settings[@]}" "${@:3}" "${extra[@]}"
 }
+average() {  # run directory, model file: the average of its last $average_last checkpoints, or of all
+  local kept  # it has when a shorter run saved fewer
+  kept=$(find "$1/checkpoints" -name 'step_*.pt' | wc -l)
+  [ "$kept" -ge "$average_last" ] || echo "run.sh: $1 has $kept checkpoints; averaging those" >&2
+  mtkit average "$1" --last $(( kept < average_last ? kept : average_last )) -o "$2"
+}
 if [ "$models" = 1 ]; then
   train "$out/data-bin" "$out/run"
-  mtkit average "$out/run" --last "$average_last" -o "$out/model.pt"
+  average "$out/run" "$out/model.pt"
   model_files=("$out/model.pt")
 else
   # One process per share of the cores (nproc honours OMP_NUM_THREADS): on 2 cores, two one-thread
@@ -116,7 +123,7 @@ else
   pids=()
   model_files=()
   for i in $(seq 1 "$models"); do
-    mtkit average "$out/run$i" --last "$average_last" -o "$out/model$i.pt"
+    average "$out/run$i" "$out/model$i.pt"
     model_files+=("$out/model$i.pt")
   done
 fi
