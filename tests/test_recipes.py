@@ -109,6 +109,19 @@ def recipe_env(data: Path, lenpens: str) -> dict[str, str]:
     }
 
 
+def tiny_training(steps: int) -> list[str]:
+    """run.sh's --set options for a tiny model trained `steps` updates, with a checkpoint every 5."""
+    return [
+        *TINY_TRAIN,
+        "--set",
+        f"train.max_steps={steps}",
+        "--set",
+        "train.max_time=0",
+        "--set",
+        "train.save_every=5",
+    ]
+
+
 @pytest.mark.parametrize("models", [1, 2])
 def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenpen_on_val(tmp_path, models):
     """The whole script on a generated corpus with a tiny model (or an ensemble of two trained at once,
@@ -116,8 +129,7 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
     (tmp_path / "data").mkdir()
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
-    training = [*TINY_TRAIN, "--set", "train.max_steps=80", "--set", "train.max_time=0", "--set", "train.save_every=5"]
-    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--out", out, "--models", str(models), *training]
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--out", out, "--models", str(models), *tiny_training(80)]
     result = subprocess.run(command, env=recipe_env(data, "0.0 3.0"), capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     runs = ["run"] if models == 1 else ["run1", "run2"]
@@ -173,16 +185,7 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
     (tmp_path / "data").mkdir()
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
-    training = [
-        *TINY_TRAIN,
-        "--set",
-        f"train.max_steps={steps}",
-        "--set",
-        "train.max_time=0",
-        "--set",
-        "train.save_every=5",
-    ]
-    command = ["bash", RECIPES / "multi30k_en_de/run.sh", *mode, "--models", "1", "--out", out, *training]
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", *mode, "--models", "1", "--out", out, *tiny_training(steps)]
     result = subprocess.run(command, env=recipe_env(data, "1.0"), capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert load_config(out / "run" / "config.yaml", []).train.keep_last == keep_last
