@@ -12,6 +12,7 @@ from mtkit.model import (
     MultiHeadAttention,
     Transformer,
     attention_with_weights,
+    matmul_attention,
     sinusoidal_positions,
 )
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -70,6 +71,64 @@ def test_kernel_and_inspection_paths_agree():
     slow = attention(x, k, v, is_causal=True)
     assert torch.allclose(fast, slow, atol=1e-6)
     assert attention.weights.triu(1).abs().max() == 0.0
+
+
+def padded_and_causal_cases(seed: int, rows: int = 3, heads: int = 2, length: int = 6, d_k: int = 8):
+    torch.manual_seed(seed)
+    q, k, v = (torch.randn(rows, heads, length, d_k) for _ in range(3))
+    mask = torch.ones(rows, 1, 1, length, dtype=torch.bool)
+    mask[1, ..., 2:] = False  # sentence 1 has four padding positions
+    causal = torch.ones(length, length, dtype=torch.bool).tril()[None, None]
+    return (q, k, v), ((mask, False, mask), (None, True, causal), (mask, True, causal & mask))
+
+
+def test_matmul_attention_equals_float64_reference():
+    (q, k, v), cases = padded_and_causal_cases(seed=2)
+    for mask, is_causal, allowed in cases:
+        expected, _ = reference_attention(q, k, v, allowed.expand(3, 2, 6, 6))
+        out = matmul_attention(q, k, v, mask, is_causal, dropout=0.0)
+        assert out.dtype == torch.float32
+        assert torch.allclose(out.double(), expected, atol=1e-5)
+
+
+def test_matmul_attention_in_bf16_stays_within_bf16_rounding_of_the_reference():
+    (q, k, v), cases = padded_and_causal_cases(seed=3)
+    for mask, is_causal, allowed in cases:
+        expected, _ = reference_attention(q, k, v, allowed.expand(3, 2, 6, 6))
+        out = matmul_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, is_causal, dropout=0.0)
+        assert out.dtype == torch.bfloat16
+        assert (out.double() - expected).abs().max() < 0.05  # bf16 keeps 8 bits: inputs, scores, weights, output
+        assert (out.double() - expected).abs().max() > 0.0
+
+
+def test_matmul_attention_dropout_drops_weights_and_keeps_their_expectation():
+    torch.manual_seed(4)
+    q, k = torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 4000, 4)
+    v = torch.ones(1, 1, 4000, 1)  # uniform weights of 1/4000 over ones: the output is their sum
+    out = matmul_attention(q, k, v, None, False, dropout=0.5)
+    assert out.item() == pytest.approx(1.0, abs=0.05)
+    weights = matmul_attention(q, k[:, :, :400], torch.eye(400)[None, None], None, False, dropout=0.5)
+    assert set(weights.unique().tolist()) == {0.0, torch.tensor(2.0 / 400).item()}  # dropped, or 1/400 scaled by 2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_bf16_training_takes_the_matmul_path_and_matches_the_kernel(causal):
+    """Under CPU bf16 autocast, a training-mode attention layer computes as matmul_attention does,
+    and within bf16 rounding of the flash kernel that evaluation uses."""
+    torch.manual_seed(5)
+    attention = MultiHeadAttention(d_model=16, heads=4, dropout=0.0)
+    x = torch.randn(3, 5, 16)
+    mask = None if causal else torch.tensor([5, 3, 1])[:, None] > torch.arange(5)
+    mask = None if mask is None else mask[:, None, None, :]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        k, v = attention.keys_values(x)
+        trained = attention.train()(x, k, v, mask=mask, is_causal=causal)
+        q = attention.q_proj(x).view(3, 5, 4, 4).transpose(1, 2)
+        by_hand = attention.out_proj(matmul_attention(q, k, v, mask, causal, 0.0).transpose(1, 2).reshape(3, 5, 16))
+        evaluated = attention.eval()(x, k, v, mask=mask, is_causal=causal)
+    assert torch.equal(trained, by_hand)
+    assert (trained.float() - evaluated.float()).abs().max() < 0.05
+    assert not torch.equal(trained.float(), evaluated.float())
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
