@@ -1,7 +1,7 @@
 """Inspection: attention weights of one sentence pair, heatmaps of them, and word alignments from them.
 
 The weights are recorded only on request (MultiHeadAttention.keep_weights), by an explicit
-softmax; training and translation keep the fused attention kernel.
+softmax; training and translation do not keep them (see MultiHeadAttention.forward).
 """
 
 from __future__ import annotations
