@@ -93,14 +93,21 @@ def attention_with_weights(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k) + B) V, returning the weights too (slow path, for inspection)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
+    weights = masked_scores(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask, is_causal).softmax(dim=-1)
+    return weights @ v, weights
+
+
+def masked_scores(scores: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    """(B, h, Lq, Lk) scores with -inf where a query may not look: past the causal diagonal (aligned
+    at the last key) and where mask is False."""
     if is_causal:
-        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))
+        causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril(
+            scores.size(-1) - scores.size(-2)
+        )
         scores = scores.masked_fill(~causal, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
+    return scores
 
 
 def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
@@ -109,12 +116,7 @@ def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_ca
     under bf16 autocast: with sentence-length sequences, forward and backward take about half the
     time of the flash kernel in fp32 (see docs/RESULTS.md). CPU tensors only (its dropout is cpu_dropout)."""
     scores = (q @ k.transpose(-2, -1)).float() * q.size(-1) ** -0.5  # (B, h, Lq, Lk)
-    if is_causal:
-        future = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).triu(k.size(-2) - q.size(-2) + 1)
-        scores = scores.masked_fill(future, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
+    weights = masked_scores(scores, mask, is_causal).softmax(dim=-1)
     if dropout > 0:
         weights = cpu_dropout(weights, dropout)
     return weights.to(v.dtype) @ v
