@@ -6,6 +6,7 @@ accepts: the rank's GPU under nccl (which handles CUDA tensors only), the CPU un
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, field
 
@@ -74,5 +75,10 @@ def init_distributed(device_type: str) -> Distributed:
 
 
 def shutdown_distributed() -> None:
+    """Destroy the process group, and collect what still holds it (a DDP wrapper in a reference cycle)
+    while the interpreter is fully alive. Left to interpreter exit, gloo's threads are torn down during
+    finalization, where one of them can abort its process ("terminate called without an active
+    exception", exit code -6) after a run that finished well."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        gc.collect()

@@ -348,6 +348,7 @@ def train(
         trainer.dist.barrier()  # no rank tears gloo down while another still writes or prints
         return reason
     finally:
+        del trainer  # its DDP wrapper holds the process group, which shutdown_distributed frees
         shutdown_distributed()
 
 

@@ -248,6 +248,34 @@ def test_existing_run_needs_force(tmp_path, data_dir):
     assert losses(tmp_path / "run")[-1][0] == 2
 
 
+def test_shutdown_frees_a_ddp_wrapper_held_in_a_reference_cycle(tmp_path):
+    """A run's DDP wrapper sits in reference cycles and holds the process group: shutdown_distributed
+    collects it with the group, so gloo's threads are not left to interpreter exit (where a rank once
+    aborted in CI after a run that finished well)."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from mtkit.distributed import shutdown_distributed
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    gc.disable()
+    try:
+        holder = {"ddp": torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))}
+        holder["self"] = holder  # a cycle, as the trainer's
+        wrapper = weakref.ref(holder["ddp"])
+        del holder
+        assert wrapper() is not None  # only a collection frees a cycle
+        shutdown_distributed()
+        assert not dist.is_initialized()
+        assert wrapper() is None
+    finally:
+        gc.enable()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def test_resume_refuses_changes_to_the_model_or_data_order(tmp_path, data_dir):
     train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
     for override in ("train.lr=0.5", "model.d_model=32", "train.seed=7", "train.max_tokens=900"):
