@@ -337,8 +337,9 @@ def train(
             check_tokenizers_match(data_dir, *digests, "the --init-from model")
         if int(os.environ.get("RANK", "0")) == 0:
             prepare_run_dir(run_dir, force)
-    trainer = Trainer(config, data_dir, run_dir, resume, init_from.weights if init_from else None)
-    try:
+    trainer = None
+    try:  # the Trainer joins the process group first: a failure after that must still leave it
+        trainer = Trainer(config, data_dir, run_dir, resume, init_from.weights if init_from else None)
         if trainer.dist.is_main:
             config.save(run_dir / CONFIG_FILE)
             _describe(trainer)
@@ -348,7 +349,7 @@ def train(
         trainer.dist.barrier()  # no rank tears gloo down while another still writes or prints
         return reason
     finally:
-        del trainer  # its DDP wrapper holds the process group, which shutdown_distributed frees
+        trainer = None  # its DDP wrapper holds the process group, which shutdown_distributed frees
         shutdown_distributed()
 
 

@@ -276,6 +276,29 @@ def test_shutdown_frees_a_ddp_wrapper_held_in_a_reference_cycle(tmp_path):
             dist.destroy_process_group()
 
 
+def test_a_trainer_that_fails_after_joining_the_process_group_still_leaves_it(tmp_path, data_dir, monkeypatch):
+    """Under torchrun the Trainer joins the group before it builds the model: an error after that
+    must not leave gloo to interpreter exit either."""
+    import torch.distributed as dist
+
+    from mtkit import train as train_module
+
+    def failing_model(*args, **kwargs):
+        raise MtkitError("no model today")
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)  # as torchrun sets them; the group above is the one joined
+    monkeypatch.setattr(train_module, "Transformer", failing_model)
+    try:
+        with pytest.raises(MtkitError, match="no model today"):
+            train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def test_resume_refuses_changes_to_the_model_or_data_order(tmp_path, data_dir):
     train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
     for override in ("train.lr=0.5", "model.d_model=32", "train.seed=7", "train.max_tokens=900"):
