@@ -248,7 +248,18 @@ def test_existing_run_needs_force(tmp_path, data_dir):
     assert losses(tmp_path / "run")[-1][0] == 2
 
 
-def test_shutdown_frees_a_ddp_wrapper_held_in_a_reference_cycle(tmp_path):
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A gloo process group of one process, destroyed after the test if the code under test did not."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_shutdown_frees_a_ddp_wrapper_held_in_a_reference_cycle(one_process_group):
     """A run's DDP wrapper sits in reference cycles and holds the process group: shutdown_distributed
     collects it with the group, so gloo's threads are not left to interpreter exit (where a rank once
     aborted in CI after a run that finished well)."""
@@ -259,7 +270,6 @@ def test_shutdown_frees_a_ddp_wrapper_held_in_a_reference_cycle(tmp_path):
 
     from mtkit.distributed import shutdown_distributed
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     gc.disable()
     try:
         holder = {"ddp": torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))}
@@ -272,11 +282,11 @@ def test_shutdown_frees_a_ddp_wrapper_held_in_a_reference_cycle(tmp_path):
         assert wrapper() is None
     finally:
         gc.enable()
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
-def test_a_trainer_that_fails_after_joining_the_process_group_still_leaves_it(tmp_path, data_dir, monkeypatch):
+def test_a_trainer_that_fails_after_joining_the_process_group_still_leaves_it(
+    tmp_path, data_dir, monkeypatch, one_process_group
+):
     """Under torchrun the Trainer joins the group before it builds the model: an error after that
     must not leave gloo to interpreter exit either."""
     import torch.distributed as dist
@@ -286,17 +296,12 @@ def test_a_trainer_that_fails_after_joining_the_process_group_still_leaves_it(tm
     def failing_model(*args, **kwargs):
         raise MtkitError("no model today")
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
-        monkeypatch.setenv(name, value)  # as torchrun sets them; the group above is the one joined
+        monkeypatch.setenv(name, value)  # as torchrun sets them; the fixture's group is the one joined
     monkeypatch.setattr(train_module, "Transformer", failing_model)
-    try:
-        with pytest.raises(MtkitError, match="no model today"):
-            train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
-        assert not dist.is_initialized()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    with pytest.raises(MtkitError, match="no model today"):
+        train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
+    assert not dist.is_initialized()
 
 
 def test_resume_refuses_changes_to_the_model_or_data_order(tmp_path, data_dir):
