@@ -5,8 +5,8 @@
 On a CUDA machine it checks, and prints a PASS/FAIL line for each:
   1. transformer-small trains --steps updates in fp32, bf16 and fp16: the mean loss of the last 10
      updates is below 0.9 x that of the first 10, and fp16's GradScaler skips at most 10 updates;
-  2. on one fixed batch the bf16 and fp16 gradient norms (fp16 unscaled before the norm) are within
-     5% of fp32's;
+  2. on one fixed batch the bf16 and fp16 gradient norms of the loss per target token (fp16 unscaled
+     before the norm) are within 5% of fp32's;
   3. a run stopped half way and resumed logs the losses of the uninterrupted run (rel. 1e-4: GPU
      kernels are not bitwise deterministic);
   4. torchrun with 1 process trains (no process group: world size 1), and with 2 GPUs, 2 processes
@@ -16,6 +16,11 @@ and prints tables: training throughput and model FLOPs utilisation (MFU) of tran
 transformer-big in bf16 at max_tokens 8192 and 16384, the share of a training step the GPU waits
 for the host (torch.profiler), and decoding sentences/s, greedy and beam 5, PyTorch and CTranslate2.
 `--device cpu` runs the same code on a CPU with small sizes, to check the script itself.
+`--only precisions,norms,...` runs some of the sections (all of SECTIONS by default); with `--work DIR`
+the tokenizer, the dataset and the fp32 model are kept there and reused by a later call, so the whole
+check can be split over several calls on a machine that limits each one. `--model FILE` translates
+and decodes with a trained model (a recipe's model1.pt) instead of the few-hundred-update fp32 run,
+whose translations are not of a real model's lengths (for decoding speed, that matters).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100": 312.0,
                     "L40S": 362.0, "L4": 121.0, "A10": 125.0}  # fmt: skip
 RESULTS: list[tuple[str, bool, str]] = []
+SECTIONS = ("precisions", "norms", "resume", "torchrun", "translation", "throughput", "profile", "decoding")
 
 
 def check(name: str, passed: bool, detail: str) -> None:
@@ -63,6 +69,8 @@ def train(data: Path, run: Path, device: str, *settings: str, launcher: list[str
 def prepare(data: Path, work: Path, lines: int) -> tuple[Path, Path]:
     """A joint 8k BPE (or smaller for a CPU check) and the dataset, from the first `lines` training pairs."""
     text = work / "text"
+    if (work / "bin" / "manifest.json").exists():  # made by an earlier call with the same --work
+        return work / "bin", text
     text.mkdir(parents=True, exist_ok=True)
     for split, count in (("train", lines), ("val", 200), ("test2016", 1000)):
         for lang in ("en", "de"):
@@ -76,13 +84,24 @@ def prepare(data: Path, work: Path, lines: int) -> tuple[Path, Path]:
     return work / "bin", text
 
 
+def train_precision(data: Path, work: Path, device: str, steps: int, small: list[str], precision: str) -> Path:
+    run = work / f"precision-{precision}"
+    schedule = [f"train.max_steps={steps}", f"train.warmup={steps // 4}", "train.lr=1e-3"]
+    train(data, run, device, *small, *schedule, f"train.precision={precision}")
+    return run
+
+
+def fp32_model(data: Path, work: Path, device: str, steps: int, small: list[str]) -> Path:
+    """The fp32 run of check_precisions, trained here when this call skipped that section."""
+    run = work / "precision-fp32"
+    return run if (run / "state.pt").exists() else train_precision(data, work, device, steps, small, "fp32")
+
+
 def check_precisions(data: Path, work: Path, device: str, steps: int, small: list[str]) -> None:
     for precision in ("fp32", "bf16", "fp16"):
         if device == "cpu" and precision == "fp16":
             continue  # no GradScaler path worth checking on a CPU
-        run = work / f"precision-{precision}"
-        schedule = [f"train.max_steps={steps}", f"train.warmup={steps // 4}", "train.lr=1e-3"]
-        train(data, run, device, *small, *schedule, f"train.precision={precision}")
+        run = train_precision(data, work, device, steps, small, precision)
         values = losses(run)
         skipped = records(run)[-1]["skipped_updates"]
         first, last = sum(values[:10]) / 10, sum(values[-10:]) / 10
@@ -116,6 +135,9 @@ def check_gradient_norms(data: Path, device: str) -> None:
         scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
         with autocast(torch.device(device), precision):
             loss, _ = objective(batch.src, batch.tgt_in, batch.tgt_out)
+        # Per target token, as the trainer weights it: the summed loss of a 4k-token batch times the
+        # GradScaler's first scale (65,536) overflows fp16's gradients.
+        loss = loss / batch.tgt_tokens
         (scaler.scale(loss) if scaler else loss).backward()
         if scaler:
             optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -155,8 +177,7 @@ def check_torchrun(data: Path, work: Path, device: str, small: list[str]) -> Non
     check("torchrun, 2 processes (nccl)", worst <= 1e-4, f"largest weight difference to 1 process x update_freq 2: {worst:.2e}")  # fmt: skip
 
 
-def check_translation(work: Path, text: Path, device: str) -> None:
-    model = work / "precision-fp32"
+def check_translation(model: Path, text: Path, device: str) -> None:
     slice_ = text / "test2016.en"
     outputs = {}
     for where in ("cpu", device):
@@ -238,8 +259,7 @@ def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens
           f"of {wall_us / 20 / 1e3:.1f} ms per update")  # fmt: skip
 
 
-def decoding(work: Path, text: Path, device: str) -> None:
-    model = work / "precision-fp32"
+def decoding(model: Path, work: Path, text: Path, device: str) -> None:
     rows = []
     engines = [("pytorch", model, "fp32"), ("pytorch", model, "bf16")]
     try:
@@ -267,7 +287,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--peak-tflops", type=float, default=0.0, help="the GPU's dense bf16 peak (default: by name)")
     parser.add_argument("--work", type=Path, default=None, help="keep runs here (default: a temporary folder)")
+    parser.add_argument("--model", type=Path, default=None, help="translate and decode with this model file")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run (default: all)")
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    if not only <= set(SECTIONS):
+        parser.error(f"--only: unknown section(s) {', '.join(sorted(only - set(SECTIONS)))}; choose from {', '.join(SECTIONS)}")  # fmt: skip
     on_gpu = args.device == "cuda"
     print(f"conditions: {conditions()}\n", flush=True)
     name = torch.cuda.get_device_name(0) if on_gpu else "cpu"
@@ -281,18 +306,30 @@ def main() -> None:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         data, text = prepare(args.data, work, 29000 if on_gpu else 2000)
-        check_precisions(data, work, args.device, steps, small)
-        check_gradient_norms(data, args.device)
-        check_resume(data, work, args.device, steps if on_gpu else 20, small)
-        check_torchrun(data, work, args.device, small)
-        if on_gpu:
-            check_translation(work, text, args.device)
-        print(f"\ntraining throughput, bf16 (MFU against {peak:g} TFLOPS):")
+        if "precisions" in only:
+            check_precisions(data, work, args.device, steps, small)
+        if "norms" in only:
+            check_gradient_norms(data, args.device)
+        if "resume" in only:
+            check_resume(data, work, args.device, steps if on_gpu else 20, small)
+        if "torchrun" in only:
+            check_torchrun(data, work, args.device, small)
+
+        def decode_model() -> Path:
+            return args.model or fp32_model(data, work, args.device, steps, small)
+
+        if "translation" in only and on_gpu:
+            check_translation(decode_model(), text, args.device)
         presets = ["transformer-base", "transformer-big"] if on_gpu else ["transformer-tiny"]
-        throughput(data, work, args.device, peak, presets, [8192, 16384] if on_gpu else [1024])
-        host_wait_share(data, work, args.device, presets[-1], 16384 if on_gpu else 1024)
-        print("\ndecoding test2016 (model: the fp32 run above, a few hundred updates: for speed, not quality):")
-        decoding(work, text, args.device)
+        if "throughput" in only:
+            print(f"\ntraining throughput, bf16 (MFU against {peak:g} TFLOPS):")
+            throughput(data, work, args.device, peak, presets, [8192, 16384] if on_gpu else [1024])
+        if "profile" in only:
+            host_wait_share(data, work, args.device, presets[-1], 16384 if on_gpu else 1024)
+        if "decoding" in only:
+            what = args.model or "the fp32 run above, a few hundred updates: for speed, not quality"
+            print(f"\ndecoding test2016 (model: {what}):")
+            decoding(decode_model(), work, text, args.device)
     failed = [name for name, passed, _ in RESULTS if not passed]
     print(f"\n{len(RESULTS) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
