@@ -174,21 +174,23 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
 
 
 @pytest.mark.parametrize(
-    ("mode", "steps", "keep_last", "averaged_steps"),
-    [(["--quick"], 40, 5, range(20, 41, 5)), ([], 30, 15, range(5, 31, 5))],
+    ("mode", "steps", "keep_last", "label_smoothing", "averaged_steps"),
+    [(["--quick"], 40, 5, 0.1, range(20, 41, 5)), ([], 30, 15, 0.2, range(5, 31, 5))],
 )
 def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_fewer(
-    tmp_path, mode, steps, keep_last, averaged_steps
+    tmp_path, mode, steps, keep_last, label_smoothing, averaged_steps
 ):
     """--quick keeps and averages the last 5 checkpoints; a full run that saved fewer than its 15
-    (a shorter train.max_time, say) averages all it saved instead of failing after training."""
+    (a shorter train.max_time, say) averages all it saved instead of failing after training. Quick
+    mode keeps the label smoothing (0.1) it was measured with; the full recipe uses 0.2."""
     (tmp_path / "data").mkdir()
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
     command = ["bash", RECIPES / "multi30k_en_de/run.sh", *mode, "--models", "1", "--out", out, *tiny_training(steps)]
     result = subprocess.run(command, env=recipe_env(data, "1.0"), capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    assert load_config(out / "run" / "config.yaml", []).train.keep_last == keep_last
+    trained = load_config(out / "run" / "config.yaml", []).train
+    assert (trained.keep_last, trained.label_smoothing) == (keep_last, label_smoothing)
     averaged = [Path(path).parts[-3:] for path in load_model_file(out / "model.pt").meta["averaged"]]
     assert averaged == [("run", "checkpoints", f"step_{step:08d}.pt") for step in averaged_steps]
     fewer = f"run.sh: {out / 'run'} has {len(averaged_steps)} checkpoints; averaging those"
