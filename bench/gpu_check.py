@@ -58,7 +58,7 @@ def losses(run_dir: Path) -> list[float]:
 
 
 def train(data: Path, run: Path, device: str, *settings: str, launcher: list[str] | None = None) -> None:
-    args = ["train", "-d", data, "-o", run, "--set", f"train.device={device}", "--set", "train.valid_every=1000000",
+    args = ["train", "-d", data, "-o", run, "--force", "--set", f"train.device={device}", "--set", "train.valid_every=1000000",
             "--set", "train.save_every=1000000", "--set", "train.log_every=1"]  # fmt: skip
     for setting in settings:
         args += ["--set", setting]
