@@ -1,7 +1,10 @@
 """Subword tokenizers: training, loading, and lossless encode/decode.
 
 A tokenizer is one Hugging Face `tokenizer.json`: NFKC normalisation, a Metaspace
-pre-tokenizer (spaces become "▁" and word starts are marked), a BPE or Unigram model
+pre-tokenizer (spaces become "▁" and word starts are marked; with split_punctuation, every
+punctuation character is a piece of its own, as SentencePiece's script split and a Moses-tokenized
+subword-nmt pipeline keep it, so that "Straße." is "▁Straße" + "." and not a subword of its own, and " (" is "▁("),
+a BPE or Unigram model
 with byte fallback, and the decoder that undoes all of it. Byte fallback means that a
 character never seen in training is encoded as its UTF-8 bytes (`<0xC3><0xB4>`) rather
 than `<unk>`, so decode(encode(s)) gives back NFKC(s) for any text.
@@ -16,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenizers import Regex
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -96,10 +100,15 @@ class TokenizerReport:
     seconds: float
 
 
-def _blank_tokenizer(model: models.Model) -> HFTokenizer:
+def _blank_tokenizer(model: models.Model, split_punctuation: bool) -> HFTokenizer:
     tokenizer = HFTokenizer(model)
     tokenizer.normalizer = normalizers.NFKC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    if split_punctuation:  # each punctuation character alone, or with the "▁" of a space before it: "▁(", "."
+        punctuation = pre_tokenizers.Split(Regex(r"▁?\p{P}"), behavior="isolated")
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([metaspace, punctuation])
+    else:
+        tokenizer.pre_tokenizer = metaspace
     tokenizer.decoder = decoders.Sequence(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
     )
@@ -138,9 +147,15 @@ def _read_lines(paths: Sequence[Path], report: list[int]) -> Iterator[str]:
 
 
 def train_tokenizer(
-    inputs: Sequence[Path], output: Path, vocab_size: int, kind: str = "bpe", min_frequency: int = 2
+    inputs: Sequence[Path],
+    output: Path,
+    vocab_size: int,
+    kind: str = "bpe",
+    min_frequency: int = 2,
+    split_punctuation: bool = False,
 ) -> TokenizerReport:
-    """Train a subword tokenizer on raw text files and write it atomically to `output`."""
+    """Train a subword tokenizer on raw text files and write it atomically to `output`;
+    split_punctuation: no subword joins a punctuation character to anything else."""
     if vocab_size < MIN_VOCAB_SIZE:
         raise MtkitError(
             f"--vocab-size {vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
@@ -153,12 +168,12 @@ def train_tokenizer(
     check_output_file(output)
     learned_size = vocab_size - len(BYTE_TOKENS)
     if kind == "bpe":
-        hf = _blank_tokenizer(models.BPE(unk_token=UNK, byte_fallback=True))
+        hf = _blank_tokenizer(models.BPE(unk_token=UNK, byte_fallback=True), split_punctuation)
         trainer = trainers.BpeTrainer(
             vocab_size=learned_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
         )
     else:
-        hf = _blank_tokenizer(models.Unigram())
+        hf = _blank_tokenizer(models.Unigram(), split_punctuation)
         trainer = trainers.UnigramTrainer(
             vocab_size=learned_size, special_tokens=SPECIAL_TOKENS, unk_token=UNK, show_progress=False
         )

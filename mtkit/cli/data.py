@@ -25,6 +25,13 @@ def train_tokenizer_command(
     ] = 8000,
     kind: Annotated[str, typer.Option("--type", help="Subword model: bpe or unigram.")] = "bpe",
     min_frequency: Annotated[int, typer.Option("--min-frequency", help="BPE: least count for a merge.")] = 2,
+    split_punctuation: Annotated[
+        bool,
+        typer.Option(
+            "--split-punctuation/--no-split-punctuation",
+            help="Keep each punctuation character a subword of its own (no 'Straße.' beside 'Straße').",
+        ),
+    ] = False,
 ) -> None:
     """Train a subword tokenizer (BPE or Unigram with byte fallback) on raw text.
 
@@ -34,7 +41,7 @@ def train_tokenizer_command(
     """
     from mtkit.tokenizer import train_tokenizer
 
-    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency)
+    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency, split_punctuation)
     console.info(
         f"wrote {output}: {kind} vocabulary of {report.vocab_size:,} from {report.lines:,} lines in {report.seconds:.1f}s"
     )
