@@ -105,6 +105,22 @@ def test_tokenizer_and_preprocess_commands(tmp_path, corpus):
     assert again.returncode == 1 and "already exists (use --force" in again.stderr.decode()
 
 
+@pytest.mark.parametrize("split", [True, False])
+def test_train_tokenizer_split_punctuation_option(tmp_path, corpus, split):
+    from mtkit.tokenizer import Tokenizer
+
+    flag = "--split-punctuation" if split else "--no-split-punctuation"
+    result = run_mtkit(
+        "train-tokenizer", "-i", corpus / "train.de", "-o", tmp_path / "t.json", "--vocab-size", "400", flag
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    tokenizer = Tokenizer.load(tmp_path / "t.json")
+    with_full_stop = {tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)} - {"<0x2E>"}
+    with_full_stop = {token for token in with_full_stop if "." in token}
+    # Every corpus line ends with "."; only without the split may a subword join it to a word.
+    assert (with_full_stop == {"."}) is split, with_full_stop
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

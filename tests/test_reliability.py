@@ -6,12 +6,13 @@ import subprocess
 import sys
 import unicodedata
 
+import pytest
 from conftest import TINY_TRAIN, run_mtkit, write_lines
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtkit.checkpoint import CHECKPOINT_DIR, INDEX_FILE
-from mtkit.tokenizer import SPECIAL_TOKENS, Tokenizer
+from mtkit.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer
 
 
 def run_bash(command: str, **env: str) -> subprocess.CompletedProcess:
@@ -71,12 +72,21 @@ def test_special_token_strings_in_text_are_ordinary_characters(tokenizer_path):
 LINE_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\r\n"), max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(SPECIAL_TOKENS), LINE_TEXT), max_size=6))
-def test_round_trip_of_arbitrary_text(tokenizer_path, pieces):
+@pytest.fixture(scope="module")
+def punctuation_tokenizer_path(corpus, tmp_path_factory):
+    path = tmp_path_factory.mktemp("punct") / "tokenizer.json"
+    train_tokenizer([corpus / "train.en", corpus / "train.de"], path, vocab_size=500, split_punctuation=True)
+    return path
+
+
+@pytest.mark.parametrize("which", ["tokenizer_path", "punctuation_tokenizer_path"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.one_of(st.sampled_from(SPECIAL_TOKENS), LINE_TEXT), max_size=6))
+def test_round_trip_of_arbitrary_text(request, which, pieces):
     """For any line as translate encodes it (NFKC, stripped), decode(encode(line)) gives it back:
-    special-token strings, control and combining characters and unseen scripts included."""
-    tokenizer = Tokenizer.load(tokenizer_path)
+    special-token strings, control and combining characters, unseen scripts and punctuation
+    (split off or not) included."""
+    tokenizer = Tokenizer.load(request.getfixturevalue(which))
     text = unicodedata.normalize("NFKC", " ".join(pieces)).strip()
     assert tokenizer.decode_batch(tokenizer.encode_batch([text])) == [text]
 

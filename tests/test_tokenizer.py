@@ -1,4 +1,5 @@
 import json
+import re
 import unicodedata
 
 import pytest
@@ -20,12 +21,55 @@ def full_tokenizer(request, multi30k, tmp_path_factory) -> Tokenizer:
     return Tokenizer.load(path)
 
 
-@pytest.mark.parametrize("lang", ["en", "de"])
-def test_every_test2016_line_round_trips(full_tokenizer, multi30k, lang):
-    lines = (multi30k / f"test2016.{lang}").read_text(encoding="utf-8").splitlines()
-    decoded = full_tokenizer.decode_batch(full_tokenizer.encode_batch(lines))
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def punctuation_tokenizer(request, multi30k, tmp_path_factory) -> Tokenizer:
+    path = tmp_path_factory.mktemp(request.param) / "tokenizer.json"
+    inputs = [multi30k / "train.en", multi30k / "train.de"]
+    train_tokenizer(inputs, path, vocab_size=8000, kind=request.param, split_punctuation=True)
+    return Tokenizer.load(path)
+
+
+def assert_test2016_round_trips(tokenizer: Tokenizer, path) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    decoded = tokenizer.decode_batch(tokenizer.encode_batch(lines))
     mismatches = [(a, b) for a, b in zip(lines, decoded) if normalized(a) != b]
     assert len(decoded) == 1000 and mismatches == []
+
+
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_every_test2016_line_round_trips(full_tokenizer, multi30k, lang):
+    assert_test2016_round_trips(full_tokenizer, multi30k / f"test2016.{lang}")
+
+
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_every_test2016_line_round_trips_with_punctuation_split(punctuation_tokenizer, multi30k, lang):
+    assert_test2016_round_trips(punctuation_tokenizer, multi30k / f"test2016.{lang}")
+
+
+PUNCTUATION = re.compile(r"[.,:;!?'\"()\[\]\-–—]")
+
+
+def learned_tokens(tokenizer: Tokenizer) -> list[str]:
+    return [tokenizer.id_to_token(i) for i in range(len(SPECIAL_TOKENS) + len(BYTE_TOKENS), tokenizer.vocab_size)]
+
+
+def test_without_split_punctuation_words_and_punctuation_share_subwords(full_tokenizer):
+    fused = [token for token in learned_tokens(full_tokenizer) if PUNCTUATION.search(token) and re.search(r"\w", token)]
+    assert len(fused) >= 50, fused  # "▁Sand.", "▁T-Shirt", "'s": why --split-punctuation exists
+
+
+def test_split_punctuation_keeps_every_punctuation_mark_a_subword_of_its_own(punctuation_tokenizer):
+    with_punctuation = [token for token in learned_tokens(punctuation_tokenizer) if PUNCTUATION.search(token)]
+    assert with_punctuation and all(re.fullmatch(r"▁?.", token) for token in with_punctuation)
+
+
+def test_split_punctuation_segments_a_sentence(punctuation_tokenizer):
+    tokens = punctuation_tokenizer.tokens("Ein Mann, eine Frau und ein Kind stehen auf der Straße.")
+    words = ["▁Ein", "▁Mann", ",", "▁eine", "▁Frau", "▁und", "▁ein", "▁Kind", "▁stehen", "▁auf", "▁der", "▁Straße"]
+    assert tokens == [*words, "."]
+    tokens = punctuation_tokenizer.tokens('Ein Mann (links) sagt: "Hallo."')
+    assert "".join(tokens) == '▁Ein▁Mann▁(links)▁sagt:▁"Hallo."'
+    assert not [token for token in tokens if PUNCTUATION.search(token) and re.search(r"\w", token)]
 
 
 UNSEEN = [
