@@ -2,12 +2,11 @@
 
 A tokenizer is one Hugging Face `tokenizer.json`: NFKC normalisation, a Metaspace
 pre-tokenizer (spaces become "▁" and word starts are marked; with split_punctuation, every
-punctuation character is a piece of its own, as SentencePiece's script split and a Moses-tokenized
-subword-nmt pipeline keep it, so that "Straße." is "▁Straße" + "." and not a subword of its own, and " (" is "▁("),
-a BPE or Unigram model
-with byte fallback, and the decoder that undoes all of it. Byte fallback means that a
-character never seen in training is encoded as its UTF-8 bytes (`<0xC3><0xB4>`) rather
-than `<unk>`, so decode(encode(s)) gives back NFKC(s) for any text.
+punctuation character is also a piece of its own, as SentencePiece's script split and a
+Moses-tokenized subword-nmt pipeline keep it: "Straße." is "▁Straße" + ".", " (" is "▁("),
+a BPE or Unigram model with byte fallback, and the decoder that undoes all of it. Byte
+fallback means that a character never seen in training is encoded as its UTF-8 bytes
+(`<0xC3><0xB4>`) rather than `<unk>`, so decode(encode(s)) gives back NFKC(s) for any text.
 """
 
 from __future__ import annotations
