@@ -38,7 +38,7 @@ def _ctranslate2():
 
 
 def _vocabulary(tokenizer: Tokenizer) -> list[str]:
-    return ["<blank>" if tok == PAD else tok for tok in (tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))]
+    return ["<blank>" if tok == PAD else tok for tok in tokenizer.vocabulary()]
 
 
 def _spec(model_file: ModelFile):

@@ -84,6 +84,10 @@ class Tokenizer:
     def tokens(self, line: str) -> list[str]:
         return self._hf.encode(line, add_special_tokens=False).tokens
 
+    def vocabulary(self) -> list[str]:
+        """Every token, in id order."""
+        return [self._hf.id_to_token(i) for i in range(self.vocab_size)]
+
     def id_to_token(self, token_id: int) -> str:
         return self._hf.id_to_token(token_id)
 

@@ -54,7 +54,7 @@ def joins_punctuation_to_a_word(token: str) -> bool:
 
 
 def learned_tokens(tokenizer: Tokenizer) -> list[str]:
-    return [tokenizer.id_to_token(i) for i in range(len(SPECIAL_TOKENS) + len(BYTE_TOKENS), tokenizer.vocab_size)]
+    return tokenizer.vocabulary()[len(SPECIAL_TOKENS) + len(BYTE_TOKENS) :]
 
 
 def test_without_split_punctuation_words_and_punctuation_share_subwords(full_tokenizer):
@@ -98,7 +98,7 @@ def test_unseen_character_becomes_its_utf8_bytes(full_tokenizer):
 
 
 def test_special_and_byte_token_ids(full_tokenizer):
-    assert [full_tokenizer.id_to_token(i) for i in range(4)] == SPECIAL_TOKENS
+    assert full_tokenizer.vocabulary()[:4] == SPECIAL_TOKENS
     assert [full_tokenizer.id_to_token(4 + b) for b in (0, 0xC3, 255)] == ["<0x00>", "<0xC3>", "<0xFF>"]
 
 
