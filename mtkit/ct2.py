@@ -23,7 +23,7 @@ from mtkit.model import sinusoidal_positions, unscored_logit_bias
 from mtkit.search import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import PAD, Tokenizer
-from mtkit.translate import TextTranslator
+from mtkit.translate import TextTranslator, without_line_breaks
 
 QUANTIZATIONS = ("float32", "int8", "int16", "float16", "bfloat16", "int8_float32", "int8_bfloat16")
 META_FILE = "mtkit.json"
@@ -148,9 +148,13 @@ class CTranslate2Translator(TextTranslator):
         if not (directory / META_FILE).is_file():
             raise MtkitError(f"{directory}: not an exported mtkit CTranslate2 model (no {META_FILE}; see mtkit export)")
         cfg.validate()
-        self.cfg = cfg
         self.src_tokenizer = Tokenizer.load(directory / "src_tokenizer.json")
         self.tgt_tokenizer = Tokenizer.load(directory / "tgt_tokenizer.json")
+        self.cfg = without_line_breaks(cfg, self.tgt_tokenizer)
+        # Never generated, as in mtkit's own search: <s>, <pad> (CTranslate2's <blank>), line breaks.
+        self.suppressed = [["<s>"], ["<blank>"]] + [
+            [self.tgt_tokenizer.id_to_token(i) for i in sequence] for sequence in self.cfg.banned
+        ]
         device = ("cuda" if ctranslate2.get_cuda_device_count() else "cpu") if device == "auto" else device
         # CTranslate2's own default is 4 threads whatever the machine: on 2 cores that oversubscribes
         # them. Use as many as torch does (the physical cores, or OMP_NUM_THREADS).
@@ -216,7 +220,7 @@ class CTranslate2Translator(TextTranslator):
             return_scores=True,
             max_batch_size=self.batch_size,
             max_input_length=0,  # sources come cut to MAX_SOURCE_TOKENS (mtkit.translate)
-            suppress_sequences=[["<s>"], ["<blank>"]],  # never generated, as in mtkit's own search
+            suppress_sequences=self.suppressed,
             sampling_topk=(cfg.top_k or 0) if cfg.sample else 1,
             sampling_topp=cfg.top_p,
             sampling_temperature=cfg.temperature,

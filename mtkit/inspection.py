@@ -130,7 +130,7 @@ def attention_view(
 
     layer: 1..N, last or all; head: 1..h, mean (over heads) or all.
     """
-    from mtkit.translate import translate_ids
+    from mtkit.translate import translate_ids, without_line_breaks
 
     if kind not in KINDS:
         raise MtkitError(f"--kind {kind}: must be one of {', '.join(KINDS)}")
@@ -140,7 +140,7 @@ def attention_view(
     if tgt is not None:
         tgt_ids = tgt_tok.encode_batch([tgt.strip()])[0]
     else:
-        search_cfg = SearchConfig(beam=beam, lenpen=0.6)
+        search_cfg = without_line_breaks(SearchConfig(beam=beam, lenpen=0.6), tgt_tok)
         tgt_ids = translate_ids(model, [src_ids], search_cfg, model.tgt_embed.tokens.weight.device)[0][0].tokens
     weights = attention_weights(model, src_ids, tgt_ids)[kind]  # (layers, heads, queries, keys)
     src_labels = [src_tok.id_to_token(i) for i in src_ids] + ["</s>"]

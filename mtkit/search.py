@@ -47,6 +47,9 @@ class SearchConfig:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    # Target id sequences a translation never contains: the engine sets its tokenizer's line breaks
+    # (Tokenizer.line_break_sequences), so that one line in gives one line out.
+    banned: tuple[tuple[int, ...], ...] = ()
 
     def validate(self) -> None:
         if self.beam < 1:
@@ -84,12 +87,26 @@ def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
 
 
 def _constrain(lprobs: Tensor, steps: Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:
-    """Forbid <pad>/<s>, </s> before min_len, and repeated n-grams; steps: each row's tokens so far."""
+    """Forbid <pad>/<s>, </s> before min_len, the banned sequences, and repeated n-grams;
+    steps: each row's tokens so far; history: each row's tokens (the last ones: rows may be left-padded)."""
     lprobs[:, PAD_ID] = float("-inf")
     lprobs[:, BOS_ID] = float("-inf")
     lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(steps < cfg.min_len, float("-inf"))
+    if cfg.banned:
+        lprobs = _ban_sequences(lprobs, history, cfg.banned)
     if cfg.no_repeat_ngram and history.size(1) >= cfg.no_repeat_ngram:
         lprobs = _ban_repeated_ngrams(lprobs, history, cfg.no_repeat_ngram)
+    return lprobs
+
+
+def _ban_sequences(lprobs: Tensor, history: Tensor, banned: tuple[tuple[int, ...], ...]) -> Tensor:
+    """Forbid the last token of every banned sequence whose other tokens end a row's history."""
+    singles = [sequence[0] for sequence in banned if len(sequence) == 1]
+    lprobs[:, singles] = float("-inf")
+    for *before, last in (sequence for sequence in banned if len(sequence) > 1):
+        if history.size(1) >= len(before):
+            ends_with = (history[:, history.size(1) - len(before) :] == history.new_tensor(before)).all(dim=1)
+            lprobs[ends_with, last] = float("-inf")
     return lprobs
 
 

@@ -218,7 +218,10 @@ class Service:
 
     def _translator_for(self, options: Options) -> TextTranslator:
         assert self.translator is not None
-        self.translator.cfg = replace(self.base_cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen)
+        # The translator's own cfg: it holds what the engine added (the banned line breaks).
+        self.translator.cfg = replace(
+            self.translator.cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen
+        )
         return self.translator
 
     def _answer(self, line: str, options: Options, nbest_list: NbestList) -> Any:

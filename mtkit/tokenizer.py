@@ -30,6 +30,9 @@ SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # their order fixes their ids
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
 BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
+# Every character that ends a line for Python's str.splitlines (and "\n", "\r" for every other tool):
+# a translation holding one would break the one-line-in, one-line-out contract.
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 class Tokenizer:
@@ -47,6 +50,7 @@ class Tokenizer:
         # Text is text: "</s>" or "<pad>" typed by a user are characters, never control ids.
         self._hf.encode_special_tokens = True
         self.sha256 = hashlib.sha256(json_text.encode("utf-8")).hexdigest()
+        self._line_breaks: list[list[int]] | None = None
 
     @classmethod
     def load(cls, path: Path) -> Tokenizer:
@@ -87,6 +91,21 @@ class Tokenizer:
     def vocabulary(self) -> list[str]:
         """Every token, in id order."""
         return [self._hf.id_to_token(i) for i in range(self.vocab_size)]
+
+    def line_break_sequences(self) -> list[list[int]]:
+        """The id sequences whose decoding can break a line: every token that decodes to a text with a
+        character of LINE_BREAKS (the byte tokens <0x0A> and <0x0D> among them), and the byte-token
+        spellings of the multi-byte ones (U+2028 is <0xE2><0x80><0xA8>). A search that never completes
+        one of these never writes a line break."""
+        if self._line_breaks is None:
+            texts = self._hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
+            found = [[i] for i, text in enumerate(texts) if any(char in LINE_BREAKS for char in text)]
+            for char in LINE_BREAKS:
+                spelled = [self._hf.token_to_id(f"<0x{byte:02X}>") for byte in char.encode("utf-8")]
+                if len(spelled) > 1 and None not in spelled:
+                    found.append(spelled)
+            self._line_breaks = found
+        return self._line_breaks
 
     def id_to_token(self, token_id: int) -> str:
         return self._hf.id_to_token(token_id)

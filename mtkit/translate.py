@@ -5,6 +5,7 @@ Also the shape of `mtkit translate`'s output lines (plain, n-best, with alignmen
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -49,6 +50,11 @@ def translate_ids(
         for index, hyps in zip(indices, hypotheses):
             results[index] = hyps
     return results
+
+
+def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
+    """cfg, banning every id sequence that decodes to a line break: a translation is one line."""
+    return dataclasses.replace(cfg, banned=tuple(map(tuple, tgt_tokenizer.line_break_sequences())))
 
 
 class TextTranslator:
@@ -156,10 +162,11 @@ class Translator(TextTranslator):
     ):
         """One model file, or several for an ensemble (same tokenizers; see mtkit.ensemble)."""
         cfg.validate()
-        self.cfg = cfg
+        files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
+        self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
+        self.cfg = without_line_breaks(cfg, self.tgt_tokenizer)
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
-        files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
         models = [f.build_model(self.device) for f in files]
         for model in models:
             if self.precision != "fp32":
@@ -167,7 +174,6 @@ class Translator(TextTranslator):
             elif self.device.type == "cpu":
                 pack_linear_layers(model)
         self.model = models[0] if len(models) == 1 else Ensemble(models)
-        self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
         self.batch_size, self.max_tokens = batch_size, max_tokens
 
     def _search(

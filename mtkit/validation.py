@@ -22,7 +22,7 @@ from mtkit.loss import TrainingObjective
 from mtkit.model import Transformer
 from mtkit.search import SearchConfig
 from mtkit.tokenizer import Tokenizer
-from mtkit.translate import translate_ids
+from mtkit.translate import translate_ids, without_line_breaks
 
 VALID_BATCH_TOKENS = 1 << 14  # validation batches are at least this large: no gradients to keep
 
@@ -76,6 +76,7 @@ def _decoding_scores(
     count = min(len(data), cfg.valid_max_sentences) if cfg.valid_max_sentences else len(data)
     shard = list(range(count))[dist.rank :: dist.world_size]
     search_cfg = SearchConfig(beam=cfg.valid_beam, lenpen=0.6 if cfg.valid_beam > 1 else 1.0)
+    search_cfg = without_line_breaks(search_cfg, tgt_tokenizer)
     hyps = translate_ids(model, [data.src[i] for i in shard], search_cfg, device, precision)
     mine = tgt_tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
     texts = [""] * count

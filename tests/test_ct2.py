@@ -93,7 +93,7 @@ def test_one_call_under_the_largest_limit_equals_a_call_per_limit(
             length_penalty=lenpen,
             max_decoding_length=limit,
             return_scores=True,
-            suppress_sequences=[["<s>"], ["<blank>"]],
+            suppress_sequences=engine.suppressed,
         )
         expected.update(
             {
