@@ -87,6 +87,7 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     ema_decay: float = 0.0  # keep an exponential moving average of the weights (e.g. 0.9999); 0 = off
     rdrop_alpha: float = 0.0  # R-Drop: weight of the KL term between two dropout passes (e.g. 5); 0 = off
+    compile: bool = False  # torch.compile the model and loss (GPU training: fused kernels; minutes to compile)
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
@@ -134,6 +135,7 @@ RESUMABLE_KEYS = {
     "train.valid_beam",
     "train.valid_max_sentences",
     "train.threads",
+    "train.compile",
 }
 
 

@@ -87,6 +87,16 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
     return _LabelSmoothedCrossEntropy.apply(logits, target, epsilon)
 
 
+def fused_label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """label_smoothed_loss in plain differentiable operations, for torch.compile to fuse into one
+    pass over the logits (forward) and one for their gradient (backward)."""
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)
+    nll = (lse - x.gather(1, target[:, None]).squeeze(1)).sum()
+    smooth = (lse - x.mean(dim=-1)).sum()
+    return (1.0 - epsilon) * nll + epsilon * smooth, nll.detach()
+
+
 def symmetric_kl(logits_p: Tensor, logits_q: Tensor) -> Tensor:
     """Summed KL(p || q) + KL(q || p) over rows of (N, V) logits, in fp32:
     sum_v (p_v - q_v) * (log p_v - log q_v)."""
@@ -96,13 +106,15 @@ def symmetric_kl(logits_p: Tensor, logits_q: Tensor) -> Tensor:
 
 class TrainingObjective(nn.Module):
     """Teacher-forced loss of a batch; the unit that DistributedDataParallel wraps. With rdrop_alpha
-    > 0, while the model is in training mode, the R-Drop loss of the module docstring."""
+    > 0, while the model is in training mode, the R-Drop loss of the module docstring. fused: the
+    loss in plain operations (fused_label_smoothed_loss), for a compiled objective."""
 
-    def __init__(self, model: Transformer, label_smoothing: float, rdrop_alpha: float = 0.0):
+    def __init__(self, model: Transformer, label_smoothing: float, rdrop_alpha: float = 0.0, fused: bool = False):
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
         self.rdrop_alpha = rdrop_alpha
+        self.loss = fused_label_smoothed_loss if fused else label_smoothed_loss
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
         rdrop = self.rdrop_alpha > 0 and self.model.training  # the model's mode: the trainer sets that one
@@ -113,7 +125,7 @@ class TrainingObjective(nn.Module):
         real = tgt_out != PAD_ID
         # Only real positions reach the vocabulary projection, and only its scored columns.
         logits = self.model.output_logits(hidden[real])
-        loss, nll = label_smoothed_loss(logits, self.model.output_positions(tgt_out[real]), self.label_smoothing)
+        loss, nll = self.loss(logits, self.model.output_positions(tgt_out[real]), self.label_smoothing)
         if not rdrop:
             return loss, nll
         first, second = logits.chunk(2)  # the copies' real positions, in the same order

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from mtkit import faults
 from mtkit.errors import MtkitError
 
 
@@ -107,7 +108,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(tmp_name)
     try:
+        faults.reached("tempfile")
         yield tmp
+        faults.reached("rename")
         if tmp.exists():
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; give them the usual mode
             fsync_path(tmp)
@@ -135,7 +138,9 @@ def atomic_directory(path: Path, force: bool) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())
     try:
+        faults.reached("tempfile")
         yield tmp
+        faults.reached("rename")
         for file in sorted(tmp.rglob("*")):
             fsync_path(file)
         fsync_path(tmp)

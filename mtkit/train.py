@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mtkit import console
+from mtkit import console, faults
 from mtkit.batching import Batch, BatchStream, collate
 from mtkit.checkpoint import (
     CHECKPOINT_DIR,
@@ -49,6 +49,7 @@ from mtkit.schedule import learning_rate
 from mtkit.validation import validate
 
 MAX_CONSECUTIVE_NONFINITE = 32
+COMPILE_BACKEND = "inductor"  # train.compile's; tests trace with "aot_eager", which generates no code
 
 
 class Trainer:
@@ -72,7 +73,9 @@ class Trainer:
         if config.model.output_vocab == "target" and not resume:
             self._score_training_targets(fine_tuning=init_weights is not None)
         self.model.to(self.device)
-        self.objective: nn.Module = TrainingObjective(self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha)
+        self.objective: nn.Module = TrainingObjective(
+            self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha, fused=self.cfg.compile
+        )
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             # broadcast_buffers=False: the buffers are the constant sinusoidal positions, and the
@@ -80,6 +83,8 @@ class Trainer:
             self.objective = nn.parallel.DistributedDataParallel(
                 self.objective, device_ids=device_ids, broadcast_buffers=False
             )
+        if self.cfg.compile:  # every batch has its own (B, S, T): compile for symbolic sizes at once
+            self.objective = torch.compile(self.objective, dynamic=True, backend=COMPILE_BACKEND)
         self.optimizer = make_optimizer(self.model, self.cfg, self.device)
         self.ema = WeightAverage(self.model, self.cfg.ema_decay) if self.cfg.ema_decay else None
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
@@ -253,6 +258,7 @@ class Trainer:
                 consecutive_bad = 0
                 self.progress.step += 1
                 self.progress.target_tokens += int(stats["tgt_tokens"])
+                faults.reached("update")
                 window.add(stats, seconds)
                 step = self.progress.step
                 bar.advance(1, f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {window.tokens_per_s():,.0f} tgt tok/s")
