@@ -1,55 +1,50 @@
-"""Fault injection: kill -9 at random moments. Training resumes to the losses of an uninterrupted run;
-preprocess, average and export leave either their complete output or none."""
+"""Fault injection: kill -9 at exact moments (mtkit.faults), drawn from a seeded generator. Training
+resumes to the losses of an uninterrupted run; preprocess, average and export leave either their
+complete output or none. Every kill lands where it was meant to, whatever the machine's speed."""
 
 import json
 import random
-import shutil
-import subprocess
-import time
+import signal
 
 from conftest import TINY_TRAIN, losses, run_mtkit, start_mtkit, write_corpus
 
 KILLS = 10
 
 
-def kill_after(proc: subprocess.Popen, seconds: float) -> bool:
-    """SIGKILL after `seconds` unless it ended first; True if it was killed."""
-    try:
-        proc.wait(timeout=seconds)
-        return False
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        return True
+def killed_at(point: str, *args) -> bool:
+    """Run the CLI with MTKIT_KILL_AT=point; True if it died by SIGKILL (there), False if it ended."""
+    result = run_mtkit(*args, env={"MTKIT_KILL_AT": point})
+    assert result.returncode in (0, -signal.SIGKILL), result.stderr.decode()
+    return result.returncode == -signal.SIGKILL
 
 
-def test_training_killed_at_random_moments_resumes_to_the_uninterrupted_losses(tmp_path, data_dir):
-    """Kills land while Python starts, inside steps, while checkpoints, the state and metrics are written."""
-    settings = [*TINY_TRAIN, "--set", "model.dropout=0.2", "--set", "train.max_steps=400", "--set", "train.save_every=1",
+def test_training_killed_at_drawn_moments_resumes_to_the_uninterrupted_losses(tmp_path, data_dir):
+    """Kills land while Python starts, after updates, and while checkpoints, the state and the
+    index are half written (their temporary file made, or written and not yet renamed)."""
+    settings = [*TINY_TRAIN, "--set", "model.dropout=0.2", "--set", "train.max_steps=150", "--set", "train.save_every=1",
                 "--set", "train.keep_last=2"]  # fmt: skip
     reference = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "reference", *settings)
     assert reference.returncode == 0, reference.stderr.decode()
     run = tmp_path / "run"
-    rng = random.Random(20261122)
-    first = start_mtkit("train", "-d", data_dir, "-o", run, *settings)
-    deadline = time.time() + 120
-    while not (run / "state.pt").exists() and time.time() < deadline:  # a start takes ~4 s to its first save
-        time.sleep(0.02)
-    killed = trials = int(kill_after(first, rng.uniform(0.0, 1.5)))
-    while killed < KILLS and trials < 3 * KILLS:  # a trial that ends before its kill is not counted
-        trials += 1
-        killed += kill_after(start_mtkit("train", "--resume", run), rng.uniform(1.0, 6.0))
-    assert killed == KILLS
+    rng = random.Random(20261126)
+    # The first run must save a state to resume from: it dies after an update that follows a save.
+    points = [f"update:{rng.randint(2, 24)}"]
+    points += [f"{rng.choice(['update', 'tempfile', 'rename'])}:{rng.randint(1, 24)}" for _ in range(KILLS - 2)]
+    assert killed_at(points[0], "train", "-d", data_dir, "-o", run, *settings)
+    for point in points[1:]:
+        assert killed_at(point, "train", "--resume", run)
+    starting = start_mtkit("train", "--resume", run)
+    starting.kill()  # at once: while Python starts
+    assert starting.wait() == -signal.SIGKILL
     final = run_mtkit("train", "--resume", run)
     assert final.returncode == 0, final.stderr.decode()
-    assert losses(run) == losses(tmp_path / "reference")  # bitwise, every step from 1 to 400
+    assert losses(run) == losses(tmp_path / "reference")  # bitwise, every step from 1 to 150
 
 
-def test_preprocess_average_export_killed_leave_all_or_nothing(tmp_path, tokenizer_path, trained_run):
+def test_preprocess_average_export_killed_while_writing_leave_nothing_then_succeed(tmp_path, tokenizer_path, trained_run):
     write_corpus(tmp_path, {"part": 2000})
     for lang in ("en", "de"):  # 20,000 lines (the grammar has about 5,000 distinct sentences)
         (tmp_path / f"big.{lang}").write_text((tmp_path / f"part.{lang}").read_text() * 10)
-    rng = random.Random(7)
     checkpoints = sorted((trained_run / "checkpoints").glob("step_*.pt"))
     commands = {
         "bin": ["preprocess", "-s", "en", "-t", "de", "--train", tmp_path / "big", "--tokenizer", tokenizer_path,
@@ -59,11 +54,9 @@ def test_preprocess_average_export_killed_leave_all_or_nothing(tmp_path, tokeniz
     }  # fmt: skip
     for output, command in commands.items():
         path = tmp_path / output
-        for _ in range(3):
-            kill_after(start_mtkit(*command), rng.uniform(0.5, 3.0))
-            if path.exists():  # the command finished before the kill: its output must be whole
-                assert_complete(path)
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        for point in ("tempfile:1", "rename:1"):
+            assert killed_at(point, *command), f"{output}: never reached {point}"
+            assert not path.exists(), f"{output}: killed at {point}, yet the output is there"
         finished = run_mtkit(*command)  # and a later run over the debris succeeds
         assert finished.returncode == 0, finished.stderr.decode()
         assert_complete(path)
