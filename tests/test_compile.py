@@ -11,11 +11,11 @@ import torch
 from conftest import losses, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_train import tiny_config
 
 import mtkit.train
 from mtkit.loss import TrainingObjective, fused_label_smoothed_loss, label_smoothed_loss
 from mtkit.train import train
-from test_train import tiny_config
 
 
 @settings(max_examples=40, deadline=None)

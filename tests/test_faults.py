@@ -41,7 +41,9 @@ def test_training_killed_at_drawn_moments_resumes_to_the_uninterrupted_losses(tm
     assert losses(run) == losses(tmp_path / "reference")  # bitwise, every step from 1 to 150
 
 
-def test_preprocess_average_export_killed_while_writing_leave_nothing_then_succeed(tmp_path, tokenizer_path, trained_run):
+def test_preprocess_average_export_killed_while_writing_leave_nothing_then_succeed(
+    tmp_path, tokenizer_path, trained_run
+):
     write_corpus(tmp_path, {"part": 2000})
     for lang in ("en", "de"):  # 20,000 lines (the grammar has about 5,000 distinct sentences)
         (tmp_path / f"big.{lang}").write_text((tmp_path / f"part.{lang}").read_text() * 10)
