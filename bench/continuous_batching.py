@@ -43,7 +43,7 @@ def load_translator(model: Path, precision: str) -> Translator:
 def serve_in_process(model: Path, precision: str, lines: list[str], clients: int, seconds: float, setting) -> list:
     """[sentences/s, ms per batch or step, sentences per batch or step] of `clients` closed-loop
     clients submitting single sentences to a Batcher. As in `mtkit serve`, the worker thread builds
-    the model: torch's OpenMP threads belong to the thread that calls them (docs/RESULTS.md)."""
+    the model: torch's OpenMP threads belong to the thread that calls them (docs/RESULTS.md, "Measured design choices")."""
     max_wait_s, continuous = setting
     batches: list[BatchStats] = []  # until the deadline (not while the last sentences drain)
     done = threading.Event()
