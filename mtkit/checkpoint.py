@@ -79,6 +79,13 @@ class ModelFile:
         model.load_state_dict(self.weights)
         return model.to(device).eval()
 
+    def unscored_logit_bias(self) -> torch.Tensor | None:
+        """For exports: a (V,) bias for the output layer, -inf on the ids a model with
+        output_vocab = target does not score (0 elsewhere); None when it scores every id."""
+        if self.config.output_vocab == "all":
+            return None
+        return torch.zeros(self.config.tgt_vocab_size).masked_fill_(~self.weights["output_mask"], float("-inf"))
+
 
 def weights_on_cpu(
     state: dict[str, torch.Tensor], move: Callable[[torch.Tensor], torch.Tensor] = lambda t: t.detach().cpu()

@@ -14,7 +14,8 @@ from torch import Tensor, nn
 
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
-from mtkit.model import DecoderState, Transformer
+from mtkit.kv_cache import DecoderState
+from mtkit.model import Transformer
 
 
 class EnsembleMemory:

@@ -20,7 +20,7 @@ from tokenizers import processors
 
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
-from mtkit.model import sinusoidal_positions, unscored_logit_bias
+from mtkit.model import sinusoidal_positions
 from mtkit.search import MAX_OUTPUT_TOKENS, MAX_POSITIONS, MAX_SOURCE_TOKENS
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK
@@ -89,7 +89,7 @@ def marian_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
         norm(f"{name}.encoder_attn_layer_norm", f"{source}.cross_block.norm")
         ffn(name, source)
         norm(f"{name}.final_layer_norm", f"{source}.ffn_block.norm")
-    bias = unscored_logit_bias(model_file.weights, cfg)
+    bias = model_file.unscored_logit_bias()
     out["final_logits_bias"] = torch.zeros(1, cfg.tgt_vocab_size) if bias is None else bias[None]
     return {name: tensor.contiguous() for name, tensor in out.items()}
 

@@ -13,15 +13,15 @@ side holds (a joint vocabulary's source-only ids are then never predicted and co
 
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.config import ModelConfig
+from mtkit.kernels import Dropout, attend
+from mtkit.kv_cache import DecoderState, LayerCache
 from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 
@@ -34,27 +34,6 @@ def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     encoding[:, 0::2] = torch.sin(angle)
     encoding[:, 1::2] = torch.cos(angle[:, : d_model // 2])
     return encoding.float()
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout with a cheaper mask on a CPU, where torch draws one Bernoulli number per element
-    (about a tenth of a 2-core training step). Here each 64-bit draw decides four elements with 16
-    bits each, so p is rounded to a multiple of 1/65536 and kept values are scaled by exactly
-    1 / (1 - that p). Other devices use torch's own kernel."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0 or x.device.type != "cpu":
-            return super().forward(x)
-        return cpu_dropout(x, self.p)
-
-
-def cpu_dropout(x: Tensor, p: float) -> Tensor:
-    dropped = round(p * 65536)  # of the 65,536 values a 16-bit lane can take
-    if dropped >= 65536:
-        return x * 0.0
-    bits = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # all 64 bits uniform
-    keep = bits.view(torch.int16)[: x.numel()].view(x.shape) >= dropped - 32768
-    return x * keep * (65536 / (65536 - dropped))
 
 
 class Embedding(nn.Module):
@@ -89,58 +68,6 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(batch, length, heads * d_k)  # (B, L, d)
 
 
-def attention_with_weights(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
-) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k) + B) V, returning the weights too (slow path, for inspection)."""
-    weights = masked_scores(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask, is_causal).softmax(dim=-1)
-    return weights @ v, weights
-
-
-def masked_scores(scores: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
-    """(B, h, Lq, Lk) scores with -inf where a query may not look: past the causal diagonal (aligned
-    at the last key) and where mask is False."""
-    if is_causal:
-        causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril(
-            scores.size(-1) - scores.size(-2)
-        )
-        scores = scores.masked_fill(~causal, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores
-
-
-def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k) + B) V as two batched matrix products in q's dtype around an fp32
-    softmax (attention as "eager" implementations compute it under autocast). For training on a CPU
-    under bf16 autocast: with sentence-length sequences, forward and backward take about half the
-    time of the flash kernel in fp32 (docs/RESULTS.md, "Measured design choices"). CPU tensors only (its dropout is cpu_dropout)."""
-    scores = (q @ k.transpose(-2, -1)).float() * q.size(-1) ** -0.5  # (B, h, Lq, Lk)
-    weights = masked_scores(scores, mask, is_causal).softmax(dim=-1)
-    if dropout > 0:
-        weights = cpu_dropout(weights, dropout)
-    return weights.to(v.dtype) @ v
-
-
-def _bf16_training_on_cpu(q: Tensor, training: bool) -> bool:
-    """Whether attention takes matmul_attention: training under CPU bf16 autocast. Evaluation and
-    decoding keep the kernel, whose incremental steps (one query per row) it serves well."""
-    return training and q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_autocast_enabled("cpu")
-
-
-def _fp32_attention_on_cpu(q: Tensor) -> contextlib.AbstractContextManager:
-    """Under CPU autocast, run the attention kernel in fp32: torch's CPU kernels are about 5x slower
-    in bf16 (measured here with AVX-512 bf16), while the projections around them keep the speed-up."""
-    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        return torch.autocast("cpu", enabled=False)
-    return contextlib.nullcontext()
-
-
-def attention_dtype(x: Tensor) -> torch.dtype:
-    """What attention computes in: fp32 on a CPU (see _fp32_attention_on_cpu), x's dtype elsewhere."""
-    return torch.float32 if x.device.type == "cpu" else x.dtype
-
-
 class MultiHeadAttention(nn.Module):
     """h heads in parallel: W_q, W_k, W_v per head (stored as one d x d matrix each), then W_o."""
 
@@ -171,15 +98,9 @@ class MultiHeadAttention(nn.Module):
         if group > 1:  # (B*g, h, 1, d_k) -> (B, h, g, d_k)
             rows, heads, _, d_k = q.shape
             q = q.view(rows // group, group, heads, d_k).transpose(1, 2)
+        out, weights = attend(q, k, v, mask, is_causal, self.dropout, self.training, self.keep_weights)
         if self.keep_weights:
-            out, self.weights = attention_with_weights(q, k, v, mask, is_causal)
-        elif _bf16_training_on_cpu(q, self.training):
-            out = matmul_attention(q, k, v, mask, is_causal, self.dropout)
-        else:
-            dropout = self.dropout if self.training else 0.0
-            with _fp32_attention_on_cpu(q):
-                q, k, v = (t.to(attention_dtype(t)) for t in (q, k, v))
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+            self.weights = weights
         if group > 1:  # back to (B*g, h, 1, d_k)
             out = out.transpose(1, 2).reshape(-1, out.size(1), 1, out.size(3))
         return self.out_proj(merge_heads(out))
@@ -261,153 +182,6 @@ class DecoderLayer(nn.Module):
         # One new position, which may see every cached one; the cache keeps the packed layout.
         k, v = cache.append(self.self_attn.packed_keys_values(h))
         return self.self_attn(h, k, v, mask=self_mask)
-
-
-CACHE_CHUNK = 32  # decoder positions a self-attention cache grows by
-
-
-class LayerCache:
-    """One decoder layer's keys and values: self-attention grows per step and has a row per beam;
-    cross-attention is fixed and has a row per sentence (every beam of a sentence reads the same).
-
-    Self-attention keys and values live in one (rows, 2h, capacity, d_k) buffer, k heads then v
-    heads, with room for CACHE_CHUNK more positions. Beam reordering gathers the filled positions
-    into a second buffer of the same size and swaps the two: one copy per step (a concatenation
-    and a gather before), and no new allocation until the capacity is used up.
-    """
-
-    def __init__(self, cross_k: Tensor, cross_v: Tensor):
-        # Kept in attention's dtype: under CPU autocast, converted once rather than at every step.
-        self.cross_k, self.cross_v = (t.to(attention_dtype(t)) for t in (cross_k, cross_v))
-        self.length = 0
-        self._buffers: list[Tensor] = []  # [current, spare]; the current rows are the first `rows`
-        self.rows = 0
-
-    def append(self, kv: Tensor) -> tuple[Tensor, Tensor]:
-        """Store one position's (rows, 2h, 1, d_k) keys and values; returns all keys and values
-        so far as (rows, h, length, d_k) views."""
-        rows, heads2, _, d_k = kv.shape
-        if not self._buffers or self.length == self._buffers[0].size(2):
-            self._grow(rows, heads2, d_k, kv)
-        self.rows = rows
-        current = self._buffers[0][:rows]
-        current[:, :, self.length] = kv[:, :, 0]
-        self.length += 1
-        filled = current[:, :, : self.length]
-        return filled[:, : heads2 // 2], filled[:, heads2 // 2 :]
-
-    def _grow(self, rows: int, heads2: int, d_k: int, like: Tensor) -> None:
-        capacity = self.length + CACHE_CHUNK
-        fresh = [like.new_empty(rows, heads2, capacity, d_k, dtype=attention_dtype(like)) for _ in range(2)]
-        if self._buffers:
-            fresh[0][:, :, : self.length] = self._buffers[0][:rows, :, : self.length]
-        self._buffers = fresh
-
-    def select(self, rows: Tensor, sentences: Tensor | None, drop: int = 0) -> None:
-        """Keep `rows` (and the cross-attention rows of `sentences`), and drop the first `drop`
-        positions, which no kept row attends to."""
-        if sentences is not None:
-            self.cross_k, self.cross_v = (
-                self.cross_k.index_select(0, sentences),
-                self.cross_v.index_select(0, sentences),
-            )
-        if self.length:
-            current, spare = self._buffers
-            if rows.numel() > spare.size(0):  # more rows than ever before (not in beam search)
-                spare = current.new_empty(rows.numel(), *current.shape[1:])
-            filled = current[: self.rows, :, drop : self.length]
-            torch.index_select(filled, 0, rows, out=spare[: rows.numel(), :, : self.length - drop])
-            self._buffers = [spare, current]
-            self.rows = rows.numel()
-            self.length -= drop
-
-    def join(self, other: LayerCache, new_rows: int) -> None:
-        """Append the sentences of a fresh cache (no positions yet) and their `new_rows` rows; the
-        new rows' earlier positions are zeros (their self-attention mask hides them)."""
-        self.cross_k, self.cross_v = (
-            torch.cat(pad_to_common_length([mine, theirs], dim=2))
-            for mine, theirs in ((self.cross_k, other.cross_k), (self.cross_v, other.cross_v))
-        )
-        if not self.length:
-            return
-        current = self._buffers[0]
-        rows = self.rows + new_rows
-        if rows > current.size(0):  # room for half as many rows again: joins come one after another
-            grown = [current.new_empty(rows + rows // 2, *current.shape[1:]) for _ in range(2)]
-            grown[0][: self.rows, :, : self.length] = current[: self.rows, :, : self.length]
-            self._buffers, current = grown, grown[0]
-        current[self.rows : rows, :, : self.length] = 0
-        self.rows = rows
-
-
-def pad_to_common_length(tensors: list[Tensor], dim: int, value: float | bool = 0) -> list[Tensor]:
-    """Pad each tensor at the end of `dim` to the longest one's size there."""
-    longest = max(t.size(dim) for t in tensors)
-    padded = []
-    for t in tensors:
-        shape = list(t.shape)
-        shape[dim] = longest - t.size(dim)
-        padded.append(torch.cat([t, t.new_full(shape, value)], dim=dim) if shape[dim] else t)
-    return padded
-
-
-@dataclass
-class DecoderState:
-    """What incremental decoding carries between steps: `beams` consecutive rows per sentence."""
-
-    layers: list[LayerCache]
-    src_mask: Tensor  # (sentences, 1, 1, S)
-    beams: int = 1
-    step: int = 0  # cached positions: where the next token goes
-    starts: Tensor | None = None  # (sentences,) the cached position where each sentence began; None: all at 0
-
-    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep/reorder rows (beam reordering, dropping finished sentences). With one beam, rows
-        are sentences; with more, `sentences` are the kept sentences (None: all, in order).
-        Positions before every kept sentence's start are dropped from the cache."""
-        sentences = rows if self.beams == 1 else sentences
-        drop = 0
-        if sentences is not None and self.starts is not None:
-            self.starts = self.starts.index_select(0, sentences)
-            drop = int(self.starts.min())
-            self.starts -= drop
-            self.step -= drop
-        for layer in self.layers:
-            layer.select(rows, sentences, drop)
-        if sentences is not None:
-            self.src_mask = self.src_mask.index_select(0, sentences)
-
-    def join(self, other: DecoderState) -> None:
-        """Append the sentences of a fresh state (start_decoding, same beams): they decode from
-        the next step on, each at its own positions, alongside the sentences already here."""
-        sentences = self.src_mask.size(0)
-        new_sentences = other.src_mask.size(0)
-        for mine, theirs in zip(self.layers, other.layers):
-            mine.join(theirs, new_sentences * self.beams)
-        self.src_mask = torch.cat(pad_to_common_length([self.src_mask, other.src_mask], dim=3, value=False))
-        starts = self.starts if self.starts is not None else self.src_mask.new_zeros(sentences, dtype=torch.long)
-        self.starts = torch.cat([starts, starts.new_full((new_sentences,), self.step)])
-
-    def positions(self) -> int | Tensor:
-        """The position of each row's next token: an int when every sentence began together."""
-        if self.starts is None:
-            return self.step
-        return (self.step - self.starts).repeat_interleave(self.beams)
-
-    def self_attention_mask(self) -> Tensor | None:
-        """(rows, 1, 1, step + 1): which cached positions (this step's included) each row may see."""
-        if self.starts is None:
-            return None
-        visible = torch.arange(self.step + 1, device=self.starts.device)[None, :] >= self.starts[:, None]
-        return visible.repeat_interleave(self.beams, dim=0)[:, None, None, :]
-
-
-def unscored_logit_bias(weights: dict[str, Tensor], cfg: ModelConfig) -> Tensor | None:
-    """For exports: a (V,) bias for the output layer, -inf on the ids a model with
-    output_vocab = target does not score (0 elsewhere); None when it scores every id."""
-    if cfg.output_vocab == "all":
-        return None
-    return torch.zeros(cfg.tgt_vocab_size).masked_fill_(~weights["output_mask"], float("-inf"))
 
 
 class Transformer(nn.Module):

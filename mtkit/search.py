@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mtkit.errors import MtkitError
-from mtkit.model import DecoderState, Transformer, pad_to_common_length
+from mtkit.kv_cache import DecoderState, pad_to_common_length
+from mtkit.model import Transformer
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAX_SOURCE_TOKENS = 1024  # subwords of a source line that are translated, without </s>

@@ -6,15 +6,9 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 from mtkit.config import build_config
-from mtkit.model import (
-    CACHE_CHUNK,
-    Dropout,
-    MultiHeadAttention,
-    Transformer,
-    attention_with_weights,
-    matmul_attention,
-    sinusoidal_positions,
-)
+from mtkit.kernels import Dropout, attention_with_weights, matmul_attention
+from mtkit.kv_cache import CACHE_CHUNK
+from mtkit.model import MultiHeadAttention, Transformer, sinusoidal_positions
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
