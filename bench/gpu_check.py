@@ -228,7 +228,7 @@ def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens
 
     config = build_config({"model": {"preset": preset}, "train": {"max_tokens": max_tokens, "precision": "bf16",
                                                                    "device": device, "max_steps": 10**6}})  # fmt: skip
-    trainer = Trainer(config, data, work / "profile", resume=False)
+    trainer = Trainer(config, data, work / "profile")
     position = (0, 0)
 
     def update() -> None:

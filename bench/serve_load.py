@@ -50,7 +50,7 @@ def free_port() -> int:
 def offline_rate(model: Path, sentences: list[str], beam: int, engine: str) -> float:
     """Sentences/s of `mtkit translate` on these sentences, the model already loaded."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from mtkit.cli.options import make_translator
+    from mtkit.engines import make_translator
     from mtkit.search import SearchConfig
 
     translator = make_translator(

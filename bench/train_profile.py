@@ -46,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config, ["train.precision=fp32", *args.set])
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(config, args.data, Path(tmp) / "run", resume=False)
+        trainer = Trainer(config, args.data, Path(tmp) / "run")
         trainer.model.train()
         position = (0, 0)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import Tokenizer
 
@@ -191,3 +192,14 @@ def check_tokenizers_match(data_dir: Path, src_sha256: str, tgt_sha256: str, wha
             f"{data_dir}: built with a different tokenizer than {what} "
             f"(dataset sha256 {manifest['src_tokenizer']['sha256'][:12]}, {what} {src_sha256[:12]})"
         )
+
+
+def open_splits(data_dir: Path, model_cfg: ModelConfig) -> tuple[TrainingSamples, ParallelDataset | None]:
+    """The train split (all its samples) and (if any) the valid split; fills the model's vocabulary
+    sizes in from the dataset."""
+    manifest = read_manifest(data_dir)
+    model_cfg.src_vocab_size = manifest["src_tokenizer"]["vocab_size"]
+    model_cfg.tgt_vocab_size = manifest["tgt_tokenizer"]["vocab_size"]
+    model_cfg.joint_vocab = bool(manifest["joint_vocab"])
+    valid = ParallelDataset(data_dir, "valid") if "valid" in manifest["splits"] else None
+    return TrainingSamples(data_dir), valid

@@ -1,8 +1,13 @@
-"""Learning-rate schedules, as pure functions of the update step (and of the budget used)."""
+"""The optimizer (Adam, as the paper has it) and its learning-rate schedules, as pure functions of
+the update step (and of the budget used)."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import torch
+from torch import nn
 
 from mtkit.config import TrainConfig
 
@@ -41,3 +46,10 @@ def learning_rate(cfg: TrainConfig, step: int, elapsed: float = 0.0) -> float:
     if cfg.max_time:
         budget_used = max(budget_used, elapsed / cfg.max_time)
     return linear_decay_lr(step, cfg.lr, cfg.warmup, budget_used)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam (AdamW with weight decay) with the paper's betas and eps, in torch's fused kernels."""
+    options: dict[str, Any] = dict(lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg.weight_decay, fused=True)
+    adam = torch.optim.AdamW if cfg.weight_decay else torch.optim.Adam
+    return adam(model.parameters(), **options)

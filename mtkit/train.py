@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from mtkit import console, faults
 from mtkit.batching import Batch, BatchStream, collate
@@ -36,8 +37,8 @@ from mtkit.checkpoint import (
     save_payload,
     set_rng_state,
 )
-from mtkit.config import Config, ModelConfig, TrainConfig, resume_config
-from mtkit.data import ParallelDataset, TrainingSamples, check_tokenizers_match, load_tokenizers, read_manifest
+from mtkit.config import Config, resume_config
+from mtkit.data import check_tokenizers_match, load_tokenizers, open_splits, read_manifest
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.ema import WeightAverage
@@ -45,7 +46,7 @@ from mtkit.errors import MtkitError
 from mtkit.loss import TrainingObjective
 from mtkit.model import Transformer
 from mtkit.rundir import CONFIG_FILE, EMA_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal, prepare_run_dir
-from mtkit.schedule import learning_rate
+from mtkit.schedule import learning_rate, make_optimizer
 from mtkit.validation import validate
 
 MAX_CONSECUTIVE_NONFINITE = 32
@@ -53,7 +54,11 @@ COMPILE_BACKEND = "inductor"  # train.compile's; tests trace with "aot_eager", w
 
 
 class Trainer:
-    def __init__(self, config: Config, data_dir: Path, run_dir: Path, resume: bool, init_weights: dict | None = None):
+    def __init__(
+        self, config: Config, data_dir: Path, run_dir: Path, state: dict | None = None, init_weights: dict | None = None
+    ):
+        """state: the run's training state, to resume from; init_weights: a model's, to fine-tune."""
+        resume = state is not None
         self.config, self.cfg = config, config.train
         self.data_dir, self.run_dir = Path(data_dir), Path(run_dir)
         self.device = resolve_device(self.cfg.device)
@@ -76,25 +81,21 @@ class Trainer:
         self.objective: nn.Module = TrainingObjective(
             self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha, fused=self.cfg.compile
         )
-        if self.dist.enabled:
+        if self.dist.enabled:  # the buffers (positions, output mask) are alike on every rank: no broadcast
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            # broadcast_buffers=False: the buffers are the constant sinusoidal positions, and the
-            # output mask, which every rank computes from the same data.
-            self.objective = nn.parallel.DistributedDataParallel(
-                self.objective, device_ids=device_ids, broadcast_buffers=False
-            )
+            self.objective = DistributedDataParallel(self.objective, device_ids=device_ids, broadcast_buffers=False)
         if self.cfg.compile:  # every batch has its own (B, S, T): compile for symbolic sizes at once
             self.objective = torch.compile(self.objective, dynamic=True, backend=COMPILE_BACKEND)
-        self.optimizer = make_optimizer(self.model, self.cfg, self.device)
+        self.optimizer = make_optimizer(self.model, self.cfg)
         self.ema = WeightAverage(self.model, self.cfg.ema_decay) if self.cfg.ema_decay else None
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         self.progress = Progress()
         if resume:
-            self._load_state()
+            self._load_state(state)
         else:
             torch.manual_seed(self.cfg.seed + self.dist.rank)  # each rank draws its own dropout masks
-        position = (self.progress.epoch, self.progress.batch_in_epoch)
-        self.stream = BatchStream(self.train_data, self.cfg, self.dist, self.device, position)
+        start = (self.progress.epoch, self.progress.batch_in_epoch)  # the data position: where resuming goes on
+        self.stream = BatchStream(self.train_data, self.cfg, self.dist, self.device, start)
 
     def _score_training_targets(self, fine_tuning: bool) -> None:
         """model.output_vocab = target: the output layer scores the ids of the training data's
@@ -206,8 +207,7 @@ class Trainer:
             ema_file = model_payload(ema_state, self.config.model, self.src_tokenizer, self.tgt_tokenizer, ema_meta)
             save_payload(ema_file, self.run_dir / EMA_FILE)
 
-    def _load_state(self) -> None:
-        state = load_training_state(self.run_dir)
+    def _load_state(self, state: dict[str, Any]) -> None:
         digests = state["src_tokenizer_sha256"], state["tgt_tokenizer_sha256"]
         check_tokenizers_match(self.data_dir, *digests, "the run's checkpoint")
         self.model.load_state_dict(state["model"])
@@ -296,25 +296,6 @@ class Trainer:
         )
 
 
-def open_splits(data_dir: Path, model_cfg: ModelConfig) -> tuple[TrainingSamples, ParallelDataset | None]:
-    """The train split (all its samples) and (if any) the valid split; fills the model's vocabulary
-    sizes in from the dataset."""
-    manifest = read_manifest(data_dir)
-    model_cfg.src_vocab_size = manifest["src_tokenizer"]["vocab_size"]
-    model_cfg.tgt_vocab_size = manifest["tgt_tokenizer"]["vocab_size"]
-    model_cfg.joint_vocab = bool(manifest["joint_vocab"])
-    valid = ParallelDataset(data_dir, "valid") if "valid" in manifest["splits"] else None
-    return TrainingSamples(data_dir), valid
-
-
-def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """Adam (AdamW with weight decay) with the paper's betas and eps, in torch's fused kernels."""
-    options: dict[str, Any] = dict(lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg.weight_decay)
-    options["fused"] = True
-    adam = torch.optim.AdamW if cfg.weight_decay else torch.optim.Adam
-    return adam(model.parameters(), **options)
-
-
 def train(
     config: Config | None,
     data_dir: Path | None,
@@ -327,12 +308,13 @@ def train(
     """Start (or resume) a run; returns the reason it stopped. `init_from`: start from that model's
     weights (fine-tuning); its tokenizers must be the dataset's."""
     run_dir = Path(run_dir)
+    state = None
     if resume:
         if not (run_dir / STATE_FILE).is_file():
             raise MtkitError(
                 f"{run_dir}: nothing to resume (no {STATE_FILE}; start a run with mtkit train -d DATA -o {run_dir})"
             )
-        state = load_training_state(run_dir)
+        state = load_training_state(run_dir)  # read once: the config, the data's place, then the Trainer's
         config = resume_config(state["config"], overrides or [])
         data_dir = Path(data_dir) if data_dir else Path(state["data_dir"])
     else:
@@ -345,7 +327,7 @@ def train(
             prepare_run_dir(run_dir, force)
     trainer = None
     try:  # the Trainer joins the process group first: a failure after that must still leave it
-        trainer = Trainer(config, data_dir, run_dir, resume, init_from.weights if init_from else None)
+        trainer = Trainer(config, data_dir, run_dir, state, init_from.weights if init_from else None)
         if trainer.dist.is_main:
             config.save(run_dir / CONFIG_FILE)
             _describe(trainer)

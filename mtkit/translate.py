@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from mtkit.alignment import attention_weights, pharaoh, word_alignment
 from mtkit.batching import length_batches, pad_batch
 from mtkit.checkpoint import ModelFile
 from mtkit.console import warn
@@ -190,9 +191,7 @@ class Translator(TextTranslator):
         return LineStream(self, deliver)
 
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
-        """Pharaoh-format word alignment of a translation (see mtkit.inspection.word_alignment)."""
-        from mtkit.inspection import attention_weights, pharaoh, word_alignment
-
+        """Pharaoh-format word alignment of a translation (see mtkit.alignment.word_alignment)."""
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from conftest import run_mtkit, tiny_model
 
+from mtkit.alignment import attention_weights, recording, word_alignment, word_starts
 from mtkit.errors import MtkitError
-from mtkit.inspection import attention_weights, recording, word_alignment, word_starts
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 

@@ -449,7 +449,6 @@ def test_collating_ahead_in_a_thread_changes_nothing(tmp_path, data_dir):
         tiny_config("train.max_steps=8", "train.update_freq=3", "model.dropout=0.2"),
         data_dir,
         tmp_path / "ahead",
-        False,
     )
     trainer.stream._collator = ThreadPoolExecutor(1)
     trainer.run()

@@ -21,9 +21,9 @@ from mtkit.cli.options import (
     ModelOption,
     NoRepeatOption,
     PrecisionOption,
-    make_translator,
     search_config,
 )
+from mtkit.engines import make_translator
 from mtkit.errors import MtkitError
 
 
@@ -62,8 +62,9 @@ def serve(
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
     [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
     """
-    from mtkit.serve import ServeConfig, Service, _require_extra
+    from mtkit.serve import _require_extra
     from mtkit.serve import serve as run_server
+    from mtkit.service import ServeConfig, Service
 
     _require_extra()
     if not 0 <= port <= 65535:
@@ -74,15 +75,19 @@ def serve(
     make, tokenizers, info = _load(engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens)
     service = Service(make, tokenizers, cfg, info, serve_cfg)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
-    console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{port}")
-    run_server(service, host, port)
+    run_server(
+        service,
+        host,
+        port,
+        lambda bound: console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{bound}"),
+    )
     console.info("stopped")
 
 
 def _load(engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, max_tokens: int):
     """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
     model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
-    from mtkit.serve import ModelInfo
+    from mtkit.service import ModelInfo
 
     if engine == "ctranslate2":
         translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens)

@@ -28,9 +28,9 @@ from mtkit.cli.options import (
     NoRepeatOption,
     PrecisionOption,
     input_lines,
-    make_translator,
     search_config,
 )
+from mtkit.engines import make_translator
 from mtkit.errors import MtkitError
 
 

@@ -1,0 +1,40 @@
+"""The decoding engines: which translator `--engine` names, for one model or an ensemble."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtkit.errors import MtkitError
+from mtkit.search import SearchConfig
+from mtkit.translate import TextTranslator, Translator
+
+COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def make_translator(
+    engine: str,
+    models: list[Path],
+    checkpoint: str,
+    cfg: SearchConfig,
+    device: str,
+    precision: str,
+    batch_size: int,
+    max_tokens: int,
+) -> TextTranslator:
+    """The engine's translator for one model, or (PyTorch) for an ensemble of several."""
+    if engine == "pytorch":
+        from mtkit.checkpoint import load_model_file
+        from mtkit.ensemble import check_compatible
+
+        files = [load_model_file(model, checkpoint) for model in models]
+        check_compatible(files, [str(model) for model in models])
+        return Translator(files, cfg, device, precision, batch_size, max_tokens)
+    if engine == "ctranslate2":
+        from mtkit.ct2 import CTranslate2Translator
+
+        if len(models) > 1:
+            raise MtkitError("--engine ctranslate2 takes one model: ensembles need --engine pytorch")
+        if precision not in COMPUTE_TYPES:
+            raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
+        return CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)
+    raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")

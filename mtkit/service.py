@@ -1,0 +1,198 @@
+"""The translation service behind `mtkit serve`: request options, the queue and its worker
+(mtkit.batcher), model information and the warm-up; no HTTP here (mtkit.serve adds it)."""
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from mtkit.batcher import Batcher, Job, QueueFull
+from mtkit.console import warn
+from mtkit.errors import MtkitError
+from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
+from mtkit.serve_metrics import Metrics
+from mtkit.textio import sha256_file
+from mtkit.tokenizer import Tokenizer
+from mtkit.translate import LineStream, NbestList, TextTranslator
+
+MAX_BEAM = 16
+
+
+@dataclass(frozen=True)
+class Options:
+    """The per-request decoding options; requests with equal options share batches."""
+
+    beam: int
+    nbest: int
+    lenpen: float
+    alignment: bool
+
+
+@dataclass
+class ServeConfig:
+    max_batch_tokens: int = 4096
+    max_wait_ms: float = 20.0
+    max_queue: int = 2048
+    max_chars: int = 20000
+
+    def validate(self) -> None:
+        for name in ("max_batch_tokens", "max_queue", "max_chars"):
+            if getattr(self, name) < 1:
+                raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if self.max_wait_ms < 0:
+            raise MtkitError(f"--max-wait-ms {self.max_wait_ms}: must be at least 0")
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    path: Path  # the file whose checksum /v1/models reports
+    engine: str
+    source_language: str | None
+    target_language: str | None
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+class Service:
+    """The translator, its batcher and what the endpoints share."""
+
+    def __init__(
+        self,
+        make_translator: Callable[[], TextTranslator],
+        tokenizers: tuple[Tokenizer, Tokenizer],
+        base_cfg: SearchConfig,
+        info: ModelInfo,
+        cfg: ServeConfig,
+    ):
+        """make_translator runs on the worker thread, which then does all the translating: torch's
+        OpenMP threads are per calling thread, and a model built on the main thread and run on
+        another decodes about 1.5x slower on 2 cores (measured) as the two thread teams compete."""
+        self._make_translator = make_translator
+        self.translator: TextTranslator | None = None
+        self.src_tokenizer, self.tgt_tokenizer = tokenizers
+        self.base_cfg = base_cfg
+        self.info = info
+        self.cfg = cfg
+        self.metrics = Metrics(lambda: self.batcher.depth)
+        self.batcher = Batcher(
+            self._translate, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch,
+            setup=self._build, open_stream=self._open_stream,
+        )  # fmt: skip
+        self.ready = False
+        self.checksum = sha256_file(info.path)
+
+    def defaults(self) -> Options:
+        return Options(self.base_cfg.beam, 1, self.base_cfg.lenpen, False)
+
+    def options(self, beam: int | None, nbest: int | None, lenpen: float | None, alignment: bool) -> Options:
+        default = self.defaults()
+        beam = default.beam if beam is None else beam
+        nbest = 1 if nbest is None else nbest
+        lenpen = default.lenpen if lenpen is None else lenpen
+        if not 1 <= beam <= MAX_BEAM:
+            raise RequestError(422, f"beam {beam}: must be between 1 and {MAX_BEAM}")
+        if not 1 <= nbest <= beam:
+            raise RequestError(422, f"nbest {nbest}: must be between 1 and beam ({beam})")
+        if lenpen < 0:
+            raise RequestError(422, f"lenpen {lenpen}: must be at least 0")
+        if alignment and self.info.engine != "pytorch":
+            raise RequestError(422, "alignment needs a server started with --engine pytorch")
+        return Options(beam, nbest, lenpen, alignment)
+
+    def _build(self) -> None:
+        self.translator = self._make_translator()
+        self.translator.warn_long_lines = False  # a server's "line N" would mean nothing; requests log cuts
+
+    def _translate(self, texts: list[str], options: Options, deliver: Callable[[int, Any], None]) -> None:
+        """On the worker thread: one batch, with its options; each text's result is delivered as
+        soon as its translation is finished."""
+        translator = self._translator_for(options)
+        translator.translate_hypotheses(
+            texts, on_line=lambda i, nbest_list: deliver(i, self._answer(texts[i], options, nbest_list))
+        )
+
+    def _open_stream(self, options: Options, deliver: Callable[[int, Any], None]) -> LineStream | None:
+        """On the worker thread: a running search for continuous batching, where the engine has one."""
+        return self._translator_for(options).open_stream(
+            lambda key, line, nbest_list: deliver(key, self._answer(line, options, nbest_list))
+        )
+
+    def _translator_for(self, options: Options) -> TextTranslator:
+        assert self.translator is not None
+        # The translator's own cfg: it holds what the engine added (the banned line breaks).
+        self.translator.cfg = replace(
+            self.translator.cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen
+        )
+        return self.translator
+
+    def _answer(self, line: str, options: Options, nbest_list: NbestList) -> Any:
+        """One text's entry in "translations": the text, or its n-best (with alignments)."""
+        if options.nbest == 1 and not options.alignment:
+            return nbest_list[0][1] if nbest_list else ""
+        hyps = [{"text": t, "score": h.score} for h, t in nbest_list]
+        if options.alignment:
+            for entry, (h, _) in zip(hyps, nbest_list):
+                entry["alignment"] = self.translator.alignment(line, h)
+        return hyps
+
+    def jobs(self, texts: Sequence[str], options: Options) -> tuple[list[Job], int]:
+        """A job per text, and how many texts are longer than MAX_SOURCE_TOKENS (translated cut)."""
+        chars = sum(len(t) for t in texts)
+        if chars > self.cfg.max_chars:
+            raise RequestError(
+                413, f"{chars:,} characters: the limit is {self.cfg.max_chars:,} per request (--max-chars)"
+            )
+        if not texts:
+            raise RequestError(422, "text: give at least one")
+        if len(texts) > self.cfg.max_queue:
+            raise RequestError(413, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)")
+        lengths = [len(ids) for ids in self.src_tokenizer.encode_batch([t.strip() for t in texts])]
+        jobs = [Job(text, min(n, MAX_SOURCE_TOKENS) + 1, options) for text, n in zip(texts, lengths)]
+        return jobs, sum(n > MAX_SOURCE_TOKENS for n in lengths)
+
+    async def run(self, request, texts: Sequence[str], options: Options) -> list[Any]:
+        """Queue the texts and wait for their translations; drop them if the client goes away."""
+        jobs, cut = self.jobs(texts, options)
+        request.state.sentences, request.state.cut = len(jobs), cut
+        try:
+            futures = self.batcher.submit(jobs)
+        except QueueFull as err:
+            raise RequestError(503, f"busy: {err}; retry later", {"Retry-After": "1"}) from None
+        waiting = asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        gone = asyncio.ensure_future(_disconnect(request))
+        try:
+            done, _ = await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if waiting in done:
+            return waiting.result()
+        for future in futures:
+            future.cancel()
+        waiting.cancel()
+        raise RequestError(499, "the client closed the connection")
+
+    def warm_up(self) -> Future:
+        """Translate one sentence through the batcher; /ready says yes once it is back."""
+        (job,) = self.jobs(["Hello."], self.defaults())[0]
+        (future,) = self.batcher.submit([job])
+        future.add_done_callback(self._warmed_up)
+        return future
+
+    def _warmed_up(self, future: Future) -> None:
+        error = future.exception()
+        self.ready = error is None
+        if error is not None:
+            warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
+
+
+async def _disconnect(request) -> None:
+    """Returns when the client has gone: once the body is read, the server's next message is that."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
