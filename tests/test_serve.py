@@ -1,6 +1,7 @@
 """mtkit serve, against a real uvicorn server on 127.0.0.1 with a real HTTP client (httpx)."""
 
 import hashlib
+import json
 import re
 import signal
 import socket
@@ -13,35 +14,36 @@ from conftest import run_mtkit, start_mtkit
 
 from mtkit.checkpoint import load_model_file, resolve_model_path
 from mtkit.search import SearchConfig
-from mtkit.serve import ModelInfo, ServeConfig, Service
+from mtkit.service import ModelInfo, ServeConfig, Service
 from mtkit.translate import Translator
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def wait_until(condition, what: str, limit_s: float = 300) -> None:
+    """Poll until `condition()` holds: the test waits for a state, never for a duration; the limit
+    only turns a hang into a failure that says what never happened."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
 
 
 class Server:
-    """`mtkit serve` in a subprocess, ready to answer; its stderr (the request log) in a file."""
+    """`mtkit serve` in a subprocess on a port it chose (--port 0), ready to answer; its stderr (the
+    request log) in a file."""
 
     def __init__(self, model, log_path, *options):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         with open(log_path, "wb") as log:
-            self.process = start_mtkit("serve", "-m", model, "--port", self.port, *options, stderr=log)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+            self.process = start_mtkit("serve", "-m", model, "--port", "0", *options, stderr=log)
+
+        def bound() -> bool:
             assert self.process.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(f"{self.url}/ready").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the server did not get ready: {log_path.read_text()}")
+            return re.search(r"on http://127\.0\.0\.1:(\d+)$", log_path.read_text(), re.M) is not None
+
+        wait_until(bound, "the server bound its port")
+        self.port = int(re.search(r"on http://127\.0\.0\.1:(\d+)$", log_path.read_text(), re.M).group(1))
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_until(lambda: httpx.get(f"{self.url}/ready").status_code == 200, "the server is ready")
 
     def post(self, path, timeout=60, **kwargs):
         return httpx.post(f"{self.url}{path}", timeout=timeout, **kwargs)
@@ -50,6 +52,17 @@ class Server:
         """Every sample of /metrics: {'name{labels}': value}."""
         text = httpx.get(f"{self.url}/metrics").text
         return {name: float(value) for name, value in re.findall(r"^([^#\s]\S*) (\S+)$", text, re.M)}
+
+    def metric(self, name: str) -> float:
+        return self.metrics().get(name, 0.0)
+
+    def wait_for_steps_after(self, steps: float) -> None:
+        """Until the worker has decoded a step after `steps` decoding steps (a search is running)."""
+        wait_until(lambda: self.metric("mtkit_batch_sentences_count") > steps, "a decoding step")
+
+    def settled(self) -> bool:
+        """No translation request in flight: every answer sent, counted and logged."""
+        return self.metric("mtkit_requests_in_flight") == 0
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -67,6 +80,15 @@ def server(trained_run, tmp_path_factory):
                     "--max-chars", "2000")  # fmt: skip
     yield served
     assert served.stop() == 0
+
+
+def send_and_hold(port: int, payload: dict) -> socket.socket:
+    """POST to /v1/translate over a raw socket, without reading the answer: close() leaves."""
+    body = json.dumps(payload).encode()
+    connection = socket.create_connection(("127.0.0.1", port))
+    head = f"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    connection.sendall(head.encode() + body)
+    return connection
 
 
 def offline(trained_run, lines, *options) -> list[str]:
@@ -190,6 +212,7 @@ def test_metrics_count_the_requests_made(server, sentences):
         assert server.post("/v1/translate", json={"text": sentences[i : i + 2], "beam": 1}).status_code == 200
     for _ in range(2):
         assert server.post("/v1/translate", json={"text": "A dog.", "beam": 99}).status_code == 422
+    wait_until(server.settled, "the five requests counted and logged")
     after = server.metrics()
 
     def delta(name):
@@ -205,7 +228,7 @@ def test_metrics_count_the_requests_made(server, sentences):
 
 
 # Searches of at least 1,000 steps per sentence, beam 12: 20 sentences keep the worker busy for
-# seconds (about 4 s here).
+# seconds (about 4 s on 2 cores), long enough for the states the tests wait for to be seen.
 LONG_SEARCH = ("--min-len", "1000", "--max-len-b", "1000", "--beam", "12")
 
 
@@ -222,10 +245,11 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
 
     try:
         searching, waiting = {}, {}
+        steps = server.metric("mtkit_batch_sentences_count")
         first = in_background({"text": sentences[:20]}, searching)
-        time.sleep(0.5)  # the search has begun
+        server.wait_for_steps_after(steps)  # the search has begun
         second = in_background({"text": sentences[:10], "beam": 2}, waiting)  # other options: queued
-        time.sleep(0.5)
+        wait_until(lambda: server.metric("mtkit_queue_sentences") == 10, "the second request's 10 sentences queued")
         busy = server.post("/v1/translate", json={"text": sentences[:21]})
         assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
         assert "10 sentences are waiting; the queue holds 30" in busy.json()["error"]
@@ -236,13 +260,16 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
         assert waiting["r"].status_code == 200 and len(waiting["r"].json()["translations"]) == 10
 
         before = server.metrics()["mtkit_sentences_total"]
+        steps = server.metric("mtkit_batch_sentences_count")
         first = in_background({"text": sentences[:20]}, searching)
-        time.sleep(0.5)
-        with pytest.raises(httpx.ReadTimeout):  # queued behind the search, and the client leaves
-            server.post("/v1/translate", json={"text": sentences[:3], "beam": 2}, timeout=0.5)
+        server.wait_for_steps_after(steps)
+        leaver = send_and_hold(server.port, {"text": sentences[:3], "beam": 2})  # queued behind the search
+        wait_until(lambda: server.metric("mtkit_queue_sentences") == 3, "the leaver's 3 sentences queued")
+        leaver.close()  # and the client leaves
         first.join()
         later = server.post("/v1/translate", json={"text": sentences[:1], "beam": 2})  # after the leaver's
         assert later.status_code == 200
+        wait_until(server.settled, "every request counted and logged")
         assert server.metrics()["mtkit_sentences_total"] == before + 20 + 1  # none of the leaver's 3
         assert '"status": 499' in server.log_path.read_text()
     finally:
@@ -258,10 +285,17 @@ def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path
         answers[i] = server.post("/v1/translate", json={"text": sentences[2 * i : 2 * i + 2]})
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    steps = server.metric("mtkit_batch_sentences_count")
     for thread in threads:
         thread.start()
-    time.sleep(0.5)  # the requests are searching (1,000 steps or more) when the signal comes
-    server.process.send_signal(signal.SIGTERM)
+
+    def all_searching() -> bool:  # the four requests in flight, none of their sentences queued, a step since
+        metrics = server.metrics()
+        return metrics["mtkit_requests_in_flight"] == 4 and metrics["mtkit_queue_sentences"] == 0
+
+    wait_until(all_searching, "the four requests' sentences searching")
+    server.wait_for_steps_after(steps)
+    server.process.send_signal(signal.SIGTERM)  # while they search (1,000 steps or more)
     for thread in threads:
         thread.join()
     assert server.process.wait(60) == 0
@@ -290,3 +324,16 @@ def test_ready_only_after_the_warm_up(trained_run):
     service.warm_up().result(60)
     service.batcher.stop()
     assert service.ready and built_on == ["mtkit-batcher"]
+
+
+def test_a_port_in_use_is_one_clear_error(trained_run):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_mtkit("serve", "-m", trained_run, "--port", port)
+    assert result.returncode == 1
+    assert (
+        result.stderr.decode().strip().splitlines()[-1]
+        == f"error: could not serve on 127.0.0.1:{port} (is the port in use?)"
+    )
