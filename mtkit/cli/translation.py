@@ -80,8 +80,8 @@ def translate(
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
-    from mtkit.textio import atomic_path, check_input_file, check_output_file, line_bytes, progress_size
-    from mtkit.translate import output_lines
+    from mtkit.textio import atomic_path, check_input_file, check_output_file, progress_size
+    from mtkit.translate import paired_with_prefixes, write_translations
 
     cfg = search_config(
         beam, lenpen, max_len_a, max_len_b, min_len, nbest, no_repeat_ngram, sample, temperature, top_k, top_p, seed
@@ -98,23 +98,14 @@ def translate(
         check_output_file(output)
     translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
     interactive = input is None and sys.stdin.isatty()
+    lines = paired_with_prefixes(input_lines(input), str(input or "stdin"), prefix_file, prefix_in_input)
+    with_prefixes = bool(prefix_file or prefix_in_input)
     chunk = 1 if interactive else max(1, buffer_size)
     total = progress_size(input) if input else None  # a regular file: progress by bytes, read only once
+    align = translator.alignment if alignment else None
 
     def write_all(out) -> int:
-        written = 0
-        with console.progress("translating", total=total, unit="bytes" if total else "") as bar:
-            stream = _with_prefixes(input_lines(input), input, prefix_file, prefix_in_input)
-            with_prefixes = bool(prefix_file or prefix_in_input)
-            for index, (line, nbest_list) in enumerate(translator.translate_stream(stream, chunk, with_prefixes)):
-                rows = output_lines(index, line, nbest_list, nbest, translator.alignment if alignment else None)
-                out.write("".join(row + "\n" for row in rows))
-                written += 1
-                if interactive or (total is None and written % chunk == 0):
-                    out.flush()
-                bar.advance(line_bytes(line) if total else 1)
-        out.flush()
-        return written
+        return write_translations(translator, lines, with_prefixes, out, nbest, align, chunk, interactive, total)
 
     if output:
         with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as out:
@@ -122,30 +113,6 @@ def translate(
         console.info(f"wrote {n:,} translations to {output}")
     else:
         write_all(sys.stdout)
-
-
-def _with_prefixes(lines, input: Path | None, prefix_file: Path | None, prefix_in_input: bool):
-    """The input lines, or (source, prefix) pairs from --prefix-file or source<TAB>prefix lines."""
-    from itertools import zip_longest
-
-    from mtkit.textio import iter_lines
-
-    if prefix_in_input:
-        return (tuple(line.split("\t", 1)) if "\t" in line else (line, "") for line in lines)
-    if prefix_file is None:
-        return lines
-
-    def pairs():
-        missing = object()
-        for number, (line, prefix) in enumerate(zip_longest(lines, iter_lines(prefix_file), fillvalue=missing), 1):
-            source = input or "stdin"
-            if line is missing:
-                raise MtkitError(f"--prefix-file {prefix_file}: more lines than the input ({source}: {number - 1})")
-            if prefix is missing:
-                raise MtkitError(f"--prefix-file {prefix_file}: {number - 1} lines, fewer than the input ({source})")
-            yield line, prefix
-
-    return pairs()
 
 
 @app.command()
