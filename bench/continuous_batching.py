@@ -1,5 +1,5 @@
 """The server's batching without HTTP: N clients that each send their next sentence as soon as the
-last one is answered, through mtkit serve's own queue and worker (mtkit.batcher.Batcher) in one
+last one is answered, through mtkit serve's own queue and worker (mtkit.dynamic_batching.Batcher) in one
 process, with the PyTorch engine's running search (continuous batching, as `mtkit serve` runs it,
 and joining at every step, as with --max-wait-ms 0) and batch after batch (each batch waits for its
 longest sentence).
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from common import DEFAULT_MULTI30K, conditions, print_table
 
-from mtkit.batcher import Batcher, BatchStats, Job
 from mtkit.checkpoint import load_model_file
+from mtkit.dynamic_batching import Batcher, BatchStats, Job
 from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.translate import Translator
 

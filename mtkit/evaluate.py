@@ -36,7 +36,7 @@ def parse_metrics(text: str) -> list[str]:
     return metrics
 
 
-def score(
+def corpus_scores(
     hypotheses: list[str],
     references: list[list[str]],
     metrics: list[str],

@@ -11,7 +11,7 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
 
-Sentences of concurrent requests are batched by mtkit.batcher on one worker thread; with the
+Sentences of concurrent requests are batched by mtkit.dynamic_batching on one worker thread; with the
 PyTorch engine the batch is a running beam search that new sentences join between decoding steps
 (continuous batching), with CTranslate2 whole batches. A full
 queue answers 503 with Retry-After; a request over --max-chars 413; invalid JSON or options 422

@@ -7,7 +7,7 @@ import time
 from collections import deque
 from datetime import datetime, timezone
 
-from mtkit.batcher import BatchStats
+from mtkit.dynamic_batching import BatchStats
 
 THROUGHPUT_WINDOW_S = 10.0
 

@@ -1,5 +1,5 @@
 """The translation service behind `mtkit serve`: request options, the queue and its worker
-(mtkit.batcher), model information and the warm-up; no HTTP here (mtkit.serve adds it)."""
+(mtkit.dynamic_batching), model information and the warm-up; no HTTP here (mtkit.serve adds it)."""
 
 import asyncio
 from collections.abc import Callable, Sequence
@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mtkit.batcher import Batcher, Job, QueueFull
 from mtkit.console import warn
+from mtkit.dynamic_batching import Batcher, Job, QueueFull
 from mtkit.errors import MtkitError
 from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.serve_metrics import Metrics

@@ -1,6 +1,6 @@
 """Validation during training: loss and perplexity on the validation set, and BLEU/chrF of real decoding.
 
-The scores come from `mtkit.evaluate.score`, the function `mtkit evaluate` uses, against the
+The scores come from `mtkit.evaluate.corpus_scores`, the function `mtkit evaluate` uses, against the
 raw reference lines, so a run's validation BLEU means what `mtkit evaluate` would print. Under
 torchrun every rank takes a shard (every world_size-th batch and sentence) and the results are
 gathered, so no rank idles in a collective while another decodes the whole set.
@@ -17,7 +17,7 @@ from mtkit.config import TrainConfig
 from mtkit.data import ParallelDataset
 from mtkit.device import autocast
 from mtkit.distributed import Distributed
-from mtkit.evaluate import score
+from mtkit.evaluate import corpus_scores
 from mtkit.loss import TrainingObjective
 from mtkit.model import Transformer
 from mtkit.search import SearchConfig
@@ -83,5 +83,5 @@ def _decoding_scores(
     for indices, decoded in zip(dist.gather_objects(shard), dist.gather_objects(mine)):
         for i, text in zip(indices, decoded):
             texts[i] = text
-    scores = score(texts, [data.raw_lines("tgt")[:count]], ["bleu", "chrf"])
+    scores = corpus_scores(texts, [data.raw_lines("tgt")[:count]], ["bleu", "chrf"])
     return {"valid_bleu": scores["bleu"]["score"], "valid_chrf": scores["chrf"]["score"]}

@@ -147,7 +147,14 @@ def evaluate(
 
     Example: [bold]mtkit evaluate -m model.pt --src test2016.en --ref test2016.de[/bold]
     """
-    from mtkit.evaluate import check_line_counts, parse_metrics, read_lines_checked, report_json, report_table, score
+    from mtkit.evaluate import (
+        check_line_counts,
+        corpus_scores,
+        parse_metrics,
+        read_lines_checked,
+        report_json,
+        report_table,
+    )
     from mtkit.textio import check_output_file
 
     names = parse_metrics(metrics)
@@ -177,7 +184,7 @@ def evaluate(
         from mtkit.textio import write_text_atomic
 
         write_text_atomic(output, "".join(line + "\n" for line in hypotheses))
-    scores = score(hypotheses, list(references.values()), names, lowercase, tokenize)
+    scores = corpus_scores(hypotheses, list(references.values()), names, lowercase, tokenize)
     if as_json:
         print(report_json(scores, len(hypotheses), seconds, translated=hyp is None))
     else:
@@ -248,7 +255,7 @@ def score(
     """
     from mtkit.checkpoint import load_model_file
     from mtkit.evaluate import check_line_counts, read_lines_checked
-    from mtkit.scoring import Scorer
+    from mtkit.forced_decoding import Scorer
 
     if normalize and lenpen:
         raise MtkitError("--normalize and --lenpen exclude each other")

@@ -4,7 +4,7 @@ from conftest import run_mtkit, tiny_model
 
 from mtkit.batching import pad_batch
 from mtkit.checkpoint import load_model_file
-from mtkit.scoring import forced_log_probs
+from mtkit.forced_decoding import forced_log_probs
 from mtkit.search import SearchConfig, search
 from mtkit.tokenizer import EOS_ID
 
