@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -55,3 +56,31 @@ def print_table(headers: list[str], rows: list[list[object]]) -> None:
         print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
         if n == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def metrics_records(run_dir: Path) -> list[dict]:
+    """A training run's metrics.jsonl: one record per logged update or validation."""
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def throughput_after(records: list[dict], skip: int) -> tuple[float, float]:
+    """From a run logged at every update (log_every=1): target tokens/s over the updates after the
+    first `skip`, and the source tokens per target token in them."""
+    first, last = records[skip - 1], records[-1]
+    target_per_s = (last["target_tokens"] - first["target_tokens"]) / (last["elapsed"] - first["elapsed"])
+    timed = records[skip:]
+    return target_per_s, sum(r["src_tokens_per_s"] for r in timed) / sum(r["tokens_per_s"] for r in timed)
+
+
+def flops_per_target_token(preset: str, vocab: int, src_per_tgt: float) -> float:
+    """6 x (encoder parameters x source tokens per target token + decoder and output parameters)."""
+    from mtkit.config import build_config
+    from mtkit.model import Transformer
+
+    cfg = build_config({"model": {"preset": preset}}).model
+    cfg.src_vocab_size = cfg.tgt_vocab_size = vocab
+    cfg.joint_vocab = True
+    model = Transformer(cfg)
+    encoder = sum(p.numel() for p in model.encoder_layers.parameters())
+    decoder = sum(p.numel() for p in model.decoder_layers.parameters())
+    return 6.0 * (encoder * src_per_tgt + decoder + model.tgt_embed.tokens.weight.numel())

@@ -35,7 +35,16 @@ import time
 from pathlib import Path
 
 import torch
-from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run_measured
+from common import (
+    DEFAULT_MULTI30K,
+    conditions,
+    flops_per_target_token,
+    metrics_records,
+    mtkit_command,
+    print_table,
+    run_measured,
+    throughput_after,
+)
 
 # Dense bf16 peak TFLOPS by device name (NVIDIA data sheets); --peak-tflops for others.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100": 312.0,
@@ -49,12 +58,8 @@ def check(name: str, passed: bool, detail: str) -> None:
     print(f"{'PASS' if passed else 'FAIL'}  {name}: {detail}", flush=True)
 
 
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 def losses(run_dir: Path) -> list[float]:
-    return [r["loss"] for r in records(run_dir) if "loss" in r]
+    return [r["loss"] for r in metrics_records(run_dir) if "loss" in r]
 
 
 def train(data: Path, run: Path, device: str, *settings: str, launcher: list[str] | None = None) -> None:
@@ -103,7 +108,7 @@ def check_precisions(data: Path, work: Path, device: str, steps: int, small: lis
             continue  # no GradScaler path worth checking on a CPU
         run = train_precision(data, work, device, steps, small, precision)
         values = losses(run)
-        skipped = records(run)[-1]["skipped_updates"]
+        skipped = metrics_records(run)[-1]["skipped_updates"]
         first, last = sum(values[:10]) / 10, sum(values[-10:]) / 10
         ok = last < 0.9 * first and (precision != "fp16" or skipped <= 10)
         check(
@@ -188,20 +193,6 @@ def check_translation(model: Path, text: Path, device: str) -> None:
     check("greedy translation equals the CPU's", same == len(outputs["cpu"]), f"{same} of {len(outputs['cpu'])} lines identical")  # fmt: skip
 
 
-def flops_per_target_token(preset: str, vocab: int, src_per_tgt: float) -> float:
-    """6 x (encoder parameters x source tokens per target token + decoder and output parameters)."""
-    from mtkit.config import build_config
-    from mtkit.model import Transformer
-
-    cfg = build_config({"model": {"preset": preset}}).model
-    cfg.src_vocab_size = cfg.tgt_vocab_size = vocab
-    cfg.joint_vocab = True
-    model = Transformer(cfg)
-    encoder = sum(p.numel() for p in model.encoder_layers.parameters())
-    decoder = sum(p.numel() for p in model.decoder_layers.parameters())
-    return 6.0 * (encoder * src_per_tgt + decoder + model.tgt_embed.tokens.weight.numel())
-
-
 def throughput(data: Path, work: Path, device: str, peak: float, presets: list[str], budgets: list[int]) -> None:
     vocab = json.loads((data / "manifest.json").read_text())["src_tokenizer"]["vocab_size"]
     rows = []
@@ -210,12 +201,9 @@ def throughput(data: Path, work: Path, device: str, peak: float, presets: list[s
             run = work / f"speed-{preset}-{max_tokens}"
             train(data, run, device, f"model.preset={preset}", f"train.max_tokens={max_tokens}", "train.max_steps=60",
                   "train.precision=bf16")  # fmt: skip
-            log = records(run)
-            first, last = log[19], log[-1]
-            seconds, tgt = last["elapsed"] - first["elapsed"], last["target_tokens"] - first["target_tokens"]
-            src_per_tgt = sum(r["src_tokens_per_s"] for r in log[20:]) / sum(r["tokens_per_s"] for r in log[20:])
-            achieved = flops_per_target_token(preset, vocab, src_per_tgt) * tgt / seconds / 1e12
-            rows.append([preset, max_tokens, tgt / seconds, f"{achieved:.1f}", f"{100 * achieved / peak:.1f}%"])
+            tok_s, src_per_tgt = throughput_after(metrics_records(run), 20)
+            achieved = flops_per_target_token(preset, vocab, src_per_tgt) * tok_s / 1e12
+            rows.append([preset, max_tokens, tok_s, f"{achieved:.1f}", f"{100 * achieved / peak:.1f}%"])
     print_table(["model", "max_tokens", "target tok/s", "TFLOPS", "MFU (bf16 peak)"], rows)
 
 

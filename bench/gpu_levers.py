@@ -23,8 +23,17 @@ import time
 from pathlib import Path
 
 import torch
-from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run_measured
-from gpu_check import PEAK_BF16_TFLOPS, flops_per_target_token, prepare, records
+from common import (
+    DEFAULT_MULTI30K,
+    conditions,
+    flops_per_target_token,
+    metrics_records,
+    mtkit_command,
+    print_table,
+    run_measured,
+    throughput_after,
+)
+from gpu_check import PEAK_BF16_TFLOPS, prepare
 
 LEVERS = {"eager": [], "compile": ["train.compile=true"]}
 
@@ -57,12 +66,10 @@ def measure(data: Path, run: Path, device: str, preset: str, max_tokens: int, le
         run_measured(mtkit_command(*args))
     except SystemExit as failure:  # a lever that fails is a result too: say so, and go on
         return str(failure).strip().splitlines()[-1]
-    log = records(run)
-    first, last = log[skip - 1], log[-1]
-    seconds, tgt = last["elapsed"] - first["elapsed"], last["target_tokens"] - first["target_tokens"]
+    log = metrics_records(run)
+    tok_s, src_per_tgt = throughput_after(log, skip)
     step_seconds = [b["elapsed"] - a["elapsed"] for a, b in zip(log[skip - 1 :], log[skip:])]
-    src_per_tgt = sum(r["src_tokens_per_s"] for r in log[skip:]) / sum(r["tokens_per_s"] for r in log[skip:])
-    return tgt / seconds, src_per_tgt, first["elapsed"], max(step_seconds) / statistics.median(step_seconds)
+    return tok_s, src_per_tgt, log[skip - 1]["elapsed"], max(step_seconds) / statistics.median(step_seconds)
 
 
 def main() -> None:

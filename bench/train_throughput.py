@@ -10,12 +10,20 @@ utilisation from the model's FLOPs per token (6 x parameters touched per token).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import torch
-from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table, run_measured
+from common import (
+    DEFAULT_MULTI30K,
+    conditions,
+    flops_per_target_token,
+    metrics_records,
+    mtkit_command,
+    print_table,
+    run_measured,
+    throughput_after,
+)
 
 PEAK_TFLOPS = {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}  # H100 SXM dense, for MFU on CUDA
 
@@ -50,20 +58,6 @@ def build_dataset(data: Path, work: Path) -> Path:
         )
     )
     return work / "bin"
-
-
-def flops_per_target_token(src_per_tgt: float) -> float:
-    """6 x (encoder params x source tokens + decoder and output params) per target token."""
-    from mtkit.config import build_config
-    from mtkit.model import Transformer
-
-    model = Transformer(
-        build_config({"model": {"src_vocab_size": 8000, "tgt_vocab_size": 8000, "joint_vocab": True}}).model
-    )
-    encoder = sum(p.numel() for p in model.encoder_layers.parameters())
-    decoder = sum(p.numel() for p in model.decoder_layers.parameters())
-    output = model.tgt_embed.tokens.weight.numel()
-    return 6.0 * (encoder * src_per_tgt + decoder + output)
 
 
 def main() -> None:
@@ -112,16 +106,10 @@ def main() -> None:
                         f"train.device={device}",
                     )
                 )
-                records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-                # log_every=1: one record per update, with cumulative wall-clock and target tokens.
-                first, last = records[args.warmup_steps - 1], records[-1]
-                seconds = last["elapsed"] - first["elapsed"]
-                tgt = last["target_tokens"] - first["target_tokens"]
-                timed = records[args.warmup_steps :]
-                src = tgt * sum(r["src_tokens_per_s"] for r in timed) / sum(r["tokens_per_s"] for r in timed)
-                row = [device, precision, tgt / seconds, (tgt + src) / seconds, rss]
+                target_per_s, src_per_tgt = throughput_after(metrics_records(run_dir), args.warmup_steps)
+                row = [device, precision, target_per_s, target_per_s * (1 + src_per_tgt), rss]
                 if device == "cuda":
-                    achieved = flops_per_target_token(src / tgt) * tgt / seconds / 1e12
+                    achieved = flops_per_target_token("transformer-small", 8000, src_per_tgt) * target_per_s / 1e12
                     row.append(f"{100 * achieved / PEAK_TFLOPS[precision]:.1f}%")
                 rows.append(row)
     headers = ["device", "precision", "target tok/s", "src+tgt tok/s", "peak RSS MiB"]

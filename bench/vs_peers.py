@@ -40,7 +40,7 @@ from pathlib import Path
 
 import sacrebleu
 import yaml
-from common import DEFAULT_MULTI30K, REPO, conditions, mtkit_command, print_table
+from common import DEFAULT_MULTI30K, REPO, conditions, metrics_records, mtkit_command, print_table
 
 sys.path.insert(0, str(REPO))
 from mtkit.tokenizer import Tokenizer  # noqa: E402
@@ -214,7 +214,7 @@ def run_mtkit(work: Path, seconds: float, threads: int, precision: str, output_v
         ),
         log=work / "mtkit.log",
     )
-    records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(out / "run")
     speeds = [(r["elapsed"], r["tokens_per_s"]) for r in records if "tokens_per_s" in r]
     source, hyp = work / "data" / "test.src.txt", out / "hyp.txt"
     seconds_decoding = run(
