@@ -19,8 +19,8 @@ class LayerCache:
 
     Self-attention keys and values live in one (rows, 2h, capacity, d_k) buffer, k heads then v
     heads, with room for CACHE_CHUNK more positions. Beam reordering gathers the filled positions
-    into a second buffer of the same size and swaps the two: one copy per step (a concatenation
-    and a gather before), and no new allocation until the capacity is used up.
+    into a second buffer of the same size and swaps the two: one copy per step, and no new
+    allocation until the capacity is used up.
     """
 
     def __init__(self, cross_k: Tensor, cross_v: Tensor):
