@@ -43,7 +43,7 @@ class QueueFull(Exception):
 
 @dataclass
 class Job:
-    text: str
+    source: Any  # the sentence as the translate function and the stream take it
     tokens: int  # source subwords with </s>: what the batch budget counts
     options: Hashable  # only jobs with equal options share a batch
     future: Future = field(default_factory=Future)
@@ -244,7 +244,7 @@ class Batcher:
                 if joining:
                     new_keys = [next(keys) for _ in joining]
                     active.update(zip(new_keys, joining))
-                    stream.add(new_keys, [job.text for job in joining])
+                    stream.add(new_keys, [job.source for job in joining])
                 if active:
                     stream.step()
             except Exception as err:  # the requests in the search get it as a 500; the worker carries on
@@ -284,7 +284,7 @@ class Batcher:
             batch[i].future.set_result(result)
 
         try:
-            self._translate([job.text for job in batch], batch[0].options, deliver)
+            self._translate([job.source for job in batch], batch[0].options, deliver)
             missing: Exception = RuntimeError("the engine returned no result for this sentence")
         except Exception as err:  # the requests get it as a 500; the worker carries on
             missing = err

@@ -21,6 +21,27 @@ MAX_BEAM = 16
 
 
 @dataclass(frozen=True)
+class Sentence:
+    """A text of a request and its source subword ids: encoded once, to cost it and to translate it."""
+
+    text: str
+    ids: list[int]
+
+
+class SentenceStream:
+    """The engine's running search (translate.LineStream), fed Sentences: it need not encode them again."""
+
+    def __init__(self, stream: LineStream):
+        self.stream = stream
+
+    def add(self, keys: Sequence[Any], sentences: Sequence[Sentence]) -> None:
+        self.stream.add(keys, [s.text for s in sentences], [s.ids for s in sentences])
+
+    def step(self) -> None:
+        self.stream.step()
+
+
+@dataclass(frozen=True)
 class Options:
     """The per-request decoding options; requests with equal options share batches."""
 
@@ -111,19 +132,22 @@ class Service:
         self.translator = self._make_translator()
         self.translator.warn_long_lines = False  # a server's "line N" would mean nothing; requests log cuts
 
-    def _translate(self, texts: list[str], options: Options, deliver: Callable[[int, Any], None]) -> None:
+    def _translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Any], None]) -> None:
         """On the worker thread: one batch, with its options; each text's result is delivered as
         soon as its translation is finished."""
-        translator = self._translator_for(options)
-        translator.translate_hypotheses(
-            texts, on_line=lambda i, nbest_list: deliver(i, self._answer(texts[i], options, nbest_list))
+        texts = [s.text for s in sentences]
+        self._translator_for(options).translate_hypotheses(
+            texts,
+            on_line=lambda i, nbest_list: deliver(i, self._answer(texts[i], options, nbest_list)),
+            encoded=[s.ids for s in sentences],
         )
 
-    def _open_stream(self, options: Options, deliver: Callable[[int, Any], None]) -> LineStream | None:
+    def _open_stream(self, options: Options, deliver: Callable[[int, Any], None]) -> SentenceStream | None:
         """On the worker thread: a running search for continuous batching, where the engine has one."""
-        return self._translator_for(options).open_stream(
+        stream = self._translator_for(options).open_stream(
             lambda key, line, nbest_list: deliver(key, self._answer(line, options, nbest_list))
         )
+        return SentenceStream(stream) if stream is not None else None
 
     def _translator_for(self, options: Options) -> TextTranslator:
         assert self.translator is not None
@@ -154,9 +178,11 @@ class Service:
             raise RequestError(422, "text: give at least one")
         if len(texts) > self.cfg.max_queue:
             raise RequestError(413, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)")
-        lengths = [len(ids) for ids in self.src_tokenizer.encode_batch([t.strip() for t in texts])]
-        jobs = [Job(text, min(n, MAX_SOURCE_TOKENS) + 1, options) for text, n in zip(texts, lengths)]
-        return jobs, sum(n > MAX_SOURCE_TOKENS for n in lengths)
+        encoded = self.src_tokenizer.encode_batch([t.strip() for t in texts])
+        jobs = [
+            Job(Sentence(text, ids), min(len(ids), MAX_SOURCE_TOKENS) + 1, options) for text, ids in zip(texts, encoded)
+        ]
+        return jobs, sum(len(ids) > MAX_SOURCE_TOKENS for ids in encoded)
 
     async def run(self, request, texts: Sequence[str], options: Options) -> list[Any]:
         """Queue the texts and wait for their translations; drop them if the client goes away."""

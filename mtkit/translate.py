@@ -86,6 +86,7 @@ class TextTranslator:
         first_line: int = 1,
         prefixes: Sequence[str] | None = None,
         on_line: Callable[[int, NbestList], None] | None = None,
+        encoded: Sequence[Sequence[int]] | None = None,
     ) -> list[NbestList]:
         """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
 
@@ -93,11 +94,15 @@ class TextTranslator:
         than MAX_SOURCE_TOKENS subwords is translated from its first MAX_SOURCE_TOKENS, with a
         warning that names it (lines count from first_line). on_line(i, n-best) is called once
         per line, as soon as that line's translation is known (before the others, where the
-        engine finishes sentences one by one).
+        engine finishes sentences one by one). `encoded`: each line's subword ids, where the caller
+        has already encoded the stripped lines (a server costs its requests by them).
         """
         stripped = [line.strip() for line in lines]
         wanted = [i for i, line in enumerate(stripped) if line]
-        ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
+        if encoded is None:
+            ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
+        else:
+            ids = [list(encoded[i]) for i in wanted]
         forced = self.tgt_tokenizer.encode_batch([prefixes[i].strip() for i in wanted]) if prefixes else None
         for i, row in zip(wanted, ids):
             if len(row) > MAX_SOURCE_TOKENS and self.warn_long_lines:
@@ -222,20 +227,26 @@ class LineStream:
         self.search = BeamStream(translator.model, translator.cfg, translator.device)
         self.lines: dict[Any, str] = {}
 
-    def add(self, keys: Sequence[Any], lines: Sequence[str]) -> None:
+    def add(self, keys: Sequence[Any], lines: Sequence[str], encoded: Sequence[Sequence[int]] | None = None) -> None:
+        """Lines join the search at the next step; `encoded`: their subword ids, where the caller has
+        already encoded the stripped lines."""
         translator = self.translator
-        joining = [(key, line.strip()) for key, line in zip(keys, lines)]
-        for key, line in joining:
+        encoded = encoded if encoded is not None else [None] * len(lines)
+        joining = [(key, line.strip(), ids) for key, line, ids in zip(keys, lines, encoded)]
+        for key, line, _ in joining:
             if not line:
                 self.deliver(key, line, [])
-        joining = [(key, line) for key, line in joining if line]
+        joining = [entry for entry in joining if entry[1]]
         if not joining:
             return
-        ids = translator.src_tokenizer.encode_batch([line for _, line in joining])
+        if any(ids is None for _, _, ids in joining):
+            ids = translator.src_tokenizer.encode_batch([line for _, line, _ in joining])
+        else:
+            ids = [list(ids) for _, _, ids in joining]
         src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in ids], translator.device, suffix=EOS_ID)
         with autocast(translator.device, translator.precision):
-            self.search.add(src, [key for key, _ in joining])
-        self.lines.update(joining)
+            self.search.add(src, [key for key, _, _ in joining])
+        self.lines.update((key, line) for key, line, _ in joining)
 
     def step(self) -> None:
         with autocast(self.translator.device, self.translator.precision):

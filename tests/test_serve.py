@@ -337,3 +337,32 @@ def test_a_port_in_use_is_one_clear_error(trained_run):
         result.stderr.decode().strip().splitlines()[-1]
         == f"error: could not serve on 127.0.0.1:{port} (is the port in use?)"
     )
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_each_text_is_encoded_once_and_translated_as_offline(trained_run, sentences, continuous):
+    """The service encodes a request's texts to cost them, and the engine translates those ids."""
+    path = resolve_model_path(trained_run)
+    model_file = load_model_file(path)
+    cfg = SearchConfig(beam=2)
+    expected = Translator(model_file, cfg, device="cpu").translate(sentences[:6])
+    tokenizer = model_file.src_tokenizer
+    encode, encoded = tokenizer.encode_batch, []
+    tokenizer.encode_batch = lambda lines: (encoded.extend(lines), encode(lines))[1]
+
+    def make():
+        translator = Translator(model_file, cfg, device="cpu")
+        if not continuous:  # batch after batch, as with CTranslate2
+            translator.open_stream = lambda deliver: None
+        return translator
+
+    tokenizers = tokenizer, model_file.tgt_tokenizer
+    service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
+    service.batcher.start()
+    try:
+        jobs, _ = service.jobs(sentences[:6], service.defaults())
+        results = [future.result(600) for future in service.batcher.submit(jobs)]
+    finally:
+        service.batcher.stop()
+    assert results == expected
+    assert encoded == [line.strip() for line in sentences[:6]]  # once each, by the service
