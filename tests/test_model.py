@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 from mtkit.config import build_config
-from mtkit.kernels import Dropout, attention_with_weights, matmul_attention
+from mtkit.kernels import Dropout, attend, attention_with_weights, matmul_attention
 from mtkit.kv_cache import CACHE_CHUNK
 from mtkit.model import MultiHeadAttention, Transformer, sinusoidal_positions
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -27,15 +27,38 @@ def test_positional_encoding_matches_the_formula():
     assert pe[0].tolist() == [0.0, 1.0, 0.0, 1.0]
 
 
-def test_spec_worked_attention_examples():
-    # scores (6, 4) with d_k = 16 scale to (1.5, 1.0), weights (0.62, 0.38); scores (3, 8) -> (0.22, 0.78)
-    for scores, expected in (((6.0, 4.0), (0.62, 0.38)), ((3.0, 8.0), (0.22, 0.78))):
-        k = torch.zeros(1, 1, 2, 16)
-        k[0, 0, :, 0] = torch.tensor(scores)
-        q = torch.zeros(1, 1, 1, 16)
-        q[0, 0, 0, 0] = 1.0
-        _, weights = attention_with_weights(q, k, torch.eye(2, 16)[None, None], None, False)
-        assert weights[0, 0, 0].tolist() == pytest.approx(expected, abs=0.005)
+def worked_example(scores: tuple[float, float]):
+    """The SPEC's single query (d_k = 16) over two keys with raw scores `scores`; the values are
+    one-hot, so the attention output's first two features are the weights."""
+    k = torch.zeros(1, 1, 2, 16)
+    k[0, 0, :, 0] = torch.tensor(scores)
+    q = torch.zeros(1, 1, 1, 16)
+    q[0, 0, 0, 0] = 1.0
+    return q, k, torch.eye(2, 16)[None, None]
+
+
+# scores (6, 4) scale by 1/sqrt(16) to (1.5, 1.0): weights (sigmoid(0.5), sigmoid(-0.5)) = (0.62, 0.38);
+# scores (3, 8) to (0.75, 2.0): (sigmoid(-1.25), sigmoid(1.25)) = (0.22, 0.78).
+WORKED = [((6.0, 4.0), 0.5), ((3.0, 8.0), -1.25)]
+
+
+@pytest.mark.parametrize("path", ["sdpa", "matmul", "inspection"])
+def test_spec_worked_attention_examples_on_every_path(path):
+    for scores, margin in WORKED:
+        q, k, v = worked_example(scores)
+        if path == "sdpa":
+            out, _ = attend(q, k, v, None, False, dropout=0.0, training=False)
+        elif path == "matmul":
+            out = matmul_attention(q, k, v, None, False, dropout=0.0)
+        else:
+            out, weights = attention_with_weights(q, k, v, None, False)
+            assert weights[0, 0, 0].tolist() == pytest.approx([math_sigmoid(margin), math_sigmoid(-margin)], abs=1e-6)
+        assert out[0, 0, 0, :2].tolist() == pytest.approx([math_sigmoid(margin), math_sigmoid(-margin)], abs=1e-6)
+    assert round(math_sigmoid(0.5), 2) == 0.62 and round(math_sigmoid(-1.25), 2) == 0.22  # the SPEC's figures
+
+
+def math_sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -137,13 +160,18 @@ def test_future_target_tokens_do_not_change_earlier_outputs(norm):
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_extra_padding_changes_no_real_position(norm):
+def test_a_padded_batch_gives_each_sentence_its_own_outputs(norm):
+    """Three sentences of different lengths in one padded batch, against each one alone, unpadded.
+    Not bitwise: the kernels reduce over other lengths in a batch; 1e-6 is float32 rounding here."""
     model = tiny_model(vocab=20, norm=norm)
-    src = torch.tensor([[5, 6, 7, EOS_ID]])
-    tgt = torch.tensor([[BOS_ID, 8, 9]])
-    padded_src = torch.tensor([[5, 6, 7, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
-    padded_tgt = torch.tensor([[BOS_ID, 8, 9, PAD_ID, PAD_ID]])
-    assert torch.allclose(model(src, tgt), model(padded_src, padded_tgt)[:, :3], atol=1e-6)
+    sources = [[5, 6, 7, 8, 9, EOS_ID], [5, 6, EOS_ID], [11, EOS_ID]]
+    targets = [[BOS_ID, 8, 9], [BOS_ID, 4, 4, 5, 6, 7], [BOS_ID]]
+    src = torch.tensor([s + [PAD_ID] * (6 - len(s)) for s in sources])
+    tgt = torch.tensor([t + [PAD_ID] * (6 - len(t)) for t in targets])
+    batched = model(src, tgt)
+    for i, (source, target) in enumerate(zip(sources, targets)):
+        alone = model(torch.tensor([source]), torch.tensor([target]))[0]
+        assert torch.allclose(batched[i, : len(target)], alone, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -361,3 +389,17 @@ def test_the_scored_ids_are_weights_a_model_file_keeps():
     fresh.load_state_dict(target.state_dict())
     assert fresh.output_ids().tolist() == [1, 3, 5, 7, 9]
     assert "output_mask" not in tiny_model(vocab=12).state_dict()
+
+
+def test_incremental_decoding_past_the_first_position_table_equals_full_forward():
+    """300 target positions: the sinusoid table (256 to start with) grows during decoding."""
+    model = tiny_model(vocab=20, norm="pre")
+    torch.manual_seed(6)
+    src = torch.tensor([[5, 6, 7, EOS_ID]])
+    tgt = torch.cat([torch.tensor([[BOS_ID]]), torch.randint(4, 20, (1, 299))], dim=1)
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask)
+    assert model.tgt_embed.positions.size(0) == 256
+    steps = [model.decode_step(tgt[:, t], state) for t in range(300)]
+    assert model.tgt_embed.positions.size(0) > 300  # grown by decoding itself
+    assert torch.allclose(torch.stack(steps, dim=1), model(src, tgt), atol=1e-5)

@@ -6,11 +6,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 from conftest import TINY_TRAIN, losses, records, run_mtkit, start_mtkit, write_lines
 
-from mtkit.checkpoint import MODEL_FORMAT, STATE_FILE, load_payload, read_index
+from mtkit.checkpoint import MODEL_FORMAT, STATE_FILE, load_payload, read_index, resolve_model_path
 from mtkit.config import build_config, parse_overrides
 from mtkit.errors import MtkitError
 from mtkit.train import train
@@ -103,14 +104,23 @@ def test_sigterm_saves_and_resume_continues_exactly(tmp_path, data_dir):
     assert losses(run) == losses(reference)
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_mixed_precision_steps_on_cpu(tmp_path, data_dir, precision):
-    reason = train(tiny_config("train.max_steps=4", f"train.precision={precision}"), data_dir, tmp_path / "run")
-    assert "max_steps" in reason
+@pytest.mark.parametrize(
+    "precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)]
+)
+def test_training_computes_in_the_precision_asked_for(tmp_path, data_dir, precision, dtype):
+    from mtkit.train import Trainer
+
+    (tmp_path / "run").mkdir()
+    trainer = Trainer(tiny_config("train.max_steps=4", f"train.precision={precision}"), data_dir, tmp_path / "run")
+    seen = set()  # the dtype every feed-forward layer's first product came out in
+    for layer in [*trainer.model.encoder_layers, *trainer.model.decoder_layers]:
+        layer.ffn.fc1.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
+    assert "max_steps" in trainer.run()
+    assert seen == {dtype}
     state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
     assert state["progress"]["step"] == 4
     assert (state["scaler"] is not None) == (precision == "fp16")
-    assert all(torch.isfinite(t).all() for t in state["model"].values())
+    assert all(t.dtype != torch.float16 and torch.isfinite(t).all() for t in state["model"].values())
 
 
 def test_rdrop_trains_like_the_plain_loss_without_dropout_and_apart_with_it(tmp_path, data_dir):
@@ -180,6 +190,21 @@ def test_sentences_longer_than_max_tokens_are_skipped_with_a_warning(tmp_path, d
     assert "longer than train.max_tokens=40" in result.stderr.decode()
 
 
+def test_pairs_longer_than_max_tokens_are_left_out_of_every_batch_and_the_rest_kept(data_dir):
+    from mtkit.batching import make_batches
+    from mtkit.data import TrainingSamples
+
+    samples = TrainingSamples(data_dir)
+    _, src_lengths, tgt_lengths = samples.epoch_sample(0)
+    cost = src_lengths.astype(int) + tgt_lengths.astype(int) + 2  # </s> on the source, <s> or </s> on the target
+    too_long = set(np.flatnonzero(cost > 40).tolist())
+    assert too_long and len(too_long) < len(cost)
+    batches, skipped = make_batches(src_lengths, tgt_lengths, 40, seed=1, epoch=0)
+    batched = [int(i) for batch in batches for i in batch]
+    assert set(skipped.tolist()) == too_long
+    assert sorted(batched) == sorted(set(range(len(cost))) - too_long)  # every other pair, once
+
+
 def test_checkpoint_files_are_data_and_carry_everything(trained_run):
     entries = read_index(trained_run)
     assert [e["step"] for e in entries] == [20, 40]
@@ -213,9 +238,30 @@ def test_early_stopping_and_best_checkpoint(tmp_path, data_dir):
     )
     reason = train(config, data_dir, tmp_path / "run")
     assert "no improvement of valid loss in 2 validations" in reason
-    entries = read_index(tmp_path / "run")
-    best = min((e for e in entries if e["metric"] is not None), key=lambda e: e["metric"])
-    assert best in entries and entries[-1]["step"] < 200
+    validations = [r for r in records(tmp_path / "run") if "valid_loss" in r]
+    losses_ = [r["valid_loss"] for r in validations]
+    best = validations[losses_.index(min(losses_))]["step"]
+    assert [r["step"] for r in validations][-3] == best  # then 2 validations without improvement, and a stop
+    assert validations[-1]["step"] < 200
+    assert resolve_model_path(tmp_path / "run", "best").name == f"step_{best:08d}.pt"
+    assert [e["step"] for e in read_index(tmp_path / "run")] == [best, validations[-1]["step"]]
+
+
+def test_the_best_checkpoint_under_bleu_is_the_highest_bleu(tmp_path, data_dir):
+    """BLEU, the default metric: higher is better, for keep_best, -m RUN, --checkpoint and average --best."""
+    config = tiny_config("train.max_steps=40", "train.valid_every=5", "train.save_every=5", "train.valid_metric=bleu",
+                         "train.keep_best=2", "train.keep_last=1", "train.valid_max_sentences=10")  # fmt: skip
+    train(config, data_dir, tmp_path / "run")
+    scores = {r["step"]: r["valid_bleu"] for r in records(tmp_path / "run") if "valid_bleu" in r}
+    assert len(scores) == 8 and len(set(scores.values())) > 1
+    ranked = sorted(scores, key=lambda step: (-scores[step], -step))  # ties: the later checkpoint
+    kept = [e["step"] for e in read_index(tmp_path / "run")]
+    assert sorted(kept) == sorted({*ranked[:2], 40})
+    assert resolve_model_path(tmp_path / "run", "best").name == f"step_{ranked[0]:08d}.pt"
+    assert resolve_model_path(tmp_path / "run", "last").name == "step_00000040.pt"
+    from mtkit.average import select_checkpoints
+
+    assert [p.name for p in select_checkpoints(tmp_path / "run", None, 2)] == [f"step_{s:08d}.pt" for s in ranked[:2]]
 
 
 @pytest.mark.parametrize(
