@@ -166,3 +166,36 @@ def test_tokenizer_mismatch_is_detected(data_dir, tmp_path, corpus):
     other = Tokenizer.load(tmp_path / "other.json")
     with pytest.raises(MtkitError, match="different tokenizer"):
         check_tokenizers_match(data_dir, other.sha256, other.sha256, "the model")
+
+
+def test_the_cleaning_flags_reach_the_rules(tmp_path, tokenizer_path):
+    """The CLI's --dedup, --max-ratio, --max-len, --no-strip and --no-drop-empty, in process."""
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    pairs = [("A dog runs.", "Ein Hund rennt."), ("A dog runs.", "Ein Hund rennt."), ("A dog.", " ".join(["Hund"] * 12)),
+             ("  Two cats sit.  ", "Zwei Katzen sitzen."), ("", "Leer.")]  # fmt: skip
+    prefix = make_corpus(tmp_path, pairs)
+
+    def dropped(name: str, *flags: str) -> dict:
+        args = ["preprocess", "-s", "src", "-t", "tgt", "--train", str(prefix), "--tokenizer", str(tokenizer_path),
+                "-o", str(tmp_path / name), *flags]  # fmt: skip
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / name / "manifest.json").read_text())["splits"]["train"]["dropped"]
+
+    assert dropped("all", "--dedup", "--max-ratio", "3") == {"empty": 1, "too_long": 0, "ratio": 1, "duplicate": 1}
+    assert dropped("none", "--no-drop-empty", "--max-ratio", "0", "--max-len", "0") == {
+        "empty": 0, "too_long": 0, "ratio": 0, "duplicate": 0,
+    }  # fmt: skip
+    dropped("unstripped", "--no-strip", "--no-drop-empty", "--max-ratio", "0")
+    raw = ParallelDataset(tmp_path / "unstripped", "train")[3][0].tolist()
+    stripped = ParallelDataset(tmp_path / "none", "train")[3][0].tolist()
+    tokenizer = Tokenizer.load(tokenizer_path)
+    assert (
+        tokenizer.encode_batch(["  Two cats sit.  "])[0]
+        == raw
+        != stripped
+        == tokenizer.encode_batch(["Two cats sit."])[0]
+    )
