@@ -3,7 +3,8 @@
 A tokenizer is one Hugging Face `tokenizer.json`: NFKC normalisation, a Metaspace
 pre-tokenizer (spaces become "▁" and word starts are marked; with split_punctuation, every
 punctuation character is also a piece of its own, as SentencePiece's script split and a
-Moses-tokenized subword-nmt pipeline keep it: "Straße." is "▁Straße" + ".", " (" is "▁("),
+Moses-tokenized subword-nmt pipeline keep it: "Straße." is "▁Straße" + ".", " (" is "▁("; a
+Unigram tokenizer also keeps "<" apart, so that typed "</s>" or "<0x41>" stay text),
 a BPE or Unigram model with byte fallback, and the decoder that undoes all of it. Byte
 fallback means that a character never seen in training is encoded as its UTF-8 bytes
 (`<0xC3><0xB4>`) rather than `<unk>`, so decode(encode(s)) gives back NFKC(s) for any text.
@@ -124,12 +125,15 @@ class TokenizerReport:
 def _blank_tokenizer(model: models.Model, split_punctuation: bool) -> HFTokenizer:
     tokenizer = HFTokenizer(model)
     tokenizer.normalizer = normalizers.NFKC()
-    metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    steps = [pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)]
     if split_punctuation:  # each punctuation character alone, or with the "▁" of a space before it: "▁(", "."
-        punctuation = pre_tokenizers.Split(Regex(r"▁?\p{P}"), behavior="isolated")
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([metaspace, punctuation])
-    else:
-        tokenizer.pre_tokenizer = metaspace
+        steps.append(pre_tokenizers.Split(Regex(r"▁?\p{P}"), behavior="isolated"))
+    if isinstance(model, models.Unigram):
+        # A Unigram model segments a word into any pieces of its vocabulary, the special and byte
+        # tokens included, so typed "</s>" or "<0x41>" would become them. Every such token starts
+        # with "<": kept a word of its own, "<" never begins a longer piece.
+        steps.append(pre_tokenizers.Split(Regex("▁?<"), behavior="isolated"))
+    tokenizer.pre_tokenizer = steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
     tokenizer.decoder = decoders.Sequence(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
     )

@@ -1,5 +1,8 @@
 import json
 import pickle
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -352,3 +355,46 @@ def test_help_lists_the_commands_in_the_order_of_the_data_path():
     names = [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
     assert names == ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate", "export",
                      "score", "serve", "attention", "plot"]  # fmt: skip
+
+
+def test_ctrl_c_exits_130_with_one_line(trained_run):
+    """SIGINT once the first line is translated (an event, not a delay): exit 130, no traceback."""
+    process = subprocess.Popen([sys.executable, "-m", "mtkit", "translate", "-m", str(trained_run), "--buffer-size", "1"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    process.stdin.write(b"A dog runs.\n")
+    process.stdin.flush()
+    assert process.stdout.readline()  # translated: the command is in its loop, waiting for input
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert stderr.decode().strip() == "interrupted"
+
+
+def test_a_closed_pipe_ends_quietly_with_exit_0(trained_run, corpus, tmp_path):
+    many = write_lines(tmp_path / "many.en", (corpus / "train.en").read_text().splitlines() * 3)
+    command = f"set -o pipefail; {sys.executable} -m mtkit translate -m {trained_run} -i {many} --beam 1 | head -1"
+    result = subprocess.run(["bash", "-c", command], capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()
+    assert len(result.stdout.decode().splitlines()) == 1 and result.stderr == b""
+
+
+def test_several_references_score_as_sacrebleu_with_all_of_them(corpus, tmp_path):
+    import sacrebleu
+
+    hyp = (corpus / "test.de").read_text().splitlines()
+    second = [line.replace("Mann", "Herr") for line in hyp]
+    first = [line.replace("Hund", "Köter") for line in hyp]
+    write_lines(tmp_path / "hyp.de", hyp)
+    write_lines(tmp_path / "ref1.de", first)
+    write_lines(tmp_path / "ref2.de", second)
+    result = run_mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--ref", tmp_path / "ref1.de", "--ref",
+                       tmp_path / "ref2.de", "--json", "--metrics", "bleu,chrf")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    scores = json.loads(result.stdout)
+    assert scores["bleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyp, [first, second]).score, abs=1e-4)
+    assert scores["chrf"]["score"] == pytest.approx(sacrebleu.corpus_chrf(hyp, [first, second]).score, abs=1e-4)
+    assert scores["bleu"]["signature"].startswith("nrefs:2|")
+    one = json.loads(
+        run_mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--ref", tmp_path / "ref1.de", "--json").stdout
+    )
+    assert scores["bleu"]["score"] > one["bleu"]["score"]

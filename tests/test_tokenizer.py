@@ -4,6 +4,8 @@ import unicodedata
 
 import pytest
 from conftest import write_lines
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mtkit.errors import MtkitError
 from mtkit.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS, UNK_ID, Tokenizer, train_tokenizer
@@ -132,3 +134,39 @@ def test_not_an_mtkit_tokenizer(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps({"nonsense": True}))
     with pytest.raises(MtkitError, match="t.json"):
         Tokenizer.load(tmp_path / "t.json")
+
+
+def test_a_unigram_tokenizer_round_trips_and_keeps_the_special_ids(corpus, tmp_path):
+    report = train_tokenizer([corpus / "train.en", corpus / "train.de"], tmp_path / "uni.json", 400, kind="unigram")
+    tokenizer = Tokenizer.load(tmp_path / "uni.json")
+    assert report.vocab_size == tokenizer.vocab_size <= 400
+    assert type(tokenizer._hf.model).__name__ == "Unigram"
+    assert tokenizer.vocabulary()[:4] == ["<pad>", "<unk>", "<s>", "</s>"]
+    lines = (corpus / "test.de").read_text().splitlines() + ["Ça coûte 5 € — naïve façade!", "</s> <pad> as text"]
+    ids = tokenizer.encode_batch(lines)
+    assert tokenizer.decode_batch(ids) == lines
+    assert all(i > 3 for row in ids for i in row)  # typed special tokens are text, and nothing is <unk>
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def small_tokenizer(request, corpus, tmp_path_factory) -> Tokenizer:
+    path = tmp_path_factory.mktemp(request.param) / "tokenizer.json"
+    train_tokenizer([corpus / "train.en", corpus / "train.de"], path, vocab_size=400, kind=request.param)
+    return Tokenizer.load(path)
+
+
+LOOKALIKES = st.sampled_from(["</s>", "<s>", "<pad>", "<unk>", "<0x41>", "<0xC3>", "<", ">", " "])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pieces=st.lists(st.one_of(LOOKALIKES, st.text(st.characters(exclude_categories=["Cs"]), max_size=8)), max_size=8)
+)
+def test_any_text_round_trips_and_never_becomes_a_control_id(small_tokenizer, pieces):
+    """A line (NFKC-normalised and stripped, as translation reads it) comes back exactly, and typed
+    special or byte tokens stay text, in BPE and Unigram tokenizers alike. ("▁" is the space marker:
+    typed, it reads as a space, as in SentencePiece.)"""
+    text = unicodedata.normalize("NFKC", "".join(pieces)).replace("▁", " ").strip()
+    ids = small_tokenizer.encode_batch([text])[0]
+    assert all(i > 3 for i in ids)
+    assert small_tokenizer.decode_batch([ids])[0] == text
