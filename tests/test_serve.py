@@ -366,3 +366,19 @@ def test_each_text_is_encoded_once_and_translated_as_offline(trained_run, senten
         service.batcher.stop()
     assert results == expected
     assert encoded == [line.strip() for line in sentences[:6]]  # once each, by the service
+
+
+def test_the_ctranslate2_engine_serves_what_it_translates_offline(trained_run, sentences, tmp_path):
+    pytest.importorskip("ctranslate2")
+    assert run_mtkit("export", "-m", trained_run, "-o", tmp_path / "ct2").returncode == 0
+    expected = offline(tmp_path / "ct2", sentences[:6], "--engine", "ctranslate2", "--beam", "1")
+    server = Server(tmp_path / "ct2", tmp_path / "serve.log", "--engine", "ctranslate2", "--beam", "1")
+    try:
+        answer = server.post("/v1/translate", json={"text": sentences[:6]})
+        (model,) = httpx.get(f"{server.url}/v1/models").json()["models"]
+        refused = server.post("/v1/translate", json={"text": sentences[0], "alignment": True})
+    finally:
+        assert server.stop() == 0
+    assert answer.json() == {"translations": expected}
+    assert model["engine"] == "ctranslate2"
+    assert refused.status_code == 422 and "alignment needs" in refused.json()["error"]
