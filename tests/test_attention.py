@@ -1,3 +1,4 @@
+import html
 import json
 import re
 import struct
@@ -100,10 +101,20 @@ def test_attention_json_svg_and_html(trained_run, tmp_path):
     for entry in payload["maps"]:
         w = torch.tensor(entry["weights"])
         assert torch.equal(w.triu(1), torch.zeros_like(w))
+    cross = json.loads(run_mtkit("attention", "-m", trained_run, "--src", "A dog.", "--format", "json").stdout)
     assert run_mtkit("attention", "-m", trained_run, "--src", "A dog.", "-o", tmp_path / "a.svg").returncode == 0
-    assert (tmp_path / "a.svg").read_text().lstrip().startswith("<?xml")
+    svg = (tmp_path / "a.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and svg.rstrip().endswith("</svg>")
+    # matplotlib draws text as paths, and names each label in a comment: every token is on the image
+    for label in {*cross["rows"], *cross["columns"]}:
+        assert f"<!-- {html.escape(label, quote=False)} -->" in svg, label
     assert run_mtkit("attention", "-m", trained_run, "--src", "A dog.", "-o", tmp_path / "a.html").returncode == 0
-    assert "<table>" in (tmp_path / "a.html").read_text()
+    page = (tmp_path / "a.html").read_text()
+    (weights,) = [entry["weights"] for entry in cross["maps"]]
+    cells = [float(value) for value in re.findall(r"title='([0-9.]+)'", page)]
+    assert cells == pytest.approx([w for row in weights for w in row], abs=5e-4)  # every weight, in order
+    headers = re.findall(r"<th>([^<]*)</th>", page)[1:]  # after the empty corner
+    assert headers == [html.escape(label) for label in cross["columns"] + cross["rows"]]
     bad = run_mtkit("attention", "-m", trained_run, "--src", "A dog.", "--layer", "7")
     assert bad.returncode == 1 and "--layer 7: the model has layers 1..1" in bad.stderr.decode()
 
