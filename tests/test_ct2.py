@@ -1,7 +1,10 @@
 """The CTranslate2 export computes what mtkit's own model computes."""
 
+import json
+
 import ctranslate2
 import pytest
+import sacrebleu
 import torch
 import torch.nn.functional as F
 from conftest import run_mtkit, with_output_vocab
@@ -116,7 +119,8 @@ def test_export_and_engine_through_the_cli(trained_run, corpus, tmp_path):
         "translate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--beam", "2", stdin=b"A dog.\n\nTwo cats.\n"
     )
     assert translated.returncode == 0, translated.stderr.decode()
-    assert len(translated.stdout.decode().split("\n")) == 4
+    engine = CTranslate2Translator(tmp_path / "ct2", SearchConfig(beam=2, lenpen=0.6), device="cpu")
+    assert translated.stdout.decode().split("\n") == engine.translate(["A dog.", "", "Two cats."]) + [""]
     scored = run_mtkit(
         "evaluate",
         "--engine",
@@ -130,6 +134,10 @@ def test_export_and_engine_through_the_cli(trained_run, corpus, tmp_path):
         "--json",
     )
     assert scored.returncode == 0, scored.stderr.decode()
+    beam5 = CTranslate2Translator(tmp_path / "ct2", SearchConfig(beam=5, lenpen=0.6), device="cpu")
+    hypotheses = beam5.translate((corpus / "test.en").read_text().splitlines())
+    expected = sacrebleu.corpus_bleu(hypotheses, [(corpus / "test.de").read_text().splitlines()]).score
+    assert json.loads(scored.stdout)["bleu"]["score"] == pytest.approx(expected, abs=1e-4)
     again = run_mtkit("export", "-m", trained_run, "-o", tmp_path / "ct2")
     assert again.returncode == 1 and "already exists" in again.stderr.decode()
 

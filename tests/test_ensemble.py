@@ -6,9 +6,11 @@ import torch.nn.functional as F
 from conftest import run_mtkit, tiny_model
 
 from mtkit.batching import pad_batch
+from mtkit.checkpoint import load_model_file
 from mtkit.ensemble import Ensemble
 from mtkit.search import SearchConfig, search
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.translate import Translator
 
 SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]
 
@@ -51,7 +53,10 @@ def test_the_cli_takes_several_models(trained_run, corpus):
     assert twice.stdout == alone.stdout
     two_checkpoints = run_mtkit("translate", "-m", model, "-m", trained_run / "checkpoints" / "step_00000020.pt",
                                 "--beam", "3", stdin=lines)  # fmt: skip
-    assert two_checkpoints.returncode == 0 and len(two_checkpoints.stdout.decode().splitlines()) == 20
+    assert two_checkpoints.returncode == 0, two_checkpoints.stderr.decode()
+    files = [load_model_file(model), load_model_file(trained_run / "checkpoints" / "step_00000020.pt")]
+    expected = Translator(files, SearchConfig(beam=3, lenpen=0.6), "cpu").translate(lines.decode().splitlines())
+    assert two_checkpoints.stdout.decode().splitlines() == expected  # the two models' averaged search
     refused = run_mtkit("translate", "-m", model, "-m", model, "--engine", "ctranslate2", stdin=lines)
     assert refused.returncode == 1 and "ensembles need --engine pytorch" in refused.stderr.decode()
 
