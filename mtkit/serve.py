@@ -7,6 +7,9 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
                       (an empty list for a blank text), as `mtkit translate` prints them
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
+  GET  /languages     LibreTranslate's: the model's pair, [{"code", "name", "targets"}, ...]
+  POST /detect        LibreTranslate's shape, [{"confidence", "language"}]: always the model's source
+                      language (this server translates one pair; it does not identify languages)
   GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
   GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
@@ -79,7 +82,7 @@ def create_app(service: Service):
         service.batcher.stop()
 
     app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
-    routes = {"/v1/translate", "/translate", "/health", "/ready", "/v1/models", "/metrics"}
+    routes = {"/v1/translate", "/translate", "/languages", "/detect", "/health", "/ready", "/v1/models", "/metrics"}
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status, headers=headers)
@@ -112,6 +115,18 @@ def create_app(service: Service):
         except ValidationError as err:
             raise RequestError(400, _describe(err.errors())) from None
         return await libretranslate(service, request, body)
+
+    @app.get("/languages")
+    async def languages():
+        return libretranslate_languages(service.info)
+
+    @app.post("/detect")
+    async def detect(request: Request):
+        fields = await _libretranslate_fields(request)
+        if "q" not in fields:
+            raise RequestError(400, "q: Field required")
+        guess = [{"confidence": 100.0, "language": service.info.source_language}]
+        return guess if isinstance(fields["q"], str) else [guess for _ in fields["q"]]
 
     @app.get("/health")
     async def health():
@@ -179,6 +194,28 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     if body.source == "auto":
         answer["detectedLanguage"] = {"language": info.source_language, "confidence": 100}
     return answer
+
+
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
+    "et": "Estonian", "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian",
+    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian",
+    "zh": "Chinese",
+}  # fmt: skip
+
+
+def libretranslate_languages(info) -> list[dict[str, Any]]:
+    """LibreTranslate's /languages for the model's one pair: the source with the target as its only
+    target, and the target (which translates into nothing here)."""
+    if not info.source_language or not info.target_language:
+        return []
+    return [
+        {"code": info.source_language, "name": LANGUAGE_NAMES.get(info.source_language, info.source_language),
+         "targets": [info.target_language]},
+        {"code": info.target_language, "name": LANGUAGE_NAMES.get(info.target_language, info.target_language),
+         "targets": []},
+    ]  # fmt: skip
 
 
 async def _libretranslate_fields(request) -> dict[str, Any]:

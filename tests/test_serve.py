@@ -382,3 +382,19 @@ def test_the_ctranslate2_engine_serves_what_it_translates_offline(trained_run, s
     assert answer.json() == {"translations": expected}
     assert model["engine"] == "ctranslate2"
     assert refused.status_code == 422 and "alignment needs" in refused.json()["error"]
+
+
+def test_a_libretranslate_client_library_works_unchanged(server, trained_run, sentences):
+    """libretranslatepy, as front-ends use it: languages first, then detect and translate."""
+    from libretranslatepy import LibreTranslateAPI
+
+    client = LibreTranslateAPI(server.url)
+    assert client.languages() == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []},
+    ]
+    assert client.detect(sentences[0]) == [{"confidence": 100.0, "language": "en"}]
+    expected = offline(trained_run, sentences[:3])
+    assert [client.translate(line, "en", "de") for line in sentences[:3]] == expected
+    assert server.post("/detect", json={"q": sentences[:2]}).json() == [[{"confidence": 100.0, "language": "en"}]] * 2
+    assert server.post("/detect", json={}).status_code == 400
