@@ -156,6 +156,8 @@ def tokenizer_config() -> dict:
         "unk_token": UNK,
         "pad_token": PAD,
         "model_max_length": MAX_SOURCE_TOKENS + 1,
+        # As MarianTokenizer: no token_type_ids, which generate(**tokenizer(...)) would refuse.
+        "model_input_names": ["input_ids", "attention_mask"],
     }
 
 

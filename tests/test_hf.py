@@ -67,6 +67,11 @@ def test_greedy_translations_are_identical(exported, corpus):
     # mtkit's rule at the length limit: the search stops after `limit` tokens, without forcing </s>.
     got = translate(sources, num_beams=1, do_sample=False, max_new_tokens=limit, forced_eos_token_id=None)
     assert [row["translation_text"] for row in got] == expected
+    model = transformers.MarianMTModel.from_pretrained(directory).eval()
+    batch = tokenizer(sources[:4], return_tensors="pt", padding=True)  # the standard idiom, without pipeline()
+    assert set(batch) == {"input_ids", "attention_mask"}
+    generated = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit, forced_eos_token_id=None)
+    assert tokenizer.batch_decode(generated, skip_special_tokens=True) == expected[:4]
 
 
 def test_the_cli_writes_a_complete_directory_and_refuses_pre_norm(exported, trained_run, tmp_path):
