@@ -96,9 +96,10 @@ def sample_split(k: int) -> str:
 class ParallelDataset:
     """One split of a binarized dataset: `dataset[i]` is (source ids, target ids) without specials."""
 
-    def __init__(self, data_dir: Path, split: str):
+    def __init__(self, data_dir: Path, split: str, manifest: dict | None = None):
+        """manifest: the dataset's, where the caller has read it already."""
         self.data_dir = Path(data_dir)
-        self.manifest = read_manifest(self.data_dir)
+        self.manifest = manifest if manifest is not None else read_manifest(self.data_dir)
         samples = {sample_split(k) for k in range(sample_count(self.manifest))}
         if split not in self.manifest["splits"] and split not in samples:
             raise MtkitError(f"{data_dir}: has no {split} split (it has {', '.join(self.manifest['splits'])})")
@@ -143,9 +144,9 @@ class TrainingSamples:
     is index k x N + i, so batches, lengths and collation work on it unchanged; epoch e trains on
     sample e mod K (see mtkit.batching.BatchStream). With K = 1 it is the train split itself."""
 
-    def __init__(self, data_dir: Path):
-        manifest = read_manifest(data_dir)
-        self.samples = [ParallelDataset(data_dir, sample_split(k)) for k in range(sample_count(manifest))]
+    def __init__(self, data_dir: Path, manifest: dict | None = None):
+        manifest = manifest if manifest is not None else read_manifest(data_dir)
+        self.samples = [ParallelDataset(data_dir, sample_split(k), manifest) for k in range(sample_count(manifest))]
         self.pairs = len(self.samples[0])
         if any(len(sample) != self.pairs for sample in self.samples):
             raise MtkitError(f"{data_dir}: damaged dataset (its training samples differ in length)")
@@ -175,18 +176,20 @@ class TrainingSamples:
         return k * self.pairs, self.samples[k].src_lengths, self.samples[k].tgt_lengths
 
 
-def load_tokenizers(data_dir: Path) -> tuple[Tokenizer, Tokenizer]:
+def load_tokenizers(data_dir: Path, manifest: dict | None = None) -> tuple[Tokenizer, Tokenizer]:
     """The source and target tokenizers stored in a dataset (the same object when the vocabulary is joint)."""
-    manifest = read_manifest(data_dir)
+    manifest = manifest if manifest is not None else read_manifest(data_dir)
     src = Tokenizer.load(Path(data_dir) / manifest["src_tokenizer"]["file"])
     if manifest["tgt_tokenizer"]["file"] == manifest["src_tokenizer"]["file"]:
         return src, src
     return src, Tokenizer.load(Path(data_dir) / manifest["tgt_tokenizer"]["file"])
 
 
-def check_tokenizers_match(data_dir: Path, src_sha256: str, tgt_sha256: str, what: str) -> None:
+def check_tokenizers_match(
+    data_dir: Path, src_sha256: str, tgt_sha256: str, what: str, manifest: dict | None = None
+) -> None:
     """Refuse a dataset built with other tokenizers than `what` (a checkpoint, a model) uses."""
-    manifest = read_manifest(data_dir)
+    manifest = manifest if manifest is not None else read_manifest(data_dir)
     if (manifest["src_tokenizer"]["sha256"], manifest["tgt_tokenizer"]["sha256"]) != (src_sha256, tgt_sha256):
         raise MtkitError(
             f"{data_dir}: built with a different tokenizer than {what} "
@@ -194,12 +197,13 @@ def check_tokenizers_match(data_dir: Path, src_sha256: str, tgt_sha256: str, wha
         )
 
 
-def open_splits(data_dir: Path, model_cfg: ModelConfig) -> tuple[TrainingSamples, ParallelDataset | None]:
-    """The train split (all its samples) and (if any) the valid split; fills the model's vocabulary
-    sizes in from the dataset."""
-    manifest = read_manifest(data_dir)
+def open_splits(
+    data_dir: Path, model_cfg: ModelConfig, manifest: dict
+) -> tuple[TrainingSamples, ParallelDataset | None]:
+    """The train split (all its samples) and (if any) the valid split of a dataset with this
+    manifest; fills the model's vocabulary sizes in from it."""
     model_cfg.src_vocab_size = manifest["src_tokenizer"]["vocab_size"]
     model_cfg.tgt_vocab_size = manifest["tgt_tokenizer"]["vocab_size"]
     model_cfg.joint_vocab = bool(manifest["joint_vocab"])
-    valid = ParallelDataset(data_dir, "valid") if "valid" in manifest["splits"] else None
-    return TrainingSamples(data_dir), valid
+    valid = ParallelDataset(data_dir, "valid", manifest) if "valid" in manifest["splits"] else None
+    return TrainingSamples(data_dir, manifest), valid

@@ -69,8 +69,9 @@ class Trainer:
             torch.cuda.set_device(self.device)
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
-        self.train_data, self.valid_data = open_splits(self.data_dir, config.model)
-        self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir)
+        self.manifest = read_manifest(self.data_dir)  # read once, here
+        self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest)
+        self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir, self.manifest)
         torch.manual_seed(self.cfg.seed)
         self.model = Transformer(config.model)
         if init_weights is not None and not resume:  # fine-tuning: a model's weights, a fresh optimizer
@@ -182,9 +183,8 @@ class Trainer:
     def _validate(self) -> dict[str, float]:
         """Every rank validates its shard of the validation set; every rank gets the scores."""
         assert self.valid_data is not None
-        return validate(
-            self.model, self.valid_data, self.tgt_tokenizer, self.cfg, self.device, self.precision, self.dist
-        )
+        data, tokenizer = self.valid_data, self.tgt_tokenizer
+        return validate(self.model, data, tokenizer, self.cfg, self.device, self.precision, self.dist)
 
     def save_checkpoint(self, metric: float | None) -> None:
         rng_states = self.dist.gather_objects(rng_state(self.device))  # every rank's dropout RNG, for exact resume
@@ -209,7 +209,7 @@ class Trainer:
 
     def _load_state(self, state: dict[str, Any]) -> None:
         digests = state["src_tokenizer_sha256"], state["tgt_tokenizer_sha256"]
-        check_tokenizers_match(self.data_dir, *digests, "the run's checkpoint")
+        check_tokenizers_match(self.data_dir, *digests, "the run's checkpoint", self.manifest)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler and state["scaler"]:

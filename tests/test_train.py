@@ -499,3 +499,26 @@ def test_collating_ahead_in_a_thread_changes_nothing(tmp_path, data_dir):
     trainer.stream._collator = ThreadPoolExecutor(1)
     trainer.run()
     assert losses(tmp_path / "ahead") == losses(tmp_path / "plain")
+
+
+def test_resume_reads_the_training_state_and_the_manifest_once_each(tmp_path, data_dir, monkeypatch):
+    import mtkit.data
+    import mtkit.train
+
+    train(tiny_config("train.max_steps=2"), data_dir, tmp_path / "run")
+    reads = {"state": 0, "manifest": 0}
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            reads[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(mtkit.train, "load_training_state", counted("state", mtkit.train.load_training_state))
+    manifest_reader = counted("manifest", mtkit.data.read_manifest)
+    monkeypatch.setattr(mtkit.data, "read_manifest", manifest_reader)
+    monkeypatch.setattr(mtkit.train, "read_manifest", manifest_reader)
+    train(None, None, tmp_path / "run", resume=True, overrides=["train.max_steps=3"])
+    assert reads == {"state": 1, "manifest": 1}
+    assert [step for step, _ in losses(tmp_path / "run")] == [1, 2, 3]
