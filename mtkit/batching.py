@@ -115,12 +115,18 @@ def pad_batch(
 
 
 def collate(dataset: ParallelDataset | TrainingSamples, indices: np.ndarray) -> Batch:
-    pairs = [dataset[int(i)] for i in indices]
-    src = [s for s, _ in pairs]
-    tgt = [t for _, t in pairs]
-    return Batch(
-        pad_batch(src, suffix=EOS_ID), pad_batch(tgt, prefix=BOS_ID), pad_batch(tgt, suffix=EOS_ID), np.asarray(indices)
-    )
+    """The batch of these sentence pairs: sources + </s>, <s> + targets, targets + </s>, right-padded."""
+    indices = np.asarray(indices, dtype=np.int64)
+    parts = dataset.locate(indices) if isinstance(dataset, TrainingSamples) else [(dataset, indices, slice(None))]
+    tensors = []
+    for array, prefix, suffix in (("src", None, EOS_ID), ("tgt", BOS_ID, None), ("tgt", None, EOS_ID)):
+        width = max(int(getattr(part, array).lengths[rows].max()) for part, rows, _ in parts) + 1
+        out = np.full((len(indices), width), PAD_ID, dtype=np.int64)
+        for part, rows, where in parts:
+            block = getattr(part, array).padded(rows, prefix, suffix, PAD_ID)
+            out[where, : block.shape[1]] = block
+        tensors.append(torch.from_numpy(out))
+    return Batch(*tensors, indices)
 
 
 class BatchStream:

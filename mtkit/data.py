@@ -72,6 +72,23 @@ class SentenceArray:
     def __getitem__(self, index: int) -> np.ndarray:
         return self.ids[self.offsets[index] : self.offsets[index + 1]]
 
+    def padded(self, indices: np.ndarray, prefix: int | None, suffix: int | None, pad: int) -> np.ndarray:
+        """Sentences `indices` as one right-padded (B, L) int64 array, each with `prefix` before and
+        `suffix` after it where given: gathered in a few array operations, not a sentence at a time."""
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths = self.lengths[indices]
+        shift = int(prefix is not None)
+        longest = int(lengths.max()) if len(indices) else 0
+        out = np.full((len(indices), longest + shift + int(suffix is not None)), pad, dtype=np.int64)
+        inside = np.arange(longest)[None, :] < lengths[:, None]
+        rows, columns = np.nonzero(inside)
+        out[rows, columns + shift] = self.ids[self.offsets[indices][rows] + columns]
+        if prefix is not None:
+            out[:, 0] = prefix
+        if suffix is not None:
+            out[np.arange(len(indices)), lengths + shift] = suffix
+        return out
+
 
 def read_manifest(data_dir: Path) -> dict:
     path = Path(data_dir) / MANIFEST
@@ -169,6 +186,12 @@ class TrainingSamples:
             for start in range(0, len(sample.tgt.ids), chunk):
                 seen |= np.bincount(sample.tgt.ids[start : start + chunk], minlength=vocab_size) > 0
         return np.flatnonzero(seen)
+
+    def locate(self, indices: np.ndarray) -> list[tuple[ParallelDataset, np.ndarray, np.ndarray]]:
+        """Where pairs `indices` are: (the sample, the pairs' indices in it, their rows in `indices`),
+        one entry per sample they come from (one, for an epoch's batch)."""
+        sample, pair = np.divmod(np.asarray(indices, dtype=np.int64), self.pairs)
+        return [(self.samples[k], pair[sample == k], np.flatnonzero(sample == k)) for k in np.unique(sample)]
 
     def epoch_sample(self, epoch: int) -> tuple[int, np.ndarray, np.ndarray]:
         """The index offset and the source and target lengths of the sample epoch `epoch` trains on."""

@@ -134,6 +134,17 @@ def data_dir(corpus: Path, tokenizer_path: Path, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def sampled(corpus: Path, tokenizer_path: Path, tmp_path_factory) -> Path:
+    """The corpus with 3 BPE-dropout (0.2) samples of its training pairs, and its valid split."""
+    from mtkit.preprocess import Sampling, preprocess
+
+    out = tmp_path_factory.mktemp("sampled") / "bin"
+    splits = {"train": corpus / "train", "valid": corpus / "valid"}
+    preprocess("en", "de", splits, tokenizer_path, out, sampling=Sampling(bpe_dropout=0.2, samples=3))
+    return out
+
+
 def run_mtkit(
     *args: str, stdin: bytes | None = None, env: dict | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:

@@ -16,14 +16,6 @@ from mtkit.tokenizer import Tokenizer, train_tokenizer
 K = 3
 
 
-@pytest.fixture(scope="module")
-def sampled(corpus, tokenizer_path, tmp_path_factory):
-    out = tmp_path_factory.mktemp("sampled") / "bin"
-    splits = {"train": corpus / "train", "valid": corpus / "valid"}
-    preprocess("en", "de", splits, tokenizer_path, out, sampling=Sampling(bpe_dropout=0.2, samples=K))
-    return out
-
-
 def test_samples_differ_and_each_decodes_to_the_same_text(sampled, corpus, tokenizer_path):
     tokenizer = Tokenizer.load(tokenizer_path)
     data = TrainingSamples(sampled)

@@ -9,7 +9,6 @@ from conftest import TINY_TRAIN, run_mtkit
 from mtkit.checkpoint import load_model_file, save_model_file
 from mtkit.data import TrainingSamples
 from mtkit.model import Transformer
-from mtkit.preprocess import Sampling, preprocess
 from mtkit.search import SearchConfig, search
 from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
@@ -24,15 +23,6 @@ def target_side_ids(data_dir) -> set[int]:
 
 def scored_ids(model_file) -> set[int]:
     return set(model_file.weights["output_mask"].nonzero().squeeze(1).tolist())
-
-
-@pytest.fixture(scope="module")
-def sampled(corpus, tokenizer_path, tmp_path_factory):
-    """The corpus with 3 BPE-dropout samples of the training data: more (smaller) target ids."""
-    out = tmp_path_factory.mktemp("sampled") / "bin"
-    splits = {"train": corpus / "train", "valid": corpus / "valid"}
-    preprocess("en", "de", splits, tokenizer_path, out, sampling=Sampling(bpe_dropout=0.3, samples=3))
-    return out
 
 
 @pytest.fixture(scope="module")
