@@ -25,7 +25,7 @@ from mtkit.model import Transformer
 from mtkit.packed import cast_linear_weights, pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
 from mtkit.textio import iter_lines, line_bytes
-from mtkit.tokenizer import EOS_ID, Tokenizer
+from mtkit.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 
 
 @torch.no_grad()
@@ -55,6 +55,11 @@ def translate_ids(
         for index, hyps in zip(indices, hypotheses):
             results[index] = hyps
     return results
+
+
+def one_line(prefix: str) -> str:
+    """A target prefix as one line: a translation begins with it, and no translation breaks a line."""
+    return "".join(" " if char in LINE_BREAKS else char for char in prefix).strip()
 
 
 def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
@@ -103,7 +108,7 @@ class TextTranslator:
             ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
         else:
             ids = [list(encoded[i]) for i in wanted]
-        forced = self.tgt_tokenizer.encode_batch([prefixes[i].strip() for i in wanted]) if prefixes else None
+        forced = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted]) if prefixes else None
         for i, row in zip(wanted, ids):
             if len(row) > MAX_SOURCE_TOKENS and self.warn_long_lines:
                 warn(

@@ -200,3 +200,10 @@ def test_the_server_answers_what_translate_prints(pushed, tmp_path):
         assert server.stop() == 0
     assert answer == offline.stdout.decode().split("\n")[:-1]
     assert len(nbest) == 3 and not any(has_line_break(h["text"]) for h in nbest)
+
+
+def test_a_prefix_with_a_line_break_is_forced_as_one_line(pushed):
+    model_file, _, _ = pushed
+    translator = Translator(model_file, SearchConfig(beam=2), "cpu", "fp32")
+    (nbest,) = translator.translate_hypotheses(["A dog."], prefixes=["Ein\u2028Hund\r"])
+    assert all(not has_line_break(text) and text.startswith("Ein Hund") for _, text in nbest)
