@@ -62,10 +62,10 @@ class BatchStats:
 
 class Stream(Protocol):
     """A running search that sentences join between steps (an engine's, e.g. translate.LineStream):
-    add(keys, texts), and step() calls the deliver function it was opened with, deliver(key, result),
+    add(keys, sources), and step() calls the deliver function it was opened with, deliver(key, result),
     for each sentence it finished."""
 
-    def add(self, keys: list[int], texts: list[str]) -> None: ...
+    def add(self, keys: list[int], sources: list[Any]) -> None: ...
 
     def step(self) -> None: ...
 
@@ -87,8 +87,8 @@ class _Search:
 class Batcher:
     """A queue of sentences and the worker thread that translates them in batches.
 
-    translate(texts, options, deliver) calls deliver(i, result) once for each text, as soon as
-    that text's result is known; its exceptions reach every request of the batch still waiting.
+    translate(sources, options, deliver) calls deliver(i, result) once for each job's source, as
+    soon as its result is known; its exceptions reach every request of the batch still waiting.
     open_stream(options, deliver), where given, opens a Stream for continuous batching, or returns
     None to translate in batches. on_batch(stats) is called after each batch or step (for
     metrics); setup() runs once on the worker thread before any batch, and if it fails, every
@@ -97,7 +97,7 @@ class Batcher:
 
     def __init__(
         self,
-        translate: Callable[[list[str], Any, Callable[[int, Any], None]], None],
+        translate: Callable[[list[Any], Any, Callable[[int, Any], None]], None],
         max_batch_tokens: int,
         max_wait_s: float,
         max_queue: int,
