@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from typing import Annotated
@@ -34,8 +35,10 @@ def handle_errors(command: Callable) -> Callable:
         except KeyboardInterrupt:
             console.console.print("[red]interrupted[/red]")
             raise typer.Exit(130) from None
-        except BrokenPipeError:  # e.g. `mtkit translate ... | head`
-            sys.stderr.close()
+        except BrokenPipeError:  # e.g. `mtkit translate ... | head`: the reader has all it wants
+            # What is still buffered for stdout goes nowhere: Python's flush at exit would fail on the
+            # closed pipe again and exit 120 (the recipe of Python's documentation on SIGPIPE).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(0) from None
 
     wrapper.__doc__ = one_line_paragraphs(command.__doc__)
