@@ -146,9 +146,21 @@ def sampled(corpus: Path, tokenizer_path: Path, tmp_path_factory) -> Path:
 
 
 def run_mtkit(
-    *args: str, stdin: bytes | None = None, env: dict | None = None, timeout: float = 300
+    *args: str,
+    stdin: bytes | None = None,
+    env: dict | None = None,
+    timeout: float = 300,
+    in_process: bool | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess (no terminal: quiet, line-oriented output)."""
+    """Run the real CLI (no terminal: quiet, line-oriented output) and return its exit code and output.
+
+    In this process by default, through Click's test runner: the same command-line parsing, error
+    handling and exit codes as `python -m mtkit`, without a 3-second interpreter start-up each time.
+    A subprocess where the test sets environment variables (or asks for one with in_process=False)."""
+    if in_process is None:
+        in_process = env is None
+    if in_process:
+        return _invoke_mtkit([str(a) for a in args], stdin)
     return subprocess.run(
         [sys.executable, "-m", "mtkit", *map(str, args)],
         input=stdin,
@@ -156,6 +168,28 @@ def run_mtkit(
         timeout=timeout,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
     )
+
+
+def _invoke_mtkit(args: list[str], stdin: bytes | None) -> subprocess.CompletedProcess:
+    """`mtkit ARGS` in this process. What a command changes globally (torch's thread count and random
+    state) is put back afterwards, so that tests stay independent of each other's order."""
+    import traceback
+
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    try:
+        result = CliRunner().invoke(app, args, input=stdin)
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+    stderr = result.stderr_bytes
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # What the interpreter would print for an uncaught exception, so tests can look for it
+        stderr += "".join(traceback.format_exception(result.exception)).encode()
+    return subprocess.CompletedProcess(["mtkit", *args], result.exit_code, result.stdout_bytes, stderr)
 
 
 def start_mtkit(*args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) -> subprocess.Popen:
