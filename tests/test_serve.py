@@ -326,6 +326,48 @@ def test_ready_only_after_the_warm_up(trained_run):
     assert service.ready and built_on == ["mtkit-batcher"]
 
 
+def test_ready_answers_503_over_http_until_the_warm_up_translation_is_back(trained_run):
+    """While the translator is still being built, /ready says 503 with Retry-After and /health says
+    alive; once the warm-up translation is back, /ready says 200. The build waits on an event the
+    test sets, so the 503 is certain, not a race with a fast warm-up."""
+    import uvicorn
+
+    from mtkit.serve import create_app
+
+    path = resolve_model_path(trained_run)
+    model_file = load_model_file(path)
+    cfg = SearchConfig(beam=2)
+    release = threading.Event()
+
+    def make():
+        assert release.wait(300), "the test never let the translator be built"
+        return Translator(model_file, cfg, device="cpu")
+
+    tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
+    service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, "the server started")
+        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        warming = httpx.get(f"{url}/ready")
+        assert (warming.status_code, warming.json(), warming.headers["retry-after"]) == (
+            503,
+            {"error": "warming up"},
+            "1",
+        )
+        assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+        release.set()
+        wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200, "ready once the warm-up is back")
+        assert httpx.get(f"{url}/ready").json() == {"status": "ready"}
+    finally:
+        release.set()
+        server.should_exit = True
+        thread.join(60)
+    assert not thread.is_alive()
+
+
 def test_a_port_in_use_is_one_clear_error(trained_run):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
