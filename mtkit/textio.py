@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import itertools
+import math
 import os
+import random
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -52,6 +55,32 @@ def decode_stream(handle: Iterable[bytes], source: str) -> Iterator[str]:
     """Yield decoded lines of a binary stream; `source` names it in errors."""
     for lineno, raw in enumerate(handle, start=1):
         yield decode_line(raw, source, lineno).rstrip("\r\n")
+
+
+def sample_lines(lines: Iterable[str], size: int, seed: int = 0) -> list[str]:
+    """A uniform random sample of `size` lines (all of them if there are fewer), in their order,
+    from one pass over `lines`: reservoir sampling with Li's Algorithm L, which draws random
+    numbers only for the lines it keeps, so a corpus of 100M lines costs little more than reading it."""
+    rng = random.Random(seed)
+    stream = enumerate(lines)
+    reservoir = list(itertools.islice(stream, size))
+    if len(reservoir) == size and size > 0:
+        weight = math.exp(math.log(_open_unit(rng)) / size)
+        while True:
+            skip = math.floor(math.log(_open_unit(rng)) / math.log1p(-weight))
+            chosen = next(itertools.islice(stream, skip, None), None)
+            if chosen is None:
+                break
+            reservoir[rng.randrange(size)] = chosen
+            weight *= math.exp(math.log(_open_unit(rng)) / size)
+    return [line for _, line in sorted(reservoir, key=lambda pair: pair[0])]
+
+
+def _open_unit(rng: random.Random) -> float:
+    """A uniform draw from the open interval (0, 1)."""
+    while (u := rng.random()) == 0.0:
+        pass
+    return u
 
 
 def progress_size(path: Path) -> int | None:

@@ -24,13 +24,24 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from mtkit import console
 from mtkit.errors import MtkitError
-from mtkit.textio import check_input_file, check_output_file, iter_lines, line_bytes, progress_size, write_text_atomic
+from mtkit.textio import (
+    check_input_file,
+    check_output_file,
+    iter_lines,
+    line_bytes,
+    progress_size,
+    sample_lines,
+    write_text_atomic,
+)
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # their order fixes their ids
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
 BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
+# Subwords are learned from at most this many lines, sampled uniformly (SentencePiece's
+# input_sentence_size, Marian's --sentencepiece-max-lines): counts settle long before a WMT-size corpus.
+DEFAULT_MAX_LINES = 2_000_000
 # Every character that ends a line for Python's str.splitlines (and "\n", "\r" for every other tool):
 # a translation holding one would break the one-line-in, one-line-out contract.
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
@@ -118,7 +129,8 @@ class Tokenizer:
 @dataclass
 class TokenizerReport:
     vocab_size: int
-    lines: int
+    lines: int  # read
+    trained_on: int  # lines the subwords were learned from: all, or a sample of them
     seconds: float
 
 
@@ -178,9 +190,11 @@ def train_tokenizer(
     kind: str = "bpe",
     min_frequency: int = 2,
     split_punctuation: bool = False,
+    max_lines: int = DEFAULT_MAX_LINES,
 ) -> TokenizerReport:
     """Train a subword tokenizer on raw text files and write it atomically to `output`;
-    split_punctuation: no subword joins a punctuation character to anything else."""
+    split_punctuation: no subword joins a punctuation character to anything else; max_lines: train
+    on a uniform sample of that many lines when the inputs hold more (0: on every line)."""
     if vocab_size < MIN_VOCAB_SIZE:
         raise MtkitError(
             f"--vocab-size {vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
@@ -188,6 +202,8 @@ def train_tokenizer(
         )
     if kind not in ("bpe", "unigram"):
         raise MtkitError(f"--type {kind}: must be bpe or unigram")
+    if max_lines < 0:
+        raise MtkitError(f"--max-lines {max_lines}: must be a number of lines, or 0 for all of them")
     for path in inputs:
         check_input_file(path)
     check_output_file(output)
@@ -204,8 +220,10 @@ def train_tokenizer(
         )
     start = time.perf_counter()
     lines_read = [0]
+    lines = _read_lines(inputs, lines_read)
+    sample = sample_lines(lines, max_lines) if max_lines else lines  # read in full before training
     try:
-        hf.train_from_iterator(_read_lines(inputs, lines_read), trainer=trainer)
+        hf.train_from_iterator(sample, trainer=trainer)
     except MtkitError:
         raise
     except Exception as err:  # the Rust trainer raises plain Exceptions, e.g. for a Unigram vocabulary too small
@@ -214,4 +232,5 @@ def train_tokenizer(
         raise MtkitError("no text to train on: the input files are empty")
     tokenizer = Tokenizer(_add_byte_fallback(hf.to_str(), kind))
     tokenizer.save(output)
-    return TokenizerReport(tokenizer.vocab_size, lines_read[0], time.perf_counter() - start)
+    trained_on = len(sample) if max_lines else lines_read[0]
+    return TokenizerReport(tokenizer.vocab_size, lines_read[0], trained_on, time.perf_counter() - start)

@@ -170,3 +170,60 @@ def test_any_text_round_trips_and_never_becomes_a_control_id(small_tokenizer, pi
     ids = small_tokenizer.encode_batch([text])[0]
     assert all(i > 3 for i in ids)
     assert small_tokenizer.decode_batch([ids])[0] == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(count=st.integers(0, 60), size=st.integers(0, 70), seed=st.integers(0, 2**32))
+def test_a_line_sample_is_an_ordered_subset_of_the_size_asked_for(count, size, seed):
+    from mtkit.textio import sample_lines
+
+    lines = [f"line {i}" for i in range(count)]
+    consumed = []
+    sample = sample_lines((consumed.append(line) or line for line in lines), size, seed)
+    assert len(sample) == min(size, count)
+    assert sample == [line for line in lines if line in set(sample)]  # distinct lines, kept in their order
+    assert sample_lines(iter(lines), size, seed) == sample  # the seed decides
+    if size >= count:
+        assert sample == lines
+    if size > 0:
+        assert consumed == lines  # read to the end, once
+
+
+def test_a_line_sample_is_uniform():
+    """Over 4,000 seeds, each of 20 lines is in a sample of 5 about 1,000 times (binomial sd 27)."""
+    from mtkit.textio import sample_lines
+
+    counts = [0] * 20
+    for seed in range(4000):
+        for line in sample_lines(range(20), 5, seed):
+            counts[line] += 1
+    assert sum(counts) == 20_000
+    assert all(900 <= c <= 1100 for c in counts), counts
+
+
+def test_the_tokenizer_learns_from_a_sample_when_asked(tmp_path):
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+    from mtkit.textio import sample_lines
+    from mtkit.tokenizer import DEFAULT_MAX_LINES
+
+    lines = [f"word{i % 97} and thing{i % 31} number {i}" for i in range(3000)]
+    corpus = write_lines(tmp_path / "corpus.txt", lines)
+    args = ["train-tokenizer", "-i", str(corpus), "--vocab-size", "400"]
+    sampled = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "sampled.json"), "--max-lines", "500"])
+    assert sampled.exit_code == 0, sampled.output
+    assert "from a sample of 500 of 3,000 lines" in sampled.stderr
+    # the same tokenizer as training on those 500 lines written out
+    write_lines(tmp_path / "sample.txt", sample_lines(lines, 500))
+    train_tokenizer([tmp_path / "sample.txt"], tmp_path / "direct.json", vocab_size=400)
+    assert (tmp_path / "sampled.json").read_text() == (tmp_path / "direct.json").read_text()
+    # under the default, every line of a small corpus
+    whole = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "whole.json")])
+    assert "from 3,000 lines" in whole.stderr
+    train_tokenizer([corpus], tmp_path / "all.json", vocab_size=400, max_lines=0)
+    assert (tmp_path / "whole.json").read_text() == (tmp_path / "all.json").read_text()
+    help_text = re.sub(r"[\s\u2500-\u257f]+", " ", CliRunner().invoke(app, ["train-tokenizer", "--help"]).output)
+    assert f"(0: all lines). [default: {DEFAULT_MAX_LINES}]" in help_text
+    refused = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "x.json"), "--max-lines", "-1"])
+    assert refused.exit_code == 1 and "--max-lines -1" in refused.stderr

@@ -32,6 +32,12 @@ def train_tokenizer_command(
             help="Keep each punctuation character a subword of its own (no 'Straße.' beside 'Straße').",
         ),
     ] = False,
+    max_lines: Annotated[
+        int,
+        typer.Option(
+            "--max-lines", help="Learn from a uniform sample of this many lines when there are more (0: all lines)."
+        ),
+    ] = 2_000_000,
 ) -> None:
     """Train a subword tokenizer (BPE or Unigram with byte fallback) on raw text.
 
@@ -41,9 +47,14 @@ def train_tokenizer_command(
     """
     from mtkit.tokenizer import train_tokenizer
 
-    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency, split_punctuation)
+    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency, split_punctuation, max_lines)
+    lines = (
+        f"{report.lines:,}"
+        if report.trained_on == report.lines
+        else f"a sample of {report.trained_on:,} of {report.lines:,}"
+    )
     console.info(
-        f"wrote {output}: {kind} vocabulary of {report.vocab_size:,} from {report.lines:,} lines in {report.seconds:.1f}s"
+        f"wrote {output}: {kind} vocabulary of {report.vocab_size:,} from {lines} lines in {report.seconds:.1f}s"
     )
 
 
