@@ -21,7 +21,7 @@ suite() {  # a label, then the command's prefix (empty, or taskset)
     echo "$label: $(tail -n 1 "$log") ($(( $(date +%s) - started )) s)"
   else
     echo "$label: FAILED ($(( $(date +%s) - started )) s); the failures:"
-    grep -E "^(FAILED|ERROR)" "$log" || tail -n 30 "$log"
+    grep -E "^(FAILED|ERROR|E )" "$log" | cut -c1-400 || tail -n 30 "$log"
     exit 1
   fi
 }

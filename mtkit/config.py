@@ -250,8 +250,13 @@ def load_config(path: Path | None, overrides: list[str]) -> Config:
     return build_config(merge_trees(tree, parse_overrides(overrides)))
 
 
-def resume_config(saved: dict[str, dict[str, Any]], overrides: list[str]) -> Config:
-    """A run's saved config with only the stopping/reporting settings (RESUMABLE_KEYS) changed."""
+# Filled in from the dataset when a run starts, not given by the user
+FROM_THE_DATASET = ("model.src_vocab_size", "model.tgt_vocab_size", "model.joint_vocab")
+
+
+def resume_config(saved: dict[str, dict[str, Any]], overrides: list[str], expected: Config | None = None) -> Config:
+    """A run's saved config with only the stopping/reporting settings (RESUMABLE_KEYS) changed.
+    expected: the config the command gives (`train --auto-resume`), which must be the run's."""
     before = config_from_dict(saved).to_dict()
     config = config_from_dict(merge_trees(saved, parse_overrides(overrides)))
     config.train.validate()
@@ -264,6 +269,14 @@ def resume_config(saved: dict[str, dict[str, Any]], overrides: list[str]) -> Con
                     f"--set {dotted}: cannot change on resume (it would change the model or the data order); "
                     f"these can: {', '.join(sorted(RESUMABLE_KEYS))}"
                 )
+    given = expected.to_dict() if expected else after
+    differing = [f"{s}.{k}" for s, values in after.items() for k, v in values.items() if given[s][k] != v]
+    differing = [key for key in differing if key not in FROM_THE_DATASET]
+    if differing:
+        raise MtkitError(
+            f"the run directory holds a run whose config differs in {', '.join(differing)}: --auto-resume "
+            "continues the run that the same command started; --resume RUN_DIR continues it with its own config"
+        )
     return config
 
 

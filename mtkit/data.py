@@ -8,6 +8,7 @@ tokenizer file(s), and `SPLIT.LANG.txt`, the raw text of valid/test splits.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -28,12 +29,19 @@ class SentenceWriter:
     """Appends sentences of ids to `PREFIX.bin` and their end offsets to `PREFIX.idx`, streaming."""
 
     def __init__(self, prefix: Path, dtype: np.dtype):
+        self.name = Path(prefix).name
         self.dtype = dtype
         self._bin = open(f"{prefix}.bin", "wb")
         self._idx = open(f"{prefix}.idx", "wb")
         self._end = 0
         self._idx.write(np.zeros(1, dtype=np.int64).tobytes())
         self.sentences = 0
+        self._content = hashlib.blake2b(digest_size=16)  # of every sentence's ids, in order
+
+    @property
+    def digest(self) -> str:
+        """A digest of the content written: equal for equal sentences, whatever the files' history."""
+        return self._content.hexdigest()
 
     def add_many(self, sentences: list[list[int]]) -> None:
         if not sentences:
@@ -43,6 +51,8 @@ class SentenceWriter:
         self._bin.write(flat.tobytes())
         ends = self._end + np.cumsum(lengths)
         self._idx.write(ends.tobytes())
+        self._content.update(lengths.tobytes())
+        self._content.update(flat.tobytes())
         self._end = int(ends[-1])
         self.sentences += len(sentences)
 
@@ -98,6 +108,13 @@ def read_manifest(data_dir: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise MtkitError(f"{path}: damaged manifest ({err})") from None
+
+
+def dataset_digest(manifest: dict) -> str:
+    """What identifies a dataset: its manifest (which holds each file's content digest) without the
+    seconds preprocessing took and the version that ran it, so that copies and reruns compare equal."""
+    content = {key: value for key, value in manifest.items() if key not in ("seconds", "mtkit_version")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def sample_count(manifest: dict) -> int:

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from torch.distributed.rendezvous import rendezvous
+
+from mtkit.errors import MtkitError
 
 
 @dataclass
@@ -52,6 +55,16 @@ class Distributed:
         if self.enabled:
             dist.barrier()
 
+    def require_same(self, value: str, what: str) -> None:
+        """Every rank must hold the same `value` (a digest of `what`): if one differs, all raise."""
+        values = self.gather_objects(value)
+        other = next((rank for rank, v in enumerate(values) if v != values[0]), None)
+        if other is not None:
+            raise MtkitError(
+                f"{what} differs between processes: rank {other}'s (digest {values[other][:12]}) is not rank 0's "
+                f"({values[0][:12]}); every node must hold the same data"
+            )
+
     def gather_objects(self, obj) -> list:
         if not self.enabled:
             return [obj]
@@ -70,7 +83,13 @@ def init_distributed(device_type: str) -> Distributed:
     if device.type == "cuda":
         torch.cuda.set_device(device)  # all_gather_object and barrier use the current device under nccl
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        store, rank, world_size = next(rendezvous("env://"))  # torchrun's store, as init_process_group's default
+        # After a restart (torchrun --max-restarts) the store still holds the addresses the failed attempt's
+        # processes published; a process that read one would connect to the dead and hang. Each attempt
+        # publishes under its own prefix.
+        attempt = dist.PrefixStore(f"mtkit/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+        dist.init_process_group(backend=backend, store=attempt, rank=rank, world_size=world_size)
     return Distributed(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
@@ -82,3 +101,19 @@ def shutdown_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         gc.collect()
+
+
+def lost_peer(err: BaseException) -> str | None:
+    """What a failed collective says when another process of the job is gone (it died, or the network
+    between them broke), as one line; None for any other error."""
+    text, world_size = str(err), int(os.environ.get("WORLD_SIZE", "1"))  # the group may be torn down by now
+    if world_size <= 1:
+        return None
+    if not isinstance(err, dist.DistError) and not any(word in text for word in ("gloo", "NCCL", "Connection")):
+        return None
+    detail = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+    detail = detail.split("] ", 1)[-1].split(". This is typically", 1)[0]  # gloo's source location and advice
+    return (
+        f"rank {os.environ.get('RANK', '?')} of {world_size} lost another process of the job ({detail}): it stopped "
+        "or the network failed, and its own log says why; continue from the last checkpoint with --auto-resume"
+    )

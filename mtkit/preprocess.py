@@ -192,7 +192,7 @@ def preprocess(
         )
         src_tok.save(tmp / src_file)
         tgt_tok.save(tmp / tgt_file)
-        reports = {}
+        reports, content = {}, {}
         for split, prefix in splits.items():
             paths = [_existing(prefix, lang) for lang in (src_lang, tgt_lang)]
             writers = (
@@ -215,6 +215,7 @@ def preprocess(
                 for sample_writers, _ in samples or [(writers, None)]:
                     for writer in sample_writers:
                         writer.close()
+                        content[writer.name] = writer.digest
         if reports.get("train") is not None and reports["train"].read == 0:
             raise MtkitError(f"{splits['train']}.{src_lang}: no lines (the training files are empty)")
         if reports.get("train") is not None and reports["train"].kept == 0:
@@ -230,6 +231,7 @@ def preprocess(
             "cleaning": asdict(rules),
             "sampling": asdict(sampling),
             "splits": {name: asdict(report) for name, report in reports.items()},
+            "content_blake2b": content,  # of each file's sentences: ranks compare datasets by it
             "seconds": round(time.perf_counter() - start, 2),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

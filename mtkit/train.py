@@ -1,12 +1,11 @@
 """Training: the batch stream, one update, the learning rate, and the loop that runs them.
 
-`train.max_tokens` is per process (fairseq's convention): the batch stream is one list of batches
-of up to max_tokens each, the same on every rank; one update takes world_size x update_freq of them
-and rank r trains on every world_size-th, starting at r. The summed loss is divided by the whole
-update's target tokens, so K processes and 1 process with K times the update_freq compute the same
-gradient. On a GPU the next update's batches are collated into pinned memory in a background thread
-while the current one trains. Checkpoints and the training state are in mtkit.checkpoint,
-validation in mtkit.validation, the run directory in mtkit.rundir.
+`train.max_tokens` is per process (fairseq's convention): the batch stream is one list of batches of up to
+max_tokens each, the same on every rank; one update takes world_size x update_freq of them and rank r trains on
+every world_size-th, starting at r. The summed loss is divided by the whole update's target tokens, so K processes
+and 1 process with K times the update_freq compute the same gradient. On a GPU the next update's batches are
+collated into pinned memory in a background thread while the current one trains. Checkpoints and the training state
+are in mtkit.checkpoint, validation in mtkit.validation, the run directory in mtkit.rundir.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from mtkit.checkpoint import (
     set_rng_state,
 )
 from mtkit.config import Config, resume_config
-from mtkit.data import check_tokenizers_match, load_tokenizers, open_splits, read_manifest
+from mtkit.data import check_tokenizers_match, dataset_digest, load_tokenizers, open_splits, read_manifest
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.ema import WeightAverage
@@ -69,7 +68,8 @@ class Trainer:
             torch.cuda.set_device(self.device)
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
-        self.manifest = read_manifest(self.data_dir)  # read once, here
+        self.manifest = read_manifest(self.data_dir)  # read once, here; each node may hold its own copy
+        self.dist.require_same(dataset_digest(self.manifest), f"the dataset {self.data_dir}")
         self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest)
         self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir, self.manifest)
         torch.manual_seed(self.cfg.seed)
@@ -306,7 +306,7 @@ def train(
     init_from: ModelFile | None = None,
 ) -> str:
     """Start (or resume) a run; returns the reason it stopped. `init_from`: start from that model's
-    weights (fine-tuning); its tokenizers must be the dataset's."""
+    weights (fine-tuning); its tokenizers must be the dataset's. On resume, `config` (if given) must be the run's."""
     run_dir = Path(run_dir)
     state = None
     if resume:
@@ -315,7 +315,7 @@ def train(
                 f"{run_dir}: nothing to resume (no {STATE_FILE}; start a run with mtkit train -d DATA -o {run_dir})"
             )
         state = load_training_state(run_dir)  # read once: the config, the data's place, then the Trainer's
-        config = resume_config(state["config"], overrides or [])
+        config = resume_config(state["config"], overrides or [], expected=config)
         data_dir = Path(data_dir) if data_dir else Path(state["data_dir"])
     else:
         assert config is not None and data_dir is not None

@@ -366,8 +366,7 @@ def test_ctrl_c_exits_130_with_one_line(trained_run):
     assert process.stdout.readline()  # translated: the command is in its loop, waiting for input
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130
-    assert stderr.decode().strip() == "interrupted"
+    assert (process.returncode, stderr.decode().strip()) == (130, "interrupted")
 
 
 def test_a_closed_pipe_ends_quietly_with_exit_0(trained_run, corpus, tmp_path):

@@ -1,9 +1,7 @@
 import errno
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -368,56 +366,6 @@ def test_resume_with_a_dataset_of_another_tokenizer(tmp_path, data_dir, corpus):
         train(None, tmp_path / "other", tmp_path / "run", resume=True, overrides=["train.max_steps=2"])
 
 
-def test_two_processes_match_one_process(tmp_path, data_dir):
-    """train.max_tokens is per process: torchrun with 2 CPU processes (gloo), each taking its own batches of
-    up to max_tokens, makes the same updates as 1 process with update_freq 2 over the same batches."""
-    common = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.valid_every=5", "--set", "train.valid_beam=2"]
-    single = run_mtkit("train", "-d", data_dir, "-o", tmp_path / "one", *common, "--set", "train.update_freq=2")
-    assert single.returncode == 0, single.stderr.decode()
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "mtkit",
-        "train",
-        "-d",
-        str(data_dir),
-        "-o",
-        str(tmp_path / "two"),
-        *common,
-    ]
-    double = subprocess.run(torchrun, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert double.returncode == 0, double.stderr.decode()[-3000:]
-    one = load_payload(tmp_path / "one" / STATE_FILE, "mtkit-train-state")["model"]
-    two = load_payload(tmp_path / "two" / STATE_FILE, "mtkit-train-state")["model"]
-    assert one.keys() == two.keys()
-    for name in one:
-        a, b = one[name], two[name]
-        if name.endswith("kv_proj.bias"):
-            # The key half of this bias has a gradient of exactly zero in exact arithmetic (softmax is
-            # invariant to adding the same q.b_k to every score), so Adam turns rounding noise into
-            # +-lr steps there; only the value half carries a real gradient.
-            a, b = a[a.numel() // 2 :], b[b.numel() // 2 :]
-        assert torch.allclose(a, b, atol=1e-5), name
-    one_log, two_log = losses(tmp_path / "one"), losses(tmp_path / "two")
-    assert [s for s, _ in one_log] == [s for s, _ in two_log] == [1, 2, 3, 4, 5]
-    assert [loss for _, loss in one_log] == pytest.approx([loss for _, loss in two_log], rel=1e-5)
-    tokens = [
-        [r["target_tokens"] for r in records(run) if "target_tokens" in r]
-        for run in (tmp_path / "one", tmp_path / "two")
-    ]
-    assert tokens[0] == tokens[1]  # the same batches: an update of 2 processes is twice one process's batch
-    # Validation is sharded over both ranks and gathered: the same scores as one process.
-    one_valid, two_valid = (
-        [r for r in records(run) if "valid_loss" in r] for run in (tmp_path / "one", tmp_path / "two")
-    )
-    assert two_valid[0]["valid_bleu"] == pytest.approx(one_valid[0]["valid_bleu"], abs=1e-6)
-    assert two_valid[0]["valid_loss"] == pytest.approx(one_valid[0]["valid_loss"], rel=1e-5)
-
-
 def test_out_of_memory_skips_the_update_and_continues(tmp_path, data_dir, monkeypatch, capsys):
     from mtkit import train as train_module
 
@@ -522,3 +470,35 @@ def test_resume_reads_the_training_state_and_the_manifest_once_each(tmp_path, da
     train(None, None, tmp_path / "run", resume=True, overrides=["train.max_steps=3"])
     assert reads == {"state": 1, "manifest": 1}
     assert [step for step, _ in losses(tmp_path / "run")] == [1, 2, 3]
+
+
+def test_auto_resume_starts_a_run_then_continues_it_and_refuses_another_config(tmp_path, data_dir):
+    """`--auto-resume` makes one command both start and continue a run (what torchrun --max-restarts
+    and schedulers that requeue a job rerun): a run that saved a state is continued exactly."""
+    run = tmp_path / "run"
+    command = ["train", "-d", data_dir, "-o", run, *TINY_TRAIN, "--set", "train.save_every=2", "--auto-resume"]
+    first = run_mtkit(*command, "--set", "train.max_steps=4")
+    assert first.returncode == 0, first.stderr.decode()
+    again = run_mtkit(*command, "--set", "train.max_steps=8")  # the same command, a later budget
+    assert again.returncode == 0, again.stderr.decode()
+    straight = [*TINY_TRAIN, "--set", "train.max_steps=8"]
+    assert run_mtkit("train", "-d", data_dir, "-o", tmp_path / "straight", *straight).returncode == 0
+    assert losses(run) == losses(tmp_path / "straight") and [s for s, _ in losses(run)] == list(range(1, 9))
+    (tmp_path / "other.yaml").write_text("train:\n  clip_norm: 0.5\n")
+    other = run_mtkit(*command, "--set", "train.max_steps=8", "-c", tmp_path / "other.yaml")
+    assert other.returncode == 1
+    assert other.stderr.decode().strip().splitlines() == [
+        "error: the run directory holds a run whose config differs in train.clip_norm: --auto-resume continues the run "
+        "that the same command started; --resume RUN_DIR continues it with its own config"
+    ]
+    both = run_mtkit(*command, "--force")
+    assert both.returncode == 1 and "give one of them" in both.stderr.decode()
+
+
+def test_auto_resume_starts_over_a_run_that_saved_no_state(tmp_path, data_dir):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')  # killed before its first checkpoint
+    result = run_mtkit("train", "-d", data_dir, "-o", run, *TINY_TRAIN, "--set", "train.max_steps=2", "--auto-resume")
+    assert result.returncode == 0, result.stderr.decode()
+    assert [s for s, _ in losses(run)] == [1, 2] and losses(run)[0][1] != 9.0

@@ -32,6 +32,15 @@ def handle_errors(command: Callable) -> Callable:
         except MtkitError as err:
             console.console.print(f"[bold red]error:[/bold red] {err}", soft_wrap=True, markup=True, highlight=False)
             raise typer.Exit(1) from None
+        except RuntimeError as err:  # a collective that failed because another rank of torchrun's job is gone
+            from mtkit.distributed import lost_peer
+
+            if (message := lost_peer(err)) is None:
+                raise
+            console.console.print(
+                f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True, highlight=False
+            )
+            raise typer.Exit(1) from None
         except KeyboardInterrupt:
             console.console.print("[red]interrupted[/red]")
             raise typer.Exit(130) from None

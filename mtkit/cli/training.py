@@ -31,6 +31,13 @@ def train_command(
         Path | None, typer.Option(help="Continue the run in this directory exactly where it stopped.")
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace a run that RUN_DIR already holds.")] = False,
+    auto_resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue the run RUN_DIR holds, if it saved one, else start it: the same command again after a "
+            "crash (torchrun --max-restarts, a job scheduler's requeue)."
+        ),
+    ] = False,
     init_from: Annotated[
         Path | None,
         typer.Option(help="Fine-tune: start from this model's weights and architecture (model file or run directory)."),
@@ -43,8 +50,10 @@ def train_command(
     Resume:  [bold]mtkit train --resume runs/en-de --set train.max_steps=40000[/bold]
 
     Fine-tune: [bold]mtkit train -d in-domain-bin -o runs/ft --init-from model.pt --set train.lr=1e-4[/bold]
+
+    Restartable: [bold]torchrun --max-restarts 3 --nproc-per-node 2 -m mtkit train -d data-bin -o runs/en-de --auto-resume[/bold]
     """
-    from mtkit.checkpoint import load_model_file
+    from mtkit.checkpoint import STATE_FILE, load_model_file
     from mtkit.config import fine_tuning_config, load_config
     from mtkit.train import train
 
@@ -59,12 +68,18 @@ def train_command(
         return
     if data is None or output is None:
         raise MtkitError("give --data DATA_DIR and --output RUN_DIR (or --resume RUN_DIR)")
-    if init_from:
-        model_file = load_model_file(init_from)
+    if auto_resume and force:
+        raise MtkitError("--auto-resume continues a run and --force replaces it: give one of them")
+    model_file = load_model_file(init_from) if init_from else None
+    if model_file:
         run_config = fine_tuning_config(model_file.config, config, overrides or [])
-        train(run_config, data, output, force=force, init_from=model_file)
+    else:
+        run_config = load_config(config, overrides or [])
+    if auto_resume and (output / STATE_FILE).is_file():
+        train(run_config, data, output, resume=True, overrides=overrides or [])
         return
-    train(load_config(config, overrides or []), data, output, force=force)
+    # --auto-resume where no training state was saved yet: the run starts over
+    train(run_config, data, output, force=force or auto_resume, init_from=model_file)
 
 
 # --- average -------------------------------------------------------------------------------------
