@@ -48,28 +48,34 @@ class Batch:
 
 
 def pack_by_tokens(
-    order: Sequence[int], widths: np.ndarray, max_tokens: int, max_sentences: int = 0
+    order: Sequence[int] | np.ndarray, widths: np.ndarray, max_tokens: int, max_sentences: int = 0
 ) -> list[np.ndarray]:
     """Cut `order` into consecutive batches of indices whose padded size stays within `max_tokens`.
 
     `widths` is (N, k): each sentence's width in each of k padded tensors (source, target, ...);
     a batch costs its sentences x the sum of its widest widths. `max_sentences` (0: no limit) caps
     the sentences of a batch. A sentence wider than the budget on its own gets a batch of its own.
+
+    Greedy, in order: a batch takes sentences while the cost allows. The cost of a batch's first n
+    sentences only grows with n, so each batch's length is the first n whose cost is over, found
+    with array operations over a window of candidates (doubled until it holds the answer).
     """
-    rows = widths.tolist()
+    order = np.asarray(order, dtype=np.int64)
+    in_order = widths[order]
     batches: list[np.ndarray] = []
-    members: list[int] = []
-    widest = [0] * widths.shape[1]
-    for index in order:
-        wider = [max(a, b) for a, b in zip(widest, rows[index])]
-        full = max_sentences and len(members) >= max_sentences
-        if members and (full or (len(members) + 1) * sum(wider) > max_tokens):
-            batches.append(np.array(members, dtype=np.int64))
-            members, wider = [], rows[index]
-        members.append(index)
-        widest = wider
-    if members:
-        batches.append(np.array(members, dtype=np.int64))
+    start, window = 0, 64
+    while start < len(order):
+        end = min(len(order), start + window)
+        widest = np.maximum.accumulate(in_order[start:end], axis=0).sum(axis=1)
+        over = np.flatnonzero(np.arange(1, end - start + 1) * widest > max_tokens)
+        capped = max_sentences and end - start >= max_sentences
+        if not over.size and end < len(order) and not capped:
+            window *= 2  # the batch may be longer than the window: look further
+            continue
+        length = max(1, int(over[0])) if over.size else end - start
+        length = min(length, max_sentences) if max_sentences else length
+        batches.append(order[start : start + length])
+        start, window = start + length, max(64, 2 * length)
     return batches
 
 
@@ -88,7 +94,7 @@ def make_batches(
     tie_break = rng.random(len(src_cost)) if shuffle else np.arange(len(src_cost))
     order = np.lexsort((tie_break, tgt_cost, src_cost))
     fits = (src_cost + tgt_cost)[order] <= max_tokens
-    batches = pack_by_tokens(order[fits].tolist(), np.stack([src_cost, tgt_cost], axis=1), max_tokens)
+    batches = pack_by_tokens(order[fits], np.stack([src_cost, tgt_cost], axis=1), max_tokens)
     if shuffle:
         rng.shuffle(batches)  # type: ignore[arg-type]
     return batches, order[~fits].astype(np.int64)
@@ -98,7 +104,7 @@ def length_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> 
     """Indices grouped longest first, each group within batch_size sentences and max_tokens source tokens (+ </s>)."""
     widths = np.asarray(lengths, dtype=np.int64).reshape(-1, 1) + 1
     order = np.argsort(-widths[:, 0], kind="stable")
-    return pack_by_tokens(order.tolist(), widths, max_tokens, batch_size)
+    return pack_by_tokens(order, widths, max_tokens, batch_size)
 
 
 def pad_batch(

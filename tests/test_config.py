@@ -2,6 +2,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mtkit.batching import make_batches
 from mtkit.config import PRESETS, ModelConfig, build_config, load_config, parse_overrides
@@ -133,3 +135,35 @@ def test_batch_order_is_a_function_of_seed_and_epoch():
     assert all(np.array_equal(a, b) for a, b in zip(same[0], same[1]))
     assert not all(np.array_equal(a, b) for a, b in zip(same[0], same[2]))
     assert not math.isclose(len(same[0]), 0)
+
+
+def greedy_packing(order, widths, max_tokens, max_sentences=0):
+    """The batch plan's rule, one sentence at a time: what pack_by_tokens must equal."""
+    batches, members, widest = [], [], [0] * widths.shape[1]
+    for index in order:
+        wider = [max(a, b) for a, b in zip(widest, widths[index].tolist())]
+        full = max_sentences and len(members) >= max_sentences
+        if members and (full or (len(members) + 1) * sum(wider) > max_tokens):
+            batches.append(members)
+            members, wider = [], widths[index].tolist()
+        members.append(index)
+        widest = wider
+    return batches + ([members] if members else [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 120), st.integers(1, 120)), min_size=0, max_size=400),
+    max_tokens=st.integers(1, 2000),
+    max_sentences=st.sampled_from([0, 1, 3, 50, 200]),
+    sort=st.booleans(),
+)
+def test_the_array_packer_cuts_where_the_greedy_rule_cuts(rows, max_tokens, max_sentences, sort):
+    from mtkit.batching import pack_by_tokens
+
+    widths = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    order = (
+        np.lexsort((widths[:, 1], widths[:, 0])) if sort else np.random.default_rng(len(rows)).permutation(len(rows))
+    )
+    packed = pack_by_tokens(order, widths, max_tokens, max_sentences)
+    assert [b.tolist() for b in packed] == greedy_packing(order.tolist(), widths, max_tokens, max_sentences)
