@@ -153,8 +153,10 @@ class BatchStream:
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         if epoch not in self._epochs:
             max_tokens = self.cfg.max_tokens
-            offset, src_lengths, tgt_lengths = self.data.epoch_sample(epoch)  # BPE-dropout: a sample per epoch
+            # BPE-dropout: a sample per epoch; weighted corpora: pairs drawn per epoch
+            offset, pairs, src_lengths, tgt_lengths = self.data.epoch_sample(epoch, self.cfg.seed)
             batches, skipped = make_batches(src_lengths, tgt_lengths, max_tokens, self.cfg.seed, epoch)
+            batches = [pairs[batch] for batch in batches] if pairs is not None else batches
             batches = [batch + offset for batch in batches] if offset else batches
             resumed_mid_epoch = epoch == self.start[0] and self.start[1] > 0
             if len(skipped) and not resumed_mid_epoch and self.dist.is_main:

@@ -187,6 +187,8 @@ class TrainingSamples:
         self.src_lengths = np.concatenate([sample.src_lengths for sample in self.samples])
         self.tgt_lengths = np.concatenate([sample.tgt_lengths for sample in self.samples])
         self.src_lang, self.tgt_lang = self.samples[0].src_lang, self.samples[0].tgt_lang
+        # The corpora the training split joins, in order, with their weights (one, weight 1, before there were several)
+        self.corpora = manifest.get("corpora") or [{"name": "train", "kept": self.pairs, "weight": 1}]
 
     def __len__(self) -> int:
         return self.pairs
@@ -210,10 +212,33 @@ class TrainingSamples:
         sample, pair = np.divmod(np.asarray(indices, dtype=np.int64), self.pairs)
         return [(self.samples[k], pair[sample == k], np.flatnonzero(sample == k)) for k in np.unique(sample)]
 
-    def epoch_sample(self, epoch: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """The index offset and the source and target lengths of the sample epoch `epoch` trains on."""
+    def epoch_sample(self, epoch: int, seed: int = 0) -> tuple[int, np.ndarray | None, np.ndarray, np.ndarray]:
+        """What epoch `epoch` trains on: the index offset of its sample (BPE-dropout), the pairs of
+        that sample it takes (None: each once) and those pairs' source and target lengths."""
         k = epoch % len(self.samples)
-        return k * self.pairs, self.samples[k].src_lengths, self.samples[k].tgt_lengths
+        src_lengths, tgt_lengths = self.samples[k].src_lengths, self.samples[k].tgt_lengths
+        pairs = weighted_pairs(self.corpora, seed, epoch)
+        if pairs is None:
+            return k * self.pairs, None, src_lengths, tgt_lengths
+        return k * self.pairs, pairs, src_lengths[pairs], tgt_lengths[pairs]
+
+
+def weighted_pairs(corpora: list[dict], seed: int, epoch: int) -> np.ndarray | None:
+    """An epoch's pairs when the corpora have sampling weights: a corpus of weight w contributes
+    every pair floor(w) times and a random fraction w - floor(w) of its pairs once more, drawn anew
+    each epoch from (seed, epoch); weight 0 leaves it out. None when every weight is 1."""
+    if all(corpus["weight"] == 1 for corpus in corpora):
+        return None
+    parts, start = [], 0
+    for number, corpus in enumerate(corpora):
+        pairs, (whole, fraction) = corpus["kept"], divmod(corpus["weight"], 1)
+        indices = np.arange(start, start + pairs, dtype=np.int64)
+        parts += [indices] * int(whole)
+        if fraction:
+            rng = np.random.default_rng([seed, epoch, number])
+            parts.append(np.sort(rng.choice(indices, size=round(fraction * pairs), replace=False)))
+        start += pairs
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def load_tokenizers(data_dir: Path, manifest: dict | None = None) -> tuple[Tokenizer, Tokenizer]:

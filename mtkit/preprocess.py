@@ -22,6 +22,19 @@ from mtkit.textio import atomic_directory, iter_lines, line_bytes, progress_size
 from mtkit.tokenizer import Tokenizer
 
 CHUNK_LINES = 20_000
+BACK_TRANSLATION_TAG = "bt"  # the tokenizer's <bt> (train-tokenizer --tag bt) starts back-translated sources
+
+
+@dataclass
+class Corpus:
+    """One of the corpora a training split joins: PREFIX.SRC/PREFIX.TGT, with the number of times an
+    epoch takes each pair (a fraction: a random part, drawn per epoch), and whether its sources are
+    back-translations, which then start with the <bt> tag (tagged back-translation)."""
+
+    name: str
+    prefix: Path
+    weight: float = 1.0
+    back_translated: bool = False
 
 
 @dataclass
@@ -104,14 +117,18 @@ def _encode_split(
     description: str,
     raw: list[Path] | None = None,
     samples: list[tuple[tuple[SentenceWriter, SentenceWriter], tuple[Tokenizer, Tokenizer]]] | None = None,
+    tag: int | None = None,
 ) -> SplitReport:
     """Encode one split; `rules` None keeps every line (valid/test). With `raw` (source and target
     paths), the lines are also kept there as plain UTF-8 text, from the same single read. With
     `samples` ((writers, dropout tokenizers) per sample, the first being `writers`), each kept pair
-    is encoded again for every sample; the plain encoding only decides what is kept."""
+    is encoded again for every sample; the plain encoding only decides what is kept. With `tag`,
+    every kept source starts with that id (the cleaning rules see the sentence without it)."""
     report = SplitReport()
+    tagged = (lambda ids: [[tag, *s] for s in ids]) if tag is not None else (lambda ids: ids)
     seen: set[bytes] = set()
     src_writer, tgt_writer = writers
+    written = src_writer.sentences, src_writer.tokens, tgt_writer.tokens  # writers a corpus before used
     strip = rules.strip if rules else True
     total = progress_size(paths[0])  # progress by the source file's bytes: every input is read once
     with contextlib.ExitStack() as stack:
@@ -138,16 +155,25 @@ def _encode_split(
                 kept.append(index)
             if samples:
                 for (sample_src, sample_tgt), (sample_src_tok, sample_tgt_tok) in samples:
-                    sample_src.add_many(sample_src_tok.encode_batch([srcs[i] for i in kept]))
+                    sample_src.add_many(tagged(sample_src_tok.encode_batch([srcs[i] for i in kept])))
                     sample_tgt.add_many(sample_tgt_tok.encode_batch([tgts[i] for i in kept]))
             else:
-                src_writer.add_many(kept_src)
+                src_writer.add_many(tagged(kept_src))
                 tgt_writer.add_many(kept_tgt)
             report.read += len(chunk)
             bar.advance(sum(line_bytes(src) for src, _ in chunk) if total else len(chunk))
-    report.kept = src_writer.sentences
-    report.src_tokens, report.tgt_tokens = src_writer.tokens, tgt_writer.tokens
+    report.kept = src_writer.sentences - written[0]
+    report.src_tokens, report.tgt_tokens = src_writer.tokens - written[1], tgt_writer.tokens - written[2]
     return report
+
+
+def _total(reports: list[SplitReport]) -> SplitReport:
+    total = SplitReport()
+    for report in reports:
+        total.read, total.kept = total.read + report.read, total.kept + report.kept
+        total.src_tokens, total.tgt_tokens = total.src_tokens + report.src_tokens, total.tgt_tokens + report.tgt_tokens
+        total.dropped = {rule: total.dropped[rule] + count for rule, count in report.dropped.items()}
+    return total
 
 
 def _tokenizer_entry(tokenizer: Tokenizer, file: str) -> dict:
@@ -157,7 +183,7 @@ def _tokenizer_entry(tokenizer: Tokenizer, file: str) -> dict:
 def preprocess(
     src_lang: str,
     tgt_lang: str,
-    splits: dict[str, Path],
+    splits: dict[str, Path | list[Corpus]],
     tokenizer_path: Path,
     output: Path,
     tgt_tokenizer_path: Path | None = None,
@@ -165,8 +191,11 @@ def preprocess(
     force: bool = False,
     sampling: Sampling | None = None,
 ) -> dict:
-    """Build a binarized dataset from `splits` ({"train": PREFIX, "valid": PREFIX, ...}); returns the manifest."""
+    """Build a binarized dataset from `splits` ({"train": PREFIX, "valid": PREFIX, ...}); returns the
+    manifest. The training split may join several corpora ({"train": [Corpus, ...]})."""
     rules = rules or CleaningRules()
+    named = isinstance(splits["train"], list)
+    corpora = splits["train"] if isinstance(splits["train"], list) else [Corpus("train", splits["train"])]
     sampling = sampling or Sampling()
     sampling.validate()
     if rules.max_len < 0:
@@ -175,13 +204,20 @@ def preprocess(
         raise MtkitError(f"--max-ratio {rules.max_ratio:g}: must not be negative (0: off)")
     if src_lang == tgt_lang:
         raise MtkitError(f"source and target language are both {src_lang!r}")
-    for prefix in splits.values():
+    _check_corpora(corpora)
+    for prefix in [c.prefix for c in corpora] + [p for name, p in splits.items() if name != "train"]:
         for lang in (src_lang, tgt_lang):
             if not Path(f"{prefix}.{lang}").is_file() and not Path(f"{prefix}.{lang}.gz").is_file():
                 raise MtkitError(f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)")
     src_tok = Tokenizer.load(tokenizer_path)
     tgt_tok = Tokenizer.load(tgt_tokenizer_path) if tgt_tokenizer_path else src_tok
     joint = src_tok.sha256 == tgt_tok.sha256
+    tag = src_tok.tag_id(BACK_TRANSLATION_TAG)
+    if tag is None and any(c.back_translated for c in corpora):
+        raise MtkitError(
+            f"--back-translated: the tokenizer has no <{BACK_TRANSLATION_TAG}> tag "
+            f"(train it with mtkit train-tokenizer --tag {BACK_TRANSLATION_TAG})"
+        )
     if sampling.bpe_dropout:
         dropout_toks = (src_tok.with_bpe_dropout(sampling.bpe_dropout), tgt_tok.with_bpe_dropout(sampling.bpe_dropout))
     dtype = ids_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size))
@@ -192,9 +228,8 @@ def preprocess(
         )
         src_tok.save(tmp / src_file)
         tgt_tok.save(tmp / tgt_file)
-        reports, content = {}, {}
+        reports, content, per_corpus = {}, {}, []
         for split, prefix in splits.items():
-            paths = [_existing(prefix, lang) for lang in (src_lang, tgt_lang)]
             writers = (
                 SentenceWriter(tmp / f"{split}.{src_lang}", dtype),
                 SentenceWriter(tmp / f"{split}.{tgt_lang}", dtype),
@@ -209,15 +244,24 @@ def preprocess(
                 ]
                 samples = [(w, dropout_toks) for w in [writers, *extra]]
             try:
-                split_rules = rules if split == "train" else None
-                reports[split] = _encode_split(paths, writers, (src_tok, tgt_tok), split_rules, split, raw, samples)
+                is_train = split == "train"
+                encoded = []
+                for corpus in corpora if is_train else [Corpus(split, prefix)]:  # type: ignore[arg-type]
+                    paths = [_existing(corpus.prefix, lang) for lang in (src_lang, tgt_lang)]
+                    description = f"train/{corpus.name}" if named and is_train else corpus.name
+                    corpus_tag = tag if corpus.back_translated else None
+                    cleaning = rules if is_train else None
+                    encoded.append(_encode_split(paths, writers, (src_tok, tgt_tok), cleaning, description, raw,
+                                                 samples, corpus_tag))  # fmt: skip
+                reports[split] = _total(encoded)
+                per_corpus = encoded if is_train else per_corpus
             finally:
                 for sample_writers, _ in samples or [(writers, None)]:
                     for writer in sample_writers:
                         writer.close()
                         content[writer.name] = writer.digest
         if reports.get("train") is not None and reports["train"].read == 0:
-            raise MtkitError(f"{splits['train']}.{src_lang}: no lines (the training files are empty)")
+            raise MtkitError(f"{corpora[0].prefix}.{src_lang}: no lines (the training files are empty)")
         if reports.get("train") is not None and reports["train"].kept == 0:
             raise MtkitError(f"the training set is empty after cleaning ({_dropped_summary(reports['train'])})")
         manifest = {
@@ -231,11 +275,32 @@ def preprocess(
             "cleaning": asdict(rules),
             "sampling": asdict(sampling),
             "splits": {name: asdict(report) for name, report in reports.items()},
+            **(
+                {
+                    "corpora": [
+                        {"name": c.name, "weight": c.weight, "back_translated": c.back_translated, **asdict(r)}
+                        for c, r in zip(corpora, per_corpus)
+                    ]
+                }
+                if named
+                else {}
+            ),  # fmt: skip
             "content_blake2b": content,  # of each file's sentences: ranks compare datasets by it
             "seconds": round(time.perf_counter() - start, 2),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _check_corpora(corpora: list[Corpus]) -> None:
+    names = [c.name for c in corpora]
+    if len(set(names)) != len(names):
+        raise MtkitError(f"--train: corpus names must differ ({', '.join(names)})")
+    for corpus in corpora:
+        if not corpus.weight >= 0:
+            raise MtkitError(f"--weight {corpus.name}={corpus.weight:g}: must not be negative")
+    if not any(c.weight > 0 for c in corpora):
+        raise MtkitError("--weight: every corpus has weight 0, so no epoch would have a pair")
 
 
 def _existing(prefix: Path, lang: str) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -100,6 +101,11 @@ class Tokenizer:
     def tokens(self, line: str) -> list[str]:
         return self._hf.encode(line, add_special_tokens=False).tokens
 
+    def tag_id(self, tag: str) -> int | None:
+        """The id of tag token <tag> (train-tokenizer --tag), or None when the tokenizer has none."""
+        token = tag_token(tag)
+        return next((i for i, added in self._hf.get_added_tokens_decoder().items() if added.content == token), None)
+
     def vocabulary(self) -> list[str]:
         """Every token, in id order."""
         return [self._hf.id_to_token(i) for i in range(self.vocab_size)]
@@ -172,6 +178,19 @@ def _add_byte_fallback(json_text: str, kind: str) -> str:
     return json.dumps(spec, ensure_ascii=False, indent=1)
 
 
+def _add_tags(json_text: str, tags: Sequence[str]) -> str:
+    """Tag tokens after the learned ones: special, so "<bt>" typed in text stays text."""
+    if not tags:
+        return json_text
+    hf = HFTokenizer.from_str(json_text)
+    hf.add_special_tokens([tag_token(tag) for tag in dict.fromkeys(tags)])
+    return json.dumps(json.loads(hf.to_str()), ensure_ascii=False, indent=1)
+
+
+def tag_token(tag: str) -> str:
+    return f"<{tag}>"
+
+
 def _read_lines(paths: Sequence[Path], report: list[int]) -> Iterator[str]:
     sizes = [progress_size(path) for path in paths]  # by bytes: every input is read once
     total = None if None in sizes else sum(sizes)
@@ -191,10 +210,12 @@ def train_tokenizer(
     min_frequency: int = 2,
     split_punctuation: bool = False,
     max_lines: int = DEFAULT_MAX_LINES,
+    tags: Sequence[str] = (),
 ) -> TokenizerReport:
     """Train a subword tokenizer on raw text files and write it atomically to `output`;
     split_punctuation: no subword joins a punctuation character to anything else; max_lines: train
-    on a uniform sample of that many lines when the inputs hold more (0: on every line)."""
+    on a uniform sample of that many lines when the inputs hold more (0: on every line); tags: names
+    of tag tokens (`bt` gives `<bt>`, for tagged back-translation) that text never produces."""
     if vocab_size < MIN_VOCAB_SIZE:
         raise MtkitError(
             f"--vocab-size {vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
@@ -207,7 +228,10 @@ def train_tokenizer(
     for path in inputs:
         check_input_file(path)
     check_output_file(output)
-    learned_size = vocab_size - len(BYTE_TOKENS)
+    for tag in tags:
+        if not re.fullmatch(r"[a-z0-9_]+", tag):
+            raise MtkitError(f"--tag {tag!r}: a tag name is lowercase letters, digits and _")
+    learned_size = vocab_size - len(BYTE_TOKENS) - len(set(tags))
     if kind == "bpe":
         hf = _blank_tokenizer(models.BPE(unk_token=UNK, byte_fallback=True), split_punctuation)
         trainer = trainers.BpeTrainer(
@@ -230,7 +254,7 @@ def train_tokenizer(
         raise MtkitError(f"--vocab-size {vocab_size}: {err}") from None
     if lines_read[0] == 0:
         raise MtkitError("no text to train on: the input files are empty")
-    tokenizer = Tokenizer(_add_byte_fallback(hf.to_str(), kind))
+    tokenizer = Tokenizer(_add_tags(_add_byte_fallback(hf.to_str(), kind), tags))
     tokenizer.save(output)
     trained_on = len(sample) if max_lines else lines_read[0]
     return TokenizerReport(tokenizer.vocab_size, lines_read[0], trained_on, time.perf_counter() - start)

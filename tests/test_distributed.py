@@ -192,8 +192,8 @@ class LengthsOnly:
         self.src_lengths = np.array([s for s, _ in lengths], dtype=np.int64)
         self.tgt_lengths = np.array([t for _, t in lengths], dtype=np.int64)
 
-    def epoch_sample(self, epoch: int) -> tuple[int, np.ndarray, np.ndarray]:
-        return 0, self.src_lengths, self.tgt_lengths
+    def epoch_sample(self, epoch: int, seed: int) -> tuple[int, None, np.ndarray, np.ndarray]:
+        return 0, None, self.src_lengths, self.tgt_lengths
 
 
 @settings(max_examples=150, deadline=None)

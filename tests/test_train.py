@@ -193,7 +193,7 @@ def test_pairs_longer_than_max_tokens_are_left_out_of_every_batch_and_the_rest_k
     from mtkit.data import TrainingSamples
 
     samples = TrainingSamples(data_dir)
-    _, src_lengths, tgt_lengths = samples.epoch_sample(0)
+    _, _, src_lengths, tgt_lengths = samples.epoch_sample(0)
     cost = src_lengths.astype(int) + tgt_lengths.astype(int) + 2  # </s> on the source, <s> or </s> on the target
     too_long = set(np.flatnonzero(cost > 40).tolist())
     assert too_long and len(too_long) < len(cost)

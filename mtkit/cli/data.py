@@ -38,6 +38,10 @@ def train_tokenizer_command(
             "--max-lines", help="Learn from a uniform sample of this many lines when there are more (0: all lines)."
         ),
     ] = 2_000_000,
+    tags: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Add tag token <NAME> that text never produces, e.g. bt for back-translation."),
+    ] = None,
 ) -> None:
     """Train a subword tokenizer (BPE or Unigram with byte fallback) on raw text.
 
@@ -47,7 +51,7 @@ def train_tokenizer_command(
     """
     from mtkit.tokenizer import train_tokenizer
 
-    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency, split_punctuation, max_lines)
+    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency, split_punctuation, max_lines, tags or [])
     lines = (
         f"{report.lines:,}"
         if report.trained_on == report.lines
@@ -66,7 +70,10 @@ def train_tokenizer_command(
 def preprocess(
     src_lang: Annotated[str, typer.Option("--src-lang", "-s", help="Source language suffix, e.g. en.")],
     tgt_lang: Annotated[str, typer.Option("--tgt-lang", "-t", help="Target language suffix, e.g. de.")],
-    train: Annotated[Path, typer.Option(help="Training prefix: reads PREFIX.SRC and PREFIX.TGT.")],
+    train: Annotated[
+        list[str],
+        typer.Option(help="Training prefix: reads PREFIX.SRC and PREFIX.TGT; repeat as NAME=PREFIX to join corpora."),
+    ],
     tokenizer: Annotated[Path, typer.Option(help="tokenizer.json (the source one when vocabularies are separate).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Dataset directory to create.")],
     valid: Annotated[Path | None, typer.Option(help="Validation prefix.")] = None,
@@ -87,9 +94,24 @@ def preprocess(
     samples: Annotated[
         int, typer.Option(help="With --bpe-dropout: store K encodings of the training set; epoch e trains on e mod K.")
     ] = 1,
+    weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=W: each epoch takes corpus NAME's pairs W times (a fraction: a random part, drawn anew "
+            "each epoch; 0: none)."
+        ),
+    ] = None,
+    back_translated: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME: corpus NAME's sources are back-translations; they start with the tokenizer's <bt>."),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing dataset directory.")] = False,
 ) -> None:
     """Clean, encode and binarize parallel text into a memory-mapped dataset.
+
+    Several training corpora (--train NAME=PREFIX, repeated) are joined, each with a sampling
+    weight (--weight NAME=W) and, for back-translated ones (--back-translated NAME), a <bt> tag on
+    every source (tagged back-translation; train-tokenizer --tag bt adds the token).
 
     With --bpe-dropout P --samples K the training pairs are stored K times, each segmented with
     BPE-dropout P (random, unseeded); valid and test stay deterministic.
@@ -99,14 +121,49 @@ def preprocess(
     from mtkit.preprocess import CleaningRules, Sampling
     from mtkit.preprocess import preprocess as run_preprocess
 
-    splits = {"train": train} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
+    training = _training_corpora(train, weight or [], back_translated or [])
+    splits = {"train": training} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
     rules = CleaningRules(strip=strip, drop_empty=drop_empty, max_len=max_len, max_ratio=max_ratio, dedup=dedup)
     sampling = Sampling(bpe_dropout, samples)
     manifest = run_preprocess(src_lang, tgt_lang, splits, tokenizer, output, tgt_tokenizer, rules, force, sampling)
+    for corpus in manifest.get("corpora", []):
+        what = f"weight {corpus['weight']:g}" + (", back-translated" if corpus["back_translated"] else "")
+        console.info(f"train/{corpus['name']} ({what}): {_kept(corpus)}")
     for name, split in manifest["splits"].items():
-        dropped = ", ".join(f"{rule} {n}" for rule, n in split["dropped"].items() if n) or "none"
-        console.info(
-            f"{name}: kept {split['kept']:,} of {split['read']:,} pairs (dropped: {dropped}); "
-            f"{split['src_tokens']:,} source and {split['tgt_tokens']:,} target subwords"
-        )
+        console.info(f"{name}: {_kept(split)}")
     console.info(f"wrote {output} in {manifest['seconds']:.1f}s")
+
+
+def _kept(report: dict) -> str:
+    dropped = ", ".join(f"{rule} {n}" for rule, n in report["dropped"].items() if n) or "none"
+    return (
+        f"kept {report['kept']:,} of {report['read']:,} pairs (dropped: {dropped}); "
+        f"{report['src_tokens']:,} source and {report['tgt_tokens']:,} target subwords"
+    )
+
+
+def _training_corpora(train: list[str], weights: list[str], back_translated: list[str]):
+    """--train PREFIX alone, or the named corpora of --train NAME=PREFIX with their --weight and --back-translated."""
+    from mtkit.errors import MtkitError
+    from mtkit.preprocess import Corpus
+
+    if len(train) == 1 and "=" not in train[0] and not weights and not back_translated:
+        return Path(train[0])
+    corpora = {}
+    for value in train:
+        name, named, prefix = value.partition("=")
+        name, prefix = (name, prefix) if named else (Path(value).name, value)
+        corpora[name] = Corpus(name, Path(prefix))
+    for value in weights:
+        name, _, number = value.partition("=")
+        try:
+            corpora[name].weight = float(number)
+        except (KeyError, ValueError):
+            raise MtkitError(f"--weight {value}: give NAME=W for a corpus of --train ({', '.join(corpora)})") from None
+    for name in back_translated:
+        if name not in corpora:
+            raise MtkitError(f"--back-translated {name}: not a corpus of --train ({', '.join(corpora)})")
+        corpora[name].back_translated = True
+    if len(corpora) < len(train):
+        raise MtkitError(f"--train: corpus names must differ ({', '.join(train)})")
+    return list(corpora.values())
