@@ -359,8 +359,11 @@ def test_help_lists_the_commands_in_the_order_of_the_data_path():
 
 def test_ctrl_c_exits_130_with_one_line(trained_run):
     """SIGINT once the first line is translated (an event, not a delay): exit 130, no traceback."""
+    # As typed at a terminal: SIGINT not ignored, whatever this test inherited (a shell's background
+    # job starts with SIGINT ignored, and an ignored SIGINT is kept by Python and its children).
     process = subprocess.Popen([sys.executable, "-m", "mtkit", "translate", "-m", str(trained_run), "--buffer-size", "1"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     process.stdin.write(b"A dog runs.\n")
     process.stdin.flush()
     assert process.stdout.readline()  # translated: the command is in its loop, waiting for input
