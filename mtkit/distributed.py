@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import gc
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.rendezvous import rendezvous
+from torch.nn.parallel import DistributedDataParallel
 
 from mtkit.errors import MtkitError
 
@@ -64,6 +67,15 @@ class Distributed:
                 f"{what} differs between processes: rank {other}'s (digest {values[other][:12]}) is not rank 0's "
                 f"({values[0][:12]}); every node must hold the same data"
             )
+
+    def data_parallel(self, module: nn.Module, device: torch.device) -> DistributedDataParallel:
+        """`module` under DDP. Its buffers (positions, the output mask) are alike on every rank: none is
+        broadcast. torch 2.13 deprecates broadcast_buffers with a warning at every launch, but its
+        replacement still syncs the buffers once at start."""
+        device_ids = [device.index] if device.type == "cuda" else None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+            return DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
 
     def gather_objects(self, obj) -> list:
         if not self.enabled:

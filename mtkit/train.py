@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from mtkit import console, faults
 from mtkit.batching import Batch, BatchStream, collate
@@ -82,9 +81,8 @@ class Trainer:
         self.objective: nn.Module = TrainingObjective(
             self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha, fused=self.cfg.compile
         )
-        if self.dist.enabled:  # the buffers (positions, output mask) are alike on every rank: no broadcast
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.objective = DistributedDataParallel(self.objective, device_ids=device_ids, broadcast_buffers=False)
+        if self.dist.enabled:
+            self.objective = self.dist.data_parallel(self.objective, self.device)
         if self.cfg.compile:  # every batch has its own (B, S, T): compile for symbolic sizes at once
             self.objective = torch.compile(self.objective, dynamic=True, backend=COMPILE_BACKEND)
         self.optimizer = make_optimizer(self.model, self.cfg)

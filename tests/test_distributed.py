@@ -104,6 +104,7 @@ def two_process_run(data_dir, tmp_path_factory):
     run = tmp_path_factory.mktemp("two") / "run"
     double = two_processes(data_dir, run)
     assert double.returncode == 0, double.stderr.decode()[-3000:]
+    assert "Warning" not in double.stderr.decode()  # torch's deprecation of DDP's broadcast_buffers, at every launch
     return run
 
 
