@@ -142,7 +142,7 @@ def _kept(report: dict) -> str:
     )
 
 
-def _training_corpora(train: list[str], weights: list[str], back_translated: list[str]):
+def _training_corpora(train: list[str], weights: list[str], back_translated: list[str]) -> Path | list:
     """--train PREFIX alone, or the named corpora of --train NAME=PREFIX with their --weight and --back-translated."""
     from mtkit.errors import MtkitError
     from mtkit.preprocess import Corpus
