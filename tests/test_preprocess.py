@@ -3,6 +3,8 @@ import json
 import numpy as np
 import pytest
 from conftest import write_lines
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mtkit.data import ParallelDataset, check_tokenizers_match
 from mtkit.errors import MtkitError
@@ -199,3 +201,20 @@ def test_the_cleaning_flags_reach_the_rules(tmp_path, tokenizer_path):
         != stripped
         == tokenizer.encode_batch(["Two cats sit."])[0]
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks=st.lists(st.lists(st.integers(0, 40), max_size=30), max_size=12))
+def test_the_digest_set_keeps_the_first_of_equal_digests_like_a_set(chunks):
+    from mtkit.preprocess import DigestSet
+
+    seen, reference = DigestSet(), set()
+    for chunk in chunks:
+        expected = []
+        for digest in chunk:
+            expected.append(digest not in reference)
+            reference.add(digest)
+        assert seen.add_new(chunk).tolist() == expected
+    assert sorted(np.concatenate(seen.runs).tolist()) == sorted(reference) if seen.runs else not reference
+    sizes = [len(run) for run in seen.runs]
+    assert all(a > 2 * b for a, b in zip(sizes, sizes[1:]))  # runs shrink geometrically: O(log N) of them
