@@ -199,3 +199,27 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
     assert averaged == [("run", "checkpoints", f"step_{step:08d}.pt") for step in averaged_steps]
     fewer = f"run.sh: {out / 'run'} has {len(averaged_steps)} checkpoints; averaging those"
     assert (fewer in result.stderr.decode()) == (keep_last > len(averaged_steps))
+
+
+def test_wmt14_recipe_runs_end_to_end_on_a_local_folder_of_three_corpora(tmp_path):
+    """run.sh on a WMT-shaped folder (three training corpora as prepare_data.sh leaves them, valid and
+    test), torchrun with one CPU process, the base config shrunk by TRAIN_ARGS: the tokenizer, the
+    corpora joined by preprocess, training, averaging the last 5 checkpoints, and BLEU on test."""
+    data = tmp_path / "wmt"
+    data.mkdir()
+    write_corpus(data, {"europarl": 150, "commoncrawl": 100, "news-commentary": 50, "valid": 20, "test": 20})
+    shrink = " ".join([*TINY_TRAIN, "--set", "train.max_steps=6", "--set", "train.save_every=1"])
+    env = {**recipe_env(data, "0.6"), "GPUS": "1", "VOCAB": "500", "TRAIN_ARGS": shrink}
+    result = subprocess.run(["bash", RECIPES / "wmt14_en_de/run.sh", "base", tmp_path / "out"], env=env,
+                            capture_output=True, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    manifest = json.loads((tmp_path / "out" / "data-bin" / "manifest.json").read_text())
+    assert [(c["name"], c["kept"]) for c in manifest["corpora"]] == [
+        ("europarl", 150), ("commoncrawl", 100), ("news-commentary", 50)
+    ]  # fmt: skip
+    log = result.stderr.decode()
+    assert "the average of 5 checkpoints (step_00000002.pt, step_00000003.pt" in log
+    assert "BLEU" in result.stdout.decode()
+    again = subprocess.run(["bash", RECIPES / "wmt14_en_de/run.sh", "base", tmp_path / "out"], env=env,
+                           capture_output=True, timeout=900)  # fmt: skip
+    assert again.returncode == 0, again.stderr.decode()[-3000:]  # rerun: the run is continued, not refused
