@@ -369,7 +369,8 @@ def test_ctrl_c_exits_130_with_one_line(trained_run):
     assert process.stdout.readline()  # translated: the command is in its loop, waiting for input
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
-    assert (process.returncode, stderr.decode().strip()) == (130, "interrupted")
+    said = [line for line in stderr.decode().splitlines() if not line.startswith("translating: ")]  # progress
+    assert (process.returncode, said) == (130, ["interrupted"])
 
 
 def test_a_closed_pipe_ends_quietly_with_exit_0(trained_run, corpus, tmp_path):
@@ -377,7 +378,9 @@ def test_a_closed_pipe_ends_quietly_with_exit_0(trained_run, corpus, tmp_path):
     command = f"set -o pipefail; {sys.executable} -m mtkit translate -m {trained_run} -i {many} --beam 1 | head -1"
     result = subprocess.run(["bash", "-c", command], capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()
-    assert len(result.stdout.decode().splitlines()) == 1 and result.stderr == b""
+    assert len(result.stdout.decode().splitlines()) == 1
+    # quiet: no error and no traceback; only progress lines, which a slow machine prints every 30 s
+    assert all(line.startswith("translating: ") for line in result.stderr.decode().splitlines()), result.stderr
 
 
 def test_several_references_score_as_sacrebleu_with_all_of_them(corpus, tmp_path):
