@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtkit.checkpoint import STATE_FILE, load_payload
+from mtkit.data import read_manifest
 from mtkit.preprocess import preprocess
 
 COMMON = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.valid_every=5", "--set", "train.valid_beam=2"]
@@ -155,7 +156,7 @@ def test_nodes_with_different_data_refuse_to_train(tmp_path, corpus, tokenizer_p
     other = tmp_path / "other-data"
     splits = {"train": swapped / "train", "valid": swapped / "valid", "test": swapped / "test"}
     report = preprocess("en", "de", splits, tokenizer_path, other)
-    assert report["splits"] == load_manifest_splits(data_dir)  # nothing but the order tells them apart
+    assert report["splits"] == read_manifest(data_dir)["splits"]  # nothing but the order tells them apart
     run = tmp_path / "run"
     results = two_nodes((["-d", data_dir, "-o", run, *COMMON], {}), (["-d", other, "-o", run, *COMMON], {}))
     for result in results:
@@ -164,12 +165,6 @@ def test_nodes_with_different_data_refuse_to_train(tmp_path, corpus, tokenizer_p
         assert len(errors) == 1 and "differs between processes: rank 1's (digest" in errors[0], errors
         assert "every node must hold the same data" in errors[0]
     assert not (run / STATE_FILE).exists()
-
-
-def load_manifest_splits(data_dir):
-    from mtkit.data import read_manifest
-
-    return read_manifest(data_dir)["splits"]
 
 
 def test_a_rank_that_dies_stops_the_others_with_one_line(tmp_path, data_dir):
