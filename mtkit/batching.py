@@ -89,15 +89,18 @@ def make_batches(
     Sentences are sorted by length, ties broken at random per epoch, and the batch order is
     shuffled per epoch, both from (seed, epoch), so an epoch's batches can be rebuilt exactly.
     """
-    src_cost, tgt_cost = src_lengths.astype(np.int64) + 1, tgt_lengths.astype(np.int64) + 1
+    # int32 widths: at tens of millions of pairs, each array here is a copy of the corpus's size
+    src_cost, tgt_cost = src_lengths.astype(np.int32) + 1, tgt_lengths.astype(np.int32) + 1
     rng = np.random.default_rng([seed, epoch])
     tie_break = rng.random(len(src_cost)) if shuffle else np.arange(len(src_cost))
     order = np.lexsort((tie_break, tgt_cost, src_cost))
+    del tie_break
     fits = (src_cost + tgt_cost)[order] <= max_tokens
-    batches = pack_by_tokens(order[fits], np.stack([src_cost, tgt_cost], axis=1), max_tokens)
+    skipped, order = order[~fits], order[fits]
+    batches = pack_by_tokens(order, np.stack([src_cost, tgt_cost], axis=1), max_tokens)
     if shuffle:
         rng.shuffle(batches)  # type: ignore[arg-type]
-    return batches, order[~fits].astype(np.int64)
+    return batches, skipped
 
 
 def length_batches(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[np.ndarray]:
