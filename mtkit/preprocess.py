@@ -218,7 +218,7 @@ def preprocess(
     manifest. The training split may join several corpora ({"train": [Corpus, ...]})."""
     rules = rules or CleaningRules()
     named = isinstance(splits["train"], list)
-    corpora = splits["train"] if isinstance(splits["train"], list) else [Corpus("train", splits["train"])]
+    corpora = splits["train"] if named else [Corpus("train", splits["train"])]  # type: ignore[list-item, arg-type]
     sampling = sampling or Sampling()
     sampling.validate()
     if rules.max_len < 0:

@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -30,17 +30,13 @@ def handle_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except MtkitError as err:
-            console.console.print(f"[bold red]error:[/bold red] {err}", soft_wrap=True, markup=True, highlight=False)
-            raise typer.Exit(1) from None
+            _fail(str(err))
         except RuntimeError as err:  # a collective that failed because another rank of torchrun's job is gone
             from mtkit.distributed import lost_peer
 
             if (message := lost_peer(err)) is None:
                 raise
-            console.console.print(
-                f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True, highlight=False
-            )
-            raise typer.Exit(1) from None
+            _fail(message)
         except KeyboardInterrupt:
             console.console.print("[red]interrupted[/red]")
             raise typer.Exit(130) from None
@@ -52,6 +48,12 @@ def handle_errors(command: Callable) -> Callable:
 
     wrapper.__doc__ = one_line_paragraphs(command.__doc__)
     return wrapper
+
+
+def _fail(message: str) -> NoReturn:
+    """One red line on stderr, and exit code 1."""
+    console.console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True, highlight=False)
+    raise typer.Exit(1) from None
 
 
 def one_line_paragraphs(doc: str | None) -> str | None:
