@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import date
 from pathlib import Path
@@ -19,13 +20,19 @@ def mtkit_command(*args: object) -> list[str]:
     return [sys.executable, "-m", "mtkit", *map(str, args)]
 
 
-def run_measured(command: list[str], env: dict | None = None, stdout=subprocess.DEVNULL) -> tuple[float, float]:
-    """Run a command; return (wall seconds, peak resident memory in MiB) of that process alone."""
+def run_measured(
+    command: list[str], env: dict | None = None, stdout=subprocess.DEVNULL, stderr_to: Path | None = None
+) -> tuple[float, float]:
+    """Run a command; return (wall seconds, peak resident memory in MiB) of that process alone.
+    Its stderr goes to a file (a pipe read only at the end would fill up and stall it): `stderr_to`,
+    or a temporary one."""
     started = time.perf_counter()
-    proc = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - started
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    with open(stderr_to, "w+b") if stderr_to else tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout, stderr=errors)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(command)}\n{stderr[-3000:]}")
     return seconds, usage.ru_maxrss / 1024

@@ -207,15 +207,17 @@ def throughput(data: Path, work: Path, device: str, peak: float, presets: list[s
     print_table(["model", "max_tokens", "target tok/s", "TFLOPS", "MFU (bf16 peak)"], rows)
 
 
-def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens: int) -> None:
-    """Profile 20 updates after 10 of warm-up; the GPU's idle share = 1 - (union of kernel time) / wall time."""
+def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens: int, settings: list[str]) -> None:
+    """Profile 20 updates after 10 of warm-up (30 with `settings` that compile); the GPU's idle share =
+    1 - (union of kernel time) / wall time."""
     from torch.profiler import ProfilerActivity, profile
 
-    from mtkit.config import build_config
+    from mtkit.config import build_config, merge_trees, parse_overrides
     from mtkit.train import Trainer
 
-    config = build_config({"model": {"preset": preset}, "train": {"max_tokens": max_tokens, "precision": "bf16",
-                                                                   "device": device, "max_steps": 10**6}})  # fmt: skip
+    tree = {"model": {"preset": preset}, "train": {"max_tokens": max_tokens, "precision": "bf16", "device": device,
+                                                   "max_steps": 10**6}}  # fmt: skip
+    config = build_config(merge_trees(tree, parse_overrides(settings)))
     trainer = Trainer(config, data, work / "profile")
     position = (0, 0)
 
@@ -224,7 +226,7 @@ def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens
         micro, position = trainer.stream.upcoming(position)
         trainer._update(micro, trainer.stream.prepare(micro).result())
 
-    for _ in range(10):
+    for _ in range(30 if config.train.compile else 10):
         update()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     torch.cuda.synchronize() if device == "cuda" else None
@@ -243,8 +245,12 @@ def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens
         if stop > end:
             busy += stop - max(start, end)
             end = stop
-    print(f"host-wait share, {preset} bf16 max_tokens {max_tokens}: the GPU idles {100 * (1 - busy / wall_us):.1f}% "
+    print(f"host-wait share, {preset} bf16 max_tokens {max_tokens} {' '.join(settings)}: the GPU idles {100 * (1 - busy / wall_us):.1f}% "
           f"of {wall_us / 20 / 1e3:.1f} ms per update")  # fmt: skip
+    try:  # the kernels that fill the GPU's busy time
+        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=15, max_name_column_width=60))
+    except Exception as failure:  # noqa: BLE001 - a profiler table is a nicety, not a check
+        print(f"no kernel table: {failure}")
 
 
 def decoding(model: Path, work: Path, text: Path, device: str) -> None:
@@ -277,6 +283,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="keep runs here (default: a temporary folder)")
     parser.add_argument("--model", type=Path, default=None, help="translate and decode with this model file")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run (default: all)")
+    parser.add_argument("--profile-set", action="append", default=[], help="a KEY=VALUE setting for the profiled run")
     args = parser.parse_args()
     only = set(args.only.split(","))
     if not only <= set(SECTIONS):
@@ -313,7 +320,7 @@ def main() -> None:
             print(f"\ntraining throughput, bf16 (MFU against {peak:g} TFLOPS):")
             throughput(data, work, args.device, peak, presets, [8192, 16384] if on_gpu else [1024])
         if "profile" in only:
-            host_wait_share(data, work, args.device, presets[-1], 16384 if on_gpu else 1024)
+            host_wait_share(data, work, args.device, presets[-1], 32768 if on_gpu else 1024, args.profile_set)
         if "decoding" in only:
             what = args.model or "the fp32 run above, a few hundred updates: for speed, not quality"
             print(f"\ndecoding test2016 (model: {what}):")

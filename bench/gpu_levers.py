@@ -7,8 +7,10 @@ Prints one table: preset x batch shape x max_tokens x lever -> target tokens/s a
 measured update (start-up and compilation), and the slowest measured update against the median (a
 recompilation shows there). Batch shapes: "multi30k" (captions, ~13 subwords a side) and "wmt"
 (every two consecutive Multi30k pairs joined into one, ~28 subwords a side, WMT14's shape).
-Levers: "eager" (train.compile=false) and "compile" (train.compile=true: torch.compile of the model
-and the fused loss). Runs are started in order until --budget-s has passed; the rest are listed as
+Levers: "eager" (train.compile=false), "compile" (train.compile=true: torch.compile of the model
+and the fused loss), "packed" (train.pack_length: pairs packed into rows of --pack-length tokens, one
+batch shape), "packed+compile", and "packed+graphs" (train.cuda_graphs: the compiled model replayed
+as CUDA graphs). Runs are started in order until --budget-s has passed; the rest are listed as
 skipped. `--device cpu` checks the script itself on tiny sizes.
 """
 
@@ -35,7 +37,14 @@ from common import (
 )
 from gpu_check import PEAK_BF16_TFLOPS, prepare
 
-LEVERS = {"eager": [], "compile": ["train.compile=true"]}
+PACKED = "train.pack_length={pack}"
+LEVERS = {
+    "eager": [],
+    "compile": ["train.compile=true"],
+    "packed": [PACKED],
+    "packed+compile": [PACKED, "train.compile=true"],
+    "packed+graphs": [PACKED, "train.compile=true", "train.cuda_graphs=true"],
+}
 
 
 def join_pairs(text: Path) -> Path:
@@ -55,17 +64,22 @@ def wmt_dataset(work: Path, text: Path) -> Path:
     return out
 
 
-def measure(data: Path, run: Path, device: str, preset: str, max_tokens: int, lever: str, steps: int, skip: int):
+def measure(data: Path, run: Path, device: str, preset: str, max_tokens: int, lever: str, steps: int, skip: int,
+            pack: int):  # fmt: skip
     settings = [f"model.preset={preset}", f"train.max_tokens={max_tokens}", f"train.max_steps={steps}",
                 "train.precision=bf16", f"train.device={device}", "train.valid_every=1000000",
-                "train.save_every=1000000", "train.log_every=1", *LEVERS[lever]]  # fmt: skip
+                "train.save_every=1000000", "train.log_every=1", *(s.format(pack=pack) for s in LEVERS[lever])]  # fmt: skip
     args = ["train", "-d", data, "-o", run, "--force"]
     for setting in settings:
         args += ["--set", setting]
+    run.mkdir(parents=True, exist_ok=True)
     try:
-        run_measured(mtkit_command(*args))
+        run_measured(mtkit_command(*args), stderr_to=run.parent / f"{run.name}.stderr")
     except SystemExit as failure:  # a lever that fails is a result too: say so, and go on
         return str(failure).strip().splitlines()[-1]
+    for line in (run.parent / f"{run.name}.stderr").read_text(errors="replace").splitlines():
+        if "graph" in line.lower() or "recompil" in line.lower() or "skipped" in line:
+            print(f"  {line[:200]}", flush=True)  # what the compiler said: graphs skipped, recompilations
     log = metrics_records(run)
     tok_s, src_per_tgt = throughput_after(log, skip)
     step_seconds = [b["elapsed"] - a["elapsed"] for a, b in zip(log[skip - 1 :], log[skip:])]
@@ -81,6 +95,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="multi30k,wmt")
     parser.add_argument("--levers", default="eager,compile")
     parser.add_argument("--max-tokens", default="32768", help="comma-separated")
+    parser.add_argument("--pack-length", type=int, default=128, help="row length of the packed levers")
     parser.add_argument("--steps", type=int, default=0, help="updates per run (default: 50 eager, 80 compiled on a GPU)")  # fmt: skip
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no run after this many seconds")
     parser.add_argument("--peak-tflops", type=float, default=0.0, help="the GPU's dense bf16 peak (default: by name)")
@@ -110,10 +125,12 @@ def main() -> None:
                         if time.perf_counter() - started > args.budget_s:
                             skipped.append(" ".join(map(str, what)))
                             continue
-                        steps = args.steps or ((80 if lever == "compile" else 50) if on_gpu else 12)
-                        skip = min(steps // 2, 30 if lever == "compile" else 10)
+                        compiled = "compile" in lever or "graphs" in lever
+                        steps = args.steps or ((80 if compiled else 50) if on_gpu else 12)
+                        skip = min(steps // 2, 30 if compiled else 10)
                         run = work / f"run-{preset}-{shape}-{max_tokens}-{lever}"
-                        result = measure(datasets[shape], run, args.device, preset, max_tokens, lever, steps, skip)
+                        result = measure(datasets[shape], run, args.device, preset, max_tokens, lever, steps, skip,
+                                         args.pack_length if on_gpu else 64)  # fmt: skip
                         if isinstance(result, str):
                             rows.append([*what, "failed", result[:60], "", "", ""])
                             print(" ".join(what[:1] + [result]), flush=True)

@@ -20,6 +20,7 @@ from mtkit.config import TrainConfig
 from mtkit.data import ParallelDataset, TrainingSamples
 from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
+from mtkit.packing import PackedLayout, into_rows, pack_rows, pairs_of
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -28,7 +29,8 @@ class Batch:
     src: torch.Tensor  # (B, S): ids + </s>, right-padded
     tgt_in: torch.Tensor  # (B, T): <s> + ids
     tgt_out: torch.Tensor  # (B, T): ids + </s>
-    indices: np.ndarray  # which sentences of the dataset
+    indices: np.ndarray  # which sentences of the dataset (packed: the plan, see mtkit.packing)
+    layout: PackedLayout | None = None  # packed rows: where each sentence sits
 
     @property
     def tgt_tokens(self) -> int:
@@ -40,11 +42,14 @@ class Batch:
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         move = {"device": device, "non_blocking": non_blocking}
-        return Batch(self.src.to(**move), self.tgt_in.to(**move), self.tgt_out.to(**move), self.indices)
+        layout = self.layout.to(**move) if self.layout else None
+        return Batch(self.src.to(**move), self.tgt_in.to(**move), self.tgt_out.to(**move), self.indices, layout)
 
     def pin_memory(self) -> Batch:
         """The batch in page-locked memory, so that copies to a GPU can overlap with compute."""
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.indices)
+        layout = self.layout.pin_memory() if self.layout else None
+        tensors = (self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory())
+        return Batch(*tensors, self.indices, layout)
 
 
 def pack_by_tokens(
@@ -138,12 +143,21 @@ def collate(dataset: ParallelDataset | TrainingSamples, indices: np.ndarray) -> 
     return Batch(*tensors, indices)
 
 
+def collate_rows(dataset: TrainingSamples, plan: np.ndarray, length: int) -> Batch:
+    """The packed batch of a plan (mtkit.packing): (R, length) rows of several sentence pairs each."""
+    dense = collate(dataset, pairs_of(plan))
+    packed, layout = into_rows(plan, [t.numpy() for t in (dense.src, dense.tgt_in, dense.tgt_out)], length)
+    return Batch(*map(torch.from_numpy, packed), plan, PackedLayout(*map(torch.from_numpy, layout)))
+
+
 class BatchStream:
     """Training's updates, as positions (epoch, batches taken in it) in the per-epoch batch lists.
 
     `train.max_tokens` is per process: an update is world_size x update_freq batches of up to
     max_tokens each, the same list on every rank, and rank r trains on every world_size-th from r.
     On a GPU a rank's share is collated ahead, in a background thread, into pinned memory.
+    With train.pack_length, batches are packed rows (mtkit.packing): max_tokens / (2 x pack_length)
+    rows of pack_length source and pack_length target tokens each.
     """
 
     def __init__(
@@ -158,12 +172,17 @@ class BatchStream:
             max_tokens = self.cfg.max_tokens
             # BPE-dropout: a sample per epoch; weighted corpora: pairs drawn per epoch
             offset, pairs, src_lengths, tgt_lengths = self.data.epoch_sample(epoch, self.cfg.seed)
-            batches, skipped = make_batches(src_lengths, tgt_lengths, max_tokens, self.cfg.seed, epoch)
-            batches = [pairs[batch] for batch in batches] if pairs is not None else batches
-            batches = [batch + offset for batch in batches] if offset else batches
+            if self.cfg.pack_length:
+                rows = max_tokens // (2 * self.cfg.pack_length)
+                batches, skipped = pack_rows(src_lengths, tgt_lengths, self.cfg.pack_length, rows, self.cfg.seed, epoch)
+            else:
+                batches, skipped = make_batches(src_lengths, tgt_lengths, max_tokens, self.cfg.seed, epoch)
+            if pairs is not None or offset:  # positions in the epoch's sample -> pairs of the dataset
+                batches = [_sample_pairs(batch, pairs, offset) for batch in batches]
             resumed_mid_epoch = epoch == self.start[0] and self.start[1] > 0
             if len(skipped) and not resumed_mid_epoch and self.dist.is_main:
-                console.warn(f"skipped {len(skipped)} sentence pairs longer than train.max_tokens={max_tokens} on their own")  # fmt: skip
+                limit = f"train.pack_length={self.cfg.pack_length}" if self.cfg.pack_length else f"train.max_tokens={max_tokens} on their own"  # fmt: skip
+                console.warn(f"skipped {len(skipped)} sentence pairs longer than {limit}")
             if not batches:
                 raise MtkitError(f"no training batch fits train.max_tokens={max_tokens}: raise it")
             self._epochs = {e: b for e, b in self._epochs.items() if e >= epoch - 1} | {epoch: batches}
@@ -187,13 +206,27 @@ class BatchStream:
             return _Now(lambda: self._collate(mine))
         return self._collator.submit(self._collate, mine)
 
+    def collate(self, indices: np.ndarray) -> Batch:
+        """One batch of the stream's kind: padded sentences, or packed rows."""
+        if self.cfg.pack_length:
+            return collate_rows(self.data, indices, self.cfg.pack_length)
+        return collate(self.data, indices)
+
     def _collate(self, mine: list[np.ndarray]) -> list[Batch]:
-        batches = [collate(self.data, indices) for indices in mine]
+        batches = [self.collate(indices) for indices in mine]
         return [batch.pin_memory() for batch in batches] if self.device.type == "cuda" else batches
 
     def close(self) -> None:
         if self._collator:
             self._collator.shutdown(cancel_futures=True)
+
+
+def _sample_pairs(batch: np.ndarray, pairs: np.ndarray | None, offset: int) -> np.ndarray:
+    """A batch's positions in an epoch's sample as pairs of the dataset (a plan's -1 kept)."""
+    real = batch >= 0
+    out = batch.copy()
+    out[real] = (pairs[batch[real]] if pairs is not None else batch[real]) + offset
+    return out
 
 
 class _Now:

@@ -88,6 +88,8 @@ class TrainConfig:
     ema_decay: float = 0.0  # keep an exponential moving average of the weights (e.g. 0.9999); 0 = off
     rdrop_alpha: float = 0.0  # R-Drop: weight of the KL term between two dropout passes (e.g. 5); 0 = off
     compile: bool = False  # torch.compile the model and loss (GPU training: fused kernels; minutes to compile)
+    pack_length: int = 0  # pack several pairs into rows of this many tokens a side (one batch shape); 0 = pad
+    cuda_graphs: bool = False  # replay the compiled model as CUDA graphs (GPU; needs compile and pack_length)
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
@@ -104,6 +106,15 @@ class TrainConfig:
             raise MtkitError("train.label_smoothing must be in [0, 1)")
         if not 0.0 <= self.ema_decay < 1.0:
             raise MtkitError("train.ema_decay must be in [0, 1) (0 = no moving average)")
+        self._validate_packing()
+
+    def _validate_packing(self) -> None:
+        if self.pack_length and not 2 <= self.pack_length <= self.max_tokens // 2:
+            raise MtkitError("train.pack_length must be 0 (off) or from 2 to train.max_tokens / 2")
+        if self.pack_length and self.rdrop_alpha:
+            raise MtkitError("train.rdrop_alpha cannot be combined with train.pack_length")
+        if self.cuda_graphs and not (self.compile and self.pack_length):
+            raise MtkitError("train.cuda_graphs needs train.compile=true and a train.pack_length (one batch shape)")
 
 
 @dataclass
@@ -136,6 +147,7 @@ RESUMABLE_KEYS = {
     "train.valid_max_sentences",
     "train.threads",
     "train.compile",
+    "train.cuda_graphs",
 }
 
 

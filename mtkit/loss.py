@@ -26,7 +26,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mtkit.config import TrainConfig
+from mtkit.errors import MtkitError
 from mtkit.model import Transformer
+from mtkit.packing import PackedLayout
 from mtkit.tokenizer import PAD_ID
 
 CHUNK_ELEMENTS = 1 << 17  # logits per chunk of rows: 512 KiB in fp32, which stays in a core's L2 cache
@@ -87,13 +90,18 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
     return _LabelSmoothedCrossEntropy.apply(logits, target, epsilon)
 
 
-def fused_label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+def fused_label_smoothed_loss(
+    logits: Tensor, target: Tensor, epsilon: float, weights: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """label_smoothed_loss in plain differentiable operations, for torch.compile to fuse into one
-    pass over the logits (forward) and one for their gradient (backward)."""
+    pass over the logits (forward) and one for their gradient (backward). weights (N,): each row's
+    (1 for real positions, 0 for padding), so that the shapes do not depend on the data."""
     x = logits.float()
     lse = torch.logsumexp(x, dim=-1)
-    nll = (lse - x.gather(1, target[:, None]).squeeze(1)).sum()
-    smooth = (lse - x.mean(dim=-1)).sum()
+    nll, smooth = lse - x.gather(1, target[:, None]).squeeze(1), lse - x.mean(dim=-1)
+    if weights is not None:
+        nll, smooth = nll * weights, smooth * weights
+    nll, smooth = nll.sum(), smooth.sum()
     return (1.0 - epsilon) * nll + epsilon * smooth, nll.detach()
 
 
@@ -107,22 +115,30 @@ def symmetric_kl(logits_p: Tensor, logits_q: Tensor) -> Tensor:
 class TrainingObjective(nn.Module):
     """Teacher-forced loss of a batch; the unit that DistributedDataParallel wraps. With rdrop_alpha
     > 0, while the model is in training mode, the R-Drop loss of the module docstring. fused: the
-    loss in plain operations (fused_label_smoothed_loss), for a compiled objective."""
+    loss in plain operations (fused_label_smoothed_loss), for a compiled objective; over packed rows
+    it then scores every position, padding weighted 0, so that no shape depends on the data."""
 
     def __init__(self, model: Transformer, label_smoothing: float, rdrop_alpha: float = 0.0, fused: bool = False):
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
         self.rdrop_alpha = rdrop_alpha
+        self.fused = fused
         self.loss = fused_label_smoothed_loss if fused else label_smoothed_loss
 
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, layout: PackedLayout | None = None
+    ) -> tuple[Tensor, Tensor]:
         rdrop = self.rdrop_alpha > 0 and self.model.training  # the model's mode: the trainer sets that one
         if rdrop:  # two copies in one batch: each row draws its own dropout masks
             src, tgt_in, tgt_out = (torch.cat([t, t]) for t in (src, tgt_in, tgt_out))
-        memory, src_mask = self.model.encode(src)
-        hidden = self.model.decode(tgt_in, memory, src_mask)
+        memory, src_mask = self.model.encode(src, layout)
+        hidden = self.model.decode(tgt_in, memory, src_mask, layout)
         real = tgt_out != PAD_ID
+        if self.fused and layout is not None:
+            logits = self.model.output_logits(hidden.flatten(0, 1))
+            target = self.model.output_positions(tgt_out.flatten())
+            return fused_label_smoothed_loss(logits, target, self.label_smoothing, real.flatten().float())
         # Only real positions reach the vocabulary projection, and only its scored columns.
         logits = self.model.output_logits(hidden[real])
         loss, nll = self.loss(logits, self.model.output_positions(tgt_out[real]), self.label_smoothing)
@@ -130,3 +146,15 @@ class TrainingObjective(nn.Module):
             return loss, nll
         first, second = logits.chunk(2)  # the copies' real positions, in the same order
         return loss / 2 + self.rdrop_alpha / 4 * symmetric_kl(first, second), nll / 2
+
+
+def compile_objective(objective: nn.Module, cfg: TrainConfig, backend: str, device: torch.device) -> nn.Module:
+    """torch.compile for train.compile: padded batches each have their own (B, S, T), so for symbolic
+    sizes at once; packed rows have one shape, compiled as it is, and with train.cuda_graphs replayed
+    as CUDA graphs (the host then launches one graph instead of every kernel)."""
+    if not cfg.pack_length:
+        return torch.compile(objective, dynamic=True, backend=backend)
+    if cfg.cuda_graphs and device.type != "cuda":
+        raise MtkitError(f"train.cuda_graphs needs a GPU (training on {device.type})")
+    mode = "reduce-overhead" if cfg.cuda_graphs else None
+    return torch.compile(objective, dynamic=False, backend=backend, mode=mode)

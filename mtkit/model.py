@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from mtkit.config import ModelConfig
 from mtkit.kernels import Dropout, attend
 from mtkit.kv_cache import DecoderState, LayerCache
+from mtkit.packing import PackedLayout
 from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 
@@ -48,14 +49,17 @@ class Embedding(nn.Module):
         self.dropout = Dropout(dropout)
         self.register_buffer("positions", sinusoidal_positions(256, d_model), persistent=False)
 
-    def forward(self, ids: Tensor, start: int | Tensor = 0) -> Tensor:
+    def forward(self, ids: Tensor, start: int | Tensor = 0, positions: Tensor | None = None) -> Tensor:
         """ids (B, L) at positions start.. start + L - 1; or, with start a (B,) tensor, one id per
-        row (L = 1) at each row's own position."""
+        row (L = 1) at each row's own position; or at `positions` (B, L), each below L (packed rows)."""
         end = (int(start.max()) if isinstance(start, Tensor) else start) + ids.size(1)
         if end > self.positions.size(0):  # sinusoids extend to any length: no position limit
             self.positions = sinusoidal_positions(2 * end, self.positions.size(1)).to(self.positions.device)
-        positions = self.positions[start][:, None] if isinstance(start, Tensor) else self.positions[start:end]
-        return self.dropout(self.tokens(ids) * self.scale + positions)
+        if positions is not None:
+            encoding = self.positions[positions]
+        else:
+            encoding = self.positions[start][:, None] if isinstance(start, Tensor) else self.positions[start:end]
+        return self.dropout(self.tokens(ids) * self.scale + encoding)
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
@@ -169,7 +173,8 @@ class DecoderLayer(nn.Module):
         self_mask: Tensor | None = None,
     ) -> Tensor:
         """beams: rows of x per row of memory_kv (incremental decoding: the beams of a sentence);
-        self_mask: (rows, 1, 1, cached positions), True on the positions a row may attend to."""
+        self_mask: True where a position may attend: (rows, 1, 1, cached positions) with a cache,
+        (rows, 1, T, T) in teacher forcing over packed rows (else the causal mask)."""
         x = self.self_block(x, lambda h: self._self_attend(h, cache, self_mask))
         x = self.cross_block(x, lambda h: self.cross_attn(h, *memory_kv, mask=src_mask, group=beams))
         return self.ffn_block(x, self.ffn)
@@ -178,7 +183,7 @@ class DecoderLayer(nn.Module):
         if cache is None:
             # Teacher forcing: padding sits after the last real token, so the causal mask alone
             # keeps every real query away from padded keys; no padding mask is needed.
-            return self.self_attn(h, *self.self_attn.keys_values(h), is_causal=True)
+            return self.self_attn(h, *self.self_attn.keys_values(h), mask=self_mask, is_causal=self_mask is None)
         # One new position, which may see every cached one; the cache keeps the packed layout.
         k, v = cache.append(self.self_attn.packed_keys_values(h))
         return self.self_attn(h, k, v, mask=self_mask)
@@ -212,19 +217,26 @@ class Transformer(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """src (B, S) ids -> memory (B, S, d) and source mask (B, 1, 1, S), True on real tokens."""
-        src_mask = (src != PAD_ID)[:, None, None, :]
-        x = self.src_embed(src)
+    def encode(self, src: Tensor, layout: PackedLayout | None = None) -> tuple[Tensor, Tensor]:
+        """src (B, S) ids -> memory (B, S, d) and source mask (B, 1, 1, S), True on real tokens;
+        packed rows (see mtkit.packing): the mask keeps each sentence to itself, (B, 1, S, S)."""
+        if layout is None:
+            src_mask, x = (src != PAD_ID)[:, None, None, :], self.src_embed(src)
+        else:
+            src_mask, x = layout.encoder_mask(), self.src_embed(src, positions=layout.src_positions)
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
         return self.encoder_norm(x), src_mask
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, layout: PackedLayout | None = None) -> Tensor:
         """Teacher forcing: tgt_in (B, T) starting with <s> -> hidden states (B, T, d)."""
-        x = self.tgt_embed(tgt_in)
+        if layout is None:
+            x, self_mask = self.tgt_embed(tgt_in), None
+        else:  # packed rows: each target sentence sees itself and its own source
+            x, self_mask = self.tgt_embed(tgt_in, positions=layout.tgt_positions), layout.decoder_mask()
+            src_mask = layout.cross_mask()
         for layer in self.decoder_layers:
-            x = layer(x, layer.cross_attn.keys_values(memory), src_mask)
+            x = layer(x, layer.cross_attn.keys_values(memory), src_mask, self_mask=self_mask)
         return self.decoder_norm(x)
 
     def scored_output_weight(self) -> Tensor:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from mtkit import console, faults
-from mtkit.batching import Batch, BatchStream, collate
+from mtkit.batching import Batch, BatchStream
 from mtkit.checkpoint import (
     CHECKPOINT_DIR,
     STATE_FILE,
@@ -41,8 +41,9 @@ from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.ema import WeightAverage
 from mtkit.errors import MtkitError
-from mtkit.loss import TrainingObjective
+from mtkit.loss import TrainingObjective, compile_objective
 from mtkit.model import Transformer
+from mtkit.packing import pairs_of
 from mtkit.rundir import CONFIG_FILE, EMA_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal, prepare_run_dir
 from mtkit.schedule import learning_rate, make_optimizer
 from mtkit.validation import validate
@@ -83,8 +84,8 @@ class Trainer:
         )
         if self.dist.enabled:
             self.objective = self.dist.data_parallel(self.objective, self.device)
-        if self.cfg.compile:  # every batch has its own (B, S, T): compile for symbolic sizes at once
-            self.objective = torch.compile(self.objective, dynamic=True, backend=COMPILE_BACKEND)
+        if self.cfg.compile:
+            self.objective = compile_objective(self.objective, self.cfg, COMPILE_BACKEND, self.device)
         self.optimizer = make_optimizer(self.model, self.cfg)
         self.ema = WeightAverage(self.model, self.cfg.ema_decay) if self.cfg.ema_decay else None
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
@@ -113,7 +114,7 @@ class Trainer:
         Returns the update's statistics, or {"skipped": "nonfinite" | "out_of_memory"} when the
         update was not applied.
         """
-        total_tgt = sum(int(self.train_data.tgt_lengths[b].sum()) + len(b) for b in micro_batches)  # + </s>
+        total_tgt = sum(int(self.train_data.tgt_lengths[b].sum()) + len(b) for b in map(pairs_of, micro_batches))
         weight = float(self.dist.world_size) / total_tgt  # DDP averages gradients over ranks
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll: read once per update
         src_tokens, out_of_memory = 0, False
@@ -125,7 +126,7 @@ class Trainer:
                 out_of_memory = True
                 self._free_memory(len(batch.indices))
                 if self.dist.enabled:  # the other ranks wait in the gradient all-reduce: join it with nothing
-                    self._forward_backward(collate(self.train_data, batch.indices[:1]), 0.0, last)
+                    self._forward_backward(self.stream.collate(batch.indices[:1]), 0.0, last)
                 continue
             src_tokens += batch.src_tokens
         if self.dist.any(out_of_memory):
@@ -162,7 +163,7 @@ class Trainer:
         context = contextlib.nullcontext() if sync or not self.dist.enabled else self.objective.no_sync()
         with context:
             with autocast(self.device, self.precision):
-                loss, nll = self.objective(batch.src, batch.tgt_in, batch.tgt_out)
+                loss, nll = self.objective(batch.src, batch.tgt_in, batch.tgt_out, batch.layout)
             scaled = loss * weight
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return torch.stack([loss.detach(), nll.detach()]).double()

@@ -181,7 +181,7 @@ def test_rdrop_runs_two_passes_only_while_the_model_trains():
     model = tiny_model(vocab=30, dropout=0.3)
     rows_encoded = []
     encode = model.encode
-    model.encode = lambda src: rows_encoded.append(src.size(0)) or encode(src)
+    model.encode = lambda src, layout=None: rows_encoded.append(src.size(0)) or encode(src, layout)
     objective = TrainingObjective(model, 0.1, rdrop_alpha=5.0)
     model.train()
     objective(*a_batch())

@@ -1,0 +1,136 @@
+"""Packed training batches: several sentence pairs share one row of a fixed length, instead of one
+pair per row padded to the longest.
+
+A packed batch is (R, L) source ids and (R, L) target ids, the same shape for every batch, so a
+compiled model sees one shape (and can be replayed as a CUDA graph). Pair k of a row holds the
+same segment number, k + 1, on both sides; 0 marks padding. Positions restart at 0 in every
+segment, and attention keeps to a segment: a source token sees its own sentence, a target token
+its own sentence's earlier tokens and its own source sentence. Padding queries may see every key
+(so that no softmax is over nothing); no real query ever sees them, and the loss ignores them.
+
+A batch's plan is an (R, k) array of pair indices, row by row, with -1 after a row's last pair.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from mtkit.tokenizer import PAD_ID
+
+
+class PackedLayout(NamedTuple):
+    """Where each packed sentence sits: (R, L) segment numbers (0 = padding) and positions."""
+
+    src_segments: Tensor
+    tgt_segments: Tensor
+    src_positions: Tensor
+    tgt_positions: Tensor
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> PackedLayout:
+        return PackedLayout(*(t.to(device, non_blocking=non_blocking) for t in self))
+
+    def pin_memory(self) -> PackedLayout:
+        return PackedLayout(*(t.pin_memory() for t in self))
+
+    def encoder_mask(self) -> Tensor:
+        """(R, 1, L, L), True where a source query may look: its own sentence."""
+        return _same_segment(self.src_segments, self.src_segments)
+
+    def decoder_mask(self) -> Tensor:
+        """(R, 1, L, L): its own sentence's tokens up to itself (causal within a segment)."""
+        queries = self.tgt_segments
+        causal = torch.ones(queries.size(1), queries.size(1), dtype=torch.bool, device=queries.device).tril()
+        return _same_segment(queries, queries) & (causal | (queries == PAD_SEGMENT)[:, None, :, None])
+
+    def cross_mask(self) -> Tensor:
+        """(R, 1, L, L): a target query looks at the source sentence of its own pair."""
+        return _same_segment(self.tgt_segments, self.src_segments)
+
+
+PAD_SEGMENT = 0
+
+
+def _same_segment(queries: Tensor, keys: Tensor) -> Tensor:
+    """(R, Lq), (R, Lk) segment numbers -> (R, 1, Lq, Lk): True where both are in one segment, and
+    on every key of a padding query."""
+    same = queries[:, :, None] == keys[:, None, :]
+    return (same | (queries == PAD_SEGMENT)[:, :, None])[:, None]
+
+
+def pack_rows(
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    length: int,
+    rows_per_batch: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """An epoch's packed batches: each an (rows_per_batch, k) plan of pair indices (-1 after a
+    row's last pair; the epoch's last batch ends in empty rows), and the pairs skipped because
+    one side (+ </s> or <s>) is longer than a row.
+
+    Next fit in an order shuffled from (seed, epoch): a row takes pairs until the next one does not
+    fit on either side. Rows are thus in random order, and an epoch can be rebuilt exactly.
+    """
+    src_cost, tgt_cost = src_lengths.astype(np.int64) + 1, tgt_lengths.astype(np.int64) + 1
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(src_cost)) if shuffle else np.arange(len(src_cost))
+    fits = (src_cost[order] <= length) & (tgt_cost[order] <= length)
+    skipped, order = order[~fits], order[fits]
+    rows: list[list[int]] = []
+    row: list[int] = []
+    src_used = tgt_used = length + 1  # the first pair opens a row
+    for pair, src, tgt in zip(order.tolist(), src_cost[order].tolist(), tgt_cost[order].tolist()):
+        if src_used + src > length or tgt_used + tgt > length:
+            row, src_used, tgt_used = [], 0, 0
+            rows.append(row)
+        row.append(pair)
+        src_used, tgt_used = src_used + src, tgt_used + tgt
+    batches = []
+    for first in range(0, len(rows), rows_per_batch):
+        group = rows[first : first + rows_per_batch]
+        plan = np.full((rows_per_batch, max(map(len, group))), -1, dtype=np.int64)
+        for r, pairs in enumerate(group):
+            plan[r, : len(pairs)] = pairs
+        batches.append(plan)
+    return batches, skipped
+
+
+def pairs_of(plan: np.ndarray) -> np.ndarray:
+    """The pair indices of a batch, packed (a plan) or not (already a flat array), in row order."""
+    return plan[plan >= 0]
+
+
+def into_rows(plan: np.ndarray, padded: list[np.ndarray], length: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Lay the pairs of `plan`, given as right-padded (n, width) id arrays in pairs_of(plan)'s
+    order (source, target in, target out), into (R, length) rows. Returns the packed arrays and
+    the layout's arrays (source segments, target segments, source positions, target positions)."""
+    row_of = np.nonzero(plan >= 0)[0]  # each pair's row, in row-major order
+    first_in_row = np.r_[True, row_of[1:] != row_of[:-1]]
+    index = np.arange(len(row_of))
+    segment = index - np.maximum.accumulate(np.where(first_in_row, index, 0)) + 1  # 1, 2, ... within a row
+    packed, layout = [], []
+    for side, ids in enumerate(padded):
+        lengths = (ids != PAD_ID).sum(axis=1)
+        before = np.cumsum(lengths) - lengths  # tokens of the earlier pairs, all rows together
+        start = before - np.maximum.accumulate(np.where(first_in_row, before, 0))  # within the row
+        columns = np.arange(ids.shape[1])
+        real = columns < lengths[:, None]
+        where = ((row_of * length + start)[:, None] + columns)[real]  # flat positions in (R * length)
+        packed.append(_scatter(where, ids[real], plan.shape[0], length, PAD_ID))
+        if side != 1:  # target in and target out share one layout
+            layout.append(_scatter(where, np.broadcast_to(segment[:, None], ids.shape)[real], plan.shape[0], length, 0))
+            layout.append(_scatter(where, np.broadcast_to(columns, ids.shape)[real], plan.shape[0], length, 0))
+    src_segments, src_positions, tgt_segments, tgt_positions = layout
+    return packed, [src_segments, tgt_segments, src_positions, tgt_positions]
+
+
+def _scatter(where: np.ndarray, values: np.ndarray, rows: int, length: int, fill: int) -> np.ndarray:
+    out = np.full(rows * length, fill, dtype=np.int64)
+    out[where] = values
+    return out.reshape(rows, length)
