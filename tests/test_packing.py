@@ -57,8 +57,14 @@ def test_packed_rows_hold_each_pair_with_its_segment_and_positions():
     tgt_out = np.array([[21, EOS_ID, PAD_ID], [22, 23, EOS_ID], [EOS_ID, PAD_ID, PAD_ID]])
     packed, layout = into_rows(plan, [src, tgt_in, tgt_out], 6)
     assert packed[0].tolist() == [[11, 12, EOS_ID, 13, EOS_ID, PAD_ID], [14, 15, EOS_ID, PAD_ID, PAD_ID, PAD_ID]]
-    assert packed[1].tolist() == [[BOS_ID, 21, BOS_ID, 22, 23, PAD_ID], [BOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
-    assert packed[2].tolist() == [[21, EOS_ID, 22, 23, EOS_ID, PAD_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+    assert packed[1].tolist() == [
+        [BOS_ID, 21, BOS_ID, 22, 23, PAD_ID],
+        [BOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
+    ]
+    assert packed[2].tolist() == [
+        [21, EOS_ID, 22, 23, EOS_ID, PAD_ID],
+        [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
+    ]
     src_segments, tgt_segments, src_positions, tgt_positions = (a.tolist() for a in layout)
     assert src_segments == [[1, 1, 1, 2, 2, 0], [1, 1, 1, 0, 0, 0]]
     assert tgt_segments == [[1, 1, 2, 2, 2, 0], [1, 0, 0, 0, 0, 0]]
