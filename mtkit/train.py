@@ -136,8 +136,6 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)  # before clipping, so the norm is the true one
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        loss_sum, nll_sum, grad_norm = torch.cat([sums, grad_norm.double().reshape(1)]).tolist()  # one host sync
-        finite = math.isfinite(grad_norm)
         linear_by_time = self.cfg.lr_schedule == "linear" and self.cfg.max_time
         elapsed = self.dist.max(self.progress.elapsed) if linear_by_time else 0.0  # the same on every rank
         lr = learning_rate(self.cfg, self.progress.step + 1, elapsed)
@@ -146,10 +144,12 @@ class Trainer:
         if self.scaler:
             self.scaler.step(self.optimizer)  # skips the step itself when gradients are not finite
             self.scaler.update()
-        elif finite:
+        else:  # the fused kernel skips the step when found_inf: launched before the host waits for the norm
+            self.optimizer.found_inf = grad_norm.isfinite().logical_not().float()
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if not finite:
+        loss_sum, nll_sum, grad_norm = torch.cat([sums, grad_norm.double().reshape(1)]).tolist()  # one host sync
+        if not math.isfinite(grad_norm):
             return {"skipped": "nonfinite"}
         if self.ema:
             self.ema.update()
