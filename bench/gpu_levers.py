@@ -9,8 +9,8 @@ recompilation shows there). Batch shapes: "multi30k" (captions, ~13 subwords a s
 (every two consecutive Multi30k pairs joined into one, ~28 subwords a side, WMT14's shape).
 Levers: "eager" (train.compile=false), "compile" (train.compile=true: torch.compile of the model
 and the fused loss), "packed" (train.pack_length: pairs packed into rows of --pack-length tokens, one
-batch shape), "packed+compile", and "packed+graphs" (train.cuda_graphs: the compiled model replayed
-as CUDA graphs). Runs are started in order until --budget-s has passed; the rest are listed as
+batch shape), "packed+compile", "packed+graphs" (train.cuda_graphs: the compiled model replayed
+as CUDA graphs) and "packed+flex+graphs" (train.flex_attention: FlexAttention over the rows' segments). Runs are started in order until --budget-s has passed; the rest are listed as
 skipped. `--device cpu` checks the script itself on tiny sizes.
 """
 
@@ -44,6 +44,7 @@ LEVERS = {
     "packed": [PACKED],
     "packed+compile": [PACKED, "train.compile=true"],
     "packed+graphs": [PACKED, "train.compile=true", "train.cuda_graphs=true"],
+    "packed+flex+graphs": [PACKED, "train.compile=true", "train.cuda_graphs=true", "train.flex_attention=true"],
 }
 
 

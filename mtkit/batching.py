@@ -143,11 +143,12 @@ def collate(dataset: ParallelDataset | TrainingSamples, indices: np.ndarray) -> 
     return Batch(*tensors, indices)
 
 
-def collate_rows(dataset: TrainingSamples, plan: np.ndarray, length: int) -> Batch:
-    """The packed batch of a plan (mtkit.packing): (R, length) rows of several sentence pairs each."""
+def collate_rows(dataset: TrainingSamples, plan: np.ndarray, length: int, flex: bool = False) -> Batch:
+    """The packed batch of a plan (mtkit.packing): (R, length) rows of several sentence pairs each;
+    flex: its attention masks are FlexAttention's BlockMasks."""
     dense = collate(dataset, pairs_of(plan))
     packed, layout = into_rows(plan, [t.numpy() for t in (dense.src, dense.tgt_in, dense.tgt_out)], length)
-    return Batch(*map(torch.from_numpy, packed), plan, PackedLayout(*map(torch.from_numpy, layout)))
+    return Batch(*map(torch.from_numpy, packed), plan, PackedLayout(*map(torch.from_numpy, layout), flex))
 
 
 class BatchStream:
@@ -166,6 +167,8 @@ class BatchStream:
         self.data, self.cfg, self.dist, self.device, self.start = data, cfg, dist, device, start
         self._epochs: dict[int, list[np.ndarray]] = {}  # the batch lists of the current and next epoch
         self._collator = ThreadPoolExecutor(1, "collate") if device.type == "cuda" else None
+        if cfg.flex_attention and device.type != "cuda":
+            raise MtkitError("train.flex_attention needs a GPU (FlexAttention has no backward pass on CPUs)")
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         if epoch not in self._epochs:
@@ -209,7 +212,7 @@ class BatchStream:
     def collate(self, indices: np.ndarray) -> Batch:
         """One batch of the stream's kind: padded sentences, or packed rows."""
         if self.cfg.pack_length:
-            return collate_rows(self.data, indices, self.cfg.pack_length)
+            return collate_rows(self.data, indices, self.cfg.pack_length, self.cfg.flex_attention)
         return collate(self.data, indices)
 
     def _collate(self, mine: list[np.ndarray]) -> list[Batch]:

@@ -90,6 +90,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model and loss (GPU training: fused kernels; minutes to compile)
     pack_length: int = 0  # pack several pairs into rows of this many tokens a side (one batch shape); 0 = pad
     cuda_graphs: bool = False  # replay the compiled model as CUDA graphs (GPU; needs compile and pack_length)
+    flex_attention: bool = False  # packed rows' attention by FlexAttention (no attention dropout; compile on GPUs)
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
@@ -113,6 +114,8 @@ class TrainConfig:
             raise MtkitError("train.pack_length must be 0 (off) or from 2 to train.max_tokens / 2")
         if self.pack_length and self.rdrop_alpha:
             raise MtkitError("train.rdrop_alpha cannot be combined with train.pack_length")
+        if self.flex_attention and not self.pack_length:
+            raise MtkitError("train.flex_attention needs a train.pack_length (it attends within packed rows)")
         if self.cuda_graphs and not (self.compile and self.pack_length):
             raise MtkitError("train.cuda_graphs needs train.compile=true and a train.pack_length (one batch shape)")
 
@@ -148,6 +151,7 @@ RESUMABLE_KEYS = {
     "train.threads",
     "train.compile",
     "train.cuda_graphs",
+    "train.flex_attention",
 }
 
 

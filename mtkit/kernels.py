@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from mtkit.errors import MtkitError
+
+# Eagerly (tests, CPUs) FlexAttention runs its reference implementation; compiled, its own kernel.
+warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
 
 
 class Dropout(nn.Dropout):
@@ -93,7 +100,7 @@ def attend(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    mask: Tensor | None,
+    mask: Tensor | BlockMask | None,
     is_causal: bool,
     dropout: float,
     training: bool,
@@ -101,6 +108,10 @@ def attend(
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(Q K^T / sqrt(d_k) + B) V for (B, h, L, d_k) queries, keys and values, with B = -inf
     where `mask` is False and past the causal diagonal; returns the weights too with keep_weights."""
+    if isinstance(mask, BlockMask):  # packed rows, train.flex_attention
+        if dropout and training:
+            raise MtkitError("train.flex_attention takes no attention dropout: set model.attention_dropout=0")
+        return flex_attention(q, k, v, block_mask=mask), None
     if keep_weights:
         return attention_with_weights(q, k, v, mask, is_causal)
     if _bf16_training_on_cpu(q, training):

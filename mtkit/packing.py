@@ -18,47 +18,64 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from torch import Tensor
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from mtkit.tokenizer import PAD_ID
 
 
 class PackedLayout(NamedTuple):
-    """Where each packed sentence sits: (R, L) segment numbers (0 = padding) and positions."""
+    """Where each packed sentence sits: (R, L) segment numbers (0 = padding) and positions.
+    flex: the masks are FlexAttention BlockMasks instead of dense (R, 1, L, L) boolean arrays."""
 
     src_segments: Tensor
     tgt_segments: Tensor
     src_positions: Tensor
     tgt_positions: Tensor
+    flex: bool = False
 
     def to(self, device: torch.device, non_blocking: bool = False) -> PackedLayout:
-        return PackedLayout(*(t.to(device, non_blocking=non_blocking) for t in self))
+        return PackedLayout(*(t.to(device, non_blocking=non_blocking) for t in self[:4]), self.flex)
 
     def pin_memory(self) -> PackedLayout:
-        return PackedLayout(*(t.pin_memory() for t in self))
+        return PackedLayout(*(t.pin_memory() for t in self[:4]), self.flex)
 
-    def encoder_mask(self) -> Tensor:
+    def encoder_mask(self) -> Tensor | BlockMask:
         """(R, 1, L, L), True where a source query may look: its own sentence."""
-        return _same_segment(self.src_segments, self.src_segments)
+        return self._mask(self.src_segments, self.src_segments, causal=False)
 
-    def decoder_mask(self) -> Tensor:
+    def decoder_mask(self) -> Tensor | BlockMask:
         """(R, 1, L, L): its own sentence's tokens up to itself (causal within a segment)."""
-        queries = self.tgt_segments
-        causal = torch.ones(queries.size(1), queries.size(1), dtype=torch.bool, device=queries.device).tril()
-        return _same_segment(queries, queries) & (causal | (queries == PAD_SEGMENT)[:, None, :, None])
+        return self._mask(self.tgt_segments, self.tgt_segments, causal=True)
 
-    def cross_mask(self) -> Tensor:
+    def cross_mask(self) -> Tensor | BlockMask:
         """(R, 1, L, L): a target query looks at the source sentence of its own pair."""
-        return _same_segment(self.tgt_segments, self.src_segments)
+        return self._mask(self.tgt_segments, self.src_segments, causal=False)
+
+    def _mask(self, queries: Tensor, keys: Tensor, causal: bool) -> Tensor | BlockMask:
+        if self.flex:
+            return _block_mask(queries, keys, causal)
+        q = torch.arange(queries.size(1), device=queries.device)[:, None]
+        k = torch.arange(keys.size(1), device=keys.device)
+        return _allowed(queries[:, :, None], keys[:, None, :], q, k, causal)[:, None]
 
 
 PAD_SEGMENT = 0
 
 
-def _same_segment(queries: Tensor, keys: Tensor) -> Tensor:
-    """(R, Lq), (R, Lk) segment numbers -> (R, 1, Lq, Lk): True where both are in one segment, and
-    on every key of a padding query."""
-    same = queries[:, :, None] == keys[:, None, :]
-    return (same | (queries == PAD_SEGMENT)[:, :, None])[:, None]
+def _allowed(query_segment: Tensor, key_segment: Tensor, q: Tensor, k: Tensor, causal: bool) -> Tensor:
+    """True where the query and key are in one segment (and, causal, the key is not after the
+    query), and on every key of a padding query (so that no softmax is over nothing)."""
+    same = query_segment == key_segment
+    if causal:
+        same = same & (k <= q)
+    return same | (query_segment == PAD_SEGMENT)
+
+
+def _block_mask(queries: Tensor, keys: Tensor, causal: bool) -> BlockMask:
+    def mask_mod(b: Tensor, h: Tensor, q: Tensor, k: Tensor) -> Tensor:
+        return _allowed(queries[b, q], keys[b, k], q, k, causal)
+
+    return create_block_mask(mask_mod, queries.size(0), None, queries.size(1), keys.size(1), device=queries.device)
 
 
 def pack_rows(

@@ -125,10 +125,44 @@ def test_packed_training_learns_and_resumes_exactly(tmp_path, data_dir):
 def test_compiled_packed_training_logs_the_eager_losses(tmp_path, data_dir, traced):  # noqa: F811
     packed = ("train.max_tokens=400", "train.pack_length=40", "train.precision=fp32", "train.max_steps=6")
     train(tiny_config(*packed), data_dir, tmp_path / "eager")
+    eager = losses(tmp_path / "eager")
     train(tiny_config(*packed, "train.compile=true"), data_dir, tmp_path / "compiled")
-    eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    compiled = losses(tmp_path / "compiled")
     assert [s for s, _ in compiled] == list(range(1, 7))
     assert [loss for _, loss in compiled] == pytest.approx([loss for _, loss in eager], rel=1e-4)
+
+
+def _plan_batches(data_dir, device="cpu"):
+    dataset = ParallelDataset(data_dir, "train")
+    plan = np.array([[0, 1, 2], [3, 4, -1], [5, -1, -1], [-1, -1, -1]])
+    padded = collate(dataset, pairs_of(plan))
+    length = 3 * int(max(padded.src.size(1), padded.tgt_in.size(1)))
+    dense, flex = (collate_rows(dataset, plan, length, flex) for flex in (False, True))
+    return padded.to(device), dense.to(device), flex.to(device)
+
+
+def test_flex_attention_masks_give_the_dense_masks_loss(data_dir):
+    """FlexAttention has no backward on CPUs: the forward here, the gradients in the GPU test below."""
+    vocab = read_manifest(data_dir)["src_tokenizer"]["vocab_size"]
+    objective = TrainingObjective(_without_dropout(tiny_model(vocab=vocab, norm="pre")), 0.1)
+    padded, dense, flex = _plan_batches(data_dir)
+    with torch.no_grad():
+        expected = objective(padded.src, padded.tgt_in, padded.tgt_out)
+        for packed in (dense, flex):
+            got = objective(packed.src, packed.tgt_in, packed.tgt_out, packed.layout)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward needs a GPU")
+def test_flex_attention_gives_the_dense_masks_gradients_on_a_gpu(data_dir):
+    vocab = read_manifest(data_dir)["src_tokenizer"]["vocab_size"]
+    objective = TrainingObjective(_without_dropout(tiny_model(vocab=vocab, norm="pre")).cuda(), 0.1)
+    _, dense, flex = _plan_batches(data_dir, torch.device("cuda"))
+    loss_a, _, grads_a = _loss_and_gradients(objective, dense, dense.layout)
+    loss_b, _, grads_b = _loss_and_gradients(objective, flex, flex.layout)
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -137,6 +171,8 @@ def test_compiled_packed_training_logs_the_eager_losses(tmp_path, data_dir, trac
         (["train.pack_length=3000", "train.max_tokens=4096"], "train.pack_length must be 0 (off) or from 2"),
         (["train.pack_length=64", "train.rdrop_alpha=5"], "train.rdrop_alpha cannot be combined"),
         (["train.cuda_graphs=true"], "train.cuda_graphs needs train.compile=true"),
+        (["train.flex_attention=true"], "train.flex_attention needs a train.pack_length"),
+        (["train.flex_attention=true", "train.pack_length=64", "model.attention_dropout=0.1"], "needs a GPU"),
         (["train.cuda_graphs=true", "train.compile=true", "train.pack_length=64", "train.device=cpu"], "needs a GPU"),
     ],
 )
