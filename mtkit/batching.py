@@ -20,7 +20,7 @@ from mtkit.config import TrainConfig
 from mtkit.data import ParallelDataset, TrainingSamples
 from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
-from mtkit.packing import PackedLayout, into_rows, pack_rows, pairs_of
+from mtkit.sentence_packing import PackedLayout, into_rows, pack_rows, pairs_of
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -29,7 +29,7 @@ class Batch:
     src: torch.Tensor  # (B, S): ids + </s>, right-padded
     tgt_in: torch.Tensor  # (B, T): <s> + ids
     tgt_out: torch.Tensor  # (B, T): ids + </s>
-    indices: np.ndarray  # which sentences of the dataset (packed: the plan, see mtkit.packing)
+    indices: np.ndarray  # which sentences of the dataset (packed: the plan, see mtkit.sentence_packing)
     layout: PackedLayout | None = None  # packed rows: where each sentence sits
 
     @property
@@ -144,7 +144,7 @@ def collate(dataset: ParallelDataset | TrainingSamples, indices: np.ndarray) -> 
 
 
 def collate_rows(dataset: TrainingSamples, plan: np.ndarray, length: int, flex: bool = False) -> Batch:
-    """The packed batch of a plan (mtkit.packing): (R, length) rows of several sentence pairs each;
+    """The packed batch of a plan (mtkit.sentence_packing): (R, length) rows of several sentence pairs each;
     flex: its attention masks are FlexAttention's BlockMasks."""
     dense = collate(dataset, pairs_of(plan))
     packed, layout = into_rows(plan, [t.numpy() for t in (dense.src, dense.tgt_in, dense.tgt_out)], length)
@@ -157,7 +157,7 @@ class BatchStream:
     `train.max_tokens` is per process: an update is world_size x update_freq batches of up to
     max_tokens each, the same list on every rank, and rank r trains on every world_size-th from r.
     On a GPU a rank's share is collated ahead, in a background thread, into pinned memory.
-    With train.pack_length, batches are packed rows (mtkit.packing): max_tokens / (2 x pack_length)
+    With train.pack_length, batches are packed rows (mtkit.sentence_packing): max_tokens / (2 x pack_length)
     rows of pack_length source and pack_length target tokens each.
     """
 

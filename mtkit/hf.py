@@ -1,13 +1,14 @@
-"""Export to Hugging Face transformers: a MarianMTModel directory that `pipeline("translation")` loads.
+"""Export to Hugging Face transformers: a directory that `pipeline("translation")` loads.
 
 The mapping is exact. MarianMT is mtkit's post-norm Transformer (ReLU FFN, embeddings scaled by
 sqrt(d_model), LayerNorm eps 1e-5, tied embeddings, a zero final_logits_bias) with one difference:
 its sinusoids are a block of sines then a block of cosines, where mtkit interleaves them. Every
 weight that reads or writes the d_model-wide residual stream is permuted the same way along that
 axis (mtkit dimension 2i becomes i, 2i+1 becomes d/2 + i), which LayerNorm, attention and the
-FFN do not notice; the positions then line up. Pre-norm models (an extra final LayerNorm that
-MarianMT has no place for) and separate source/target vocabularies (the fast tokenizer is one)
-are refused. Needs safetensors: pip install 'mtkit[hf]'.
+FFN do not notice; the positions then line up. Pegasus is the same model in pre-norm form, with
+a final LayerNorm in the encoder and in the decoder: pre-norm models export to it, post-norm
+models to MarianMT. Separate source/target vocabularies (the fast tokenizer is one) are refused.
+Needs safetensors: pip install 'mtkit[hf]'.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def marian_order(d_model: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-def marian_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
-    """mtkit's weights under MarianMTModel's names, permuted along the residual stream."""
+def hf_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
+    """mtkit's weights under MarianMTModel's (post-norm) or PegasusForConditionalGeneration's
+    (pre-norm) names, which are the same but for the final LayerNorms, permuted along the residual
+    stream."""
     cfg = model_file.config
     w = {name: tensor.float() for name, tensor in model_file.weights.items()}
     order = marian_order(cfg.d_model)
@@ -89,18 +92,24 @@ def marian_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
         norm(f"{name}.encoder_attn_layer_norm", f"{source}.cross_block.norm")
         ffn(name, source)
         norm(f"{name}.final_layer_norm", f"{source}.ffn_block.norm")
+    if cfg.norm == "pre":
+        norm("model.encoder.layer_norm", "encoder_norm")
+        norm("model.decoder.layer_norm", "decoder_norm")
     bias = model_file.unscored_logit_bias()
     out["final_logits_bias"] = torch.zeros(1, cfg.tgt_vocab_size) if bias is None else bias[None]
     return {name: tensor.contiguous() for name, tensor in out.items()}
 
 
-def marian_config(model_file: ModelFile) -> dict:
+def hf_config(model_file: ModelFile) -> dict:
     cfg = model_file.config
+    if cfg.norm == "pre":
+        architecture = {"architectures": ["PegasusForConditionalGeneration"], "model_type": "pegasus"}
+    else:
+        architecture = {"architectures": ["MarianMTModel"], "model_type": "marian",
+                        "decoder_vocab_size": cfg.tgt_vocab_size, "share_encoder_decoder_embeddings": True}  # fmt: skip
     return {
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
+        **architecture,
         "vocab_size": cfg.tgt_vocab_size,
-        "decoder_vocab_size": cfg.tgt_vocab_size,
         "d_model": cfg.d_model,
         "encoder_layers": cfg.encoder_layers,
         "decoder_layers": cfg.decoder_layers,
@@ -119,7 +128,6 @@ def marian_config(model_file: ModelFile) -> dict:
         "bos_token_id": BOS_ID,
         "decoder_start_token_id": BOS_ID,
         "forced_eos_token_id": EOS_ID,
-        "share_encoder_decoder_embeddings": True,
         "tie_word_embeddings": True,
         "is_encoder_decoder": True,
         "torch_dtype": "float32",
@@ -163,22 +171,17 @@ def tokenizer_config() -> dict:
 
 def export_huggingface(model_file: ModelFile, output, force: bool = False) -> None:
     cfg = model_file.config
-    if cfg.norm != "post":
-        raise MtkitError(
-            "--format huggingface: MarianMT is post-norm, and this model is pre-norm "
-            "(its final LayerNorms have no place there): export it with --format ctranslate2"
-        )
     if not (cfg.tie_embeddings and cfg.joint_vocab):
         raise MtkitError(
             "--format huggingface: needs one joint vocabulary with tied embeddings "
             "(model.tie_embeddings and a tokenizer trained on both languages)"
         )
     save_file = _safetensors()
-    weights = marian_weights(model_file)
+    weights = hf_weights(model_file)
     with atomic_directory(output, force) as tmp:
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         files = {
-            "config.json": marian_config(model_file),
+            "config.json": hf_config(model_file),
             "generation_config.json": generation_config(),
             "tokenizer_config.json": tokenizer_config(),
             "special_tokens_map.json": {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": PAD},

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from mtkit.config import TrainConfig
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.packing import PackedLayout
+from mtkit.sentence_packing import PackedLayout
 from mtkit.tokenizer import PAD_ID
 
 CHUNK_ELEMENTS = 1 << 17  # logits per chunk of rows: 512 KiB in fp32, which stays in a core's L2 cache

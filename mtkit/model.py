@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from mtkit.config import ModelConfig
 from mtkit.kernels import Dropout, attend
 from mtkit.kv_cache import DecoderState, LayerCache
-from mtkit.packing import PackedLayout
+from mtkit.sentence_packing import PackedLayout
 from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 
@@ -219,7 +219,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, layout: PackedLayout | None = None) -> tuple[Tensor, Tensor]:
         """src (B, S) ids -> memory (B, S, d) and source mask (B, 1, 1, S), True on real tokens;
-        packed rows (see mtkit.packing): the mask keeps each sentence to itself, (B, 1, S, S)."""
+        packed rows (see mtkit.sentence_packing): the mask keeps each sentence to itself, (B, 1, S, S)."""
         if layout is None:
             src_mask, x = (src != PAD_ID)[:, None, None, :], self.src_embed(src)
         else:

@@ -43,9 +43,9 @@ from mtkit.ema import WeightAverage
 from mtkit.errors import MtkitError
 from mtkit.loss import TrainingObjective, compile_objective
 from mtkit.model import Transformer
-from mtkit.packing import pairs_of
 from mtkit.rundir import CONFIG_FILE, EMA_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal, prepare_run_dir
 from mtkit.schedule import learning_rate, make_optimizer
+from mtkit.sentence_packing import pairs_of
 from mtkit.validation import validate
 
 MAX_CONSECUTIVE_NONFINITE = 32

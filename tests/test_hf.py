@@ -1,5 +1,7 @@
-"""The Hugging Face export computes what mtkit computes: logits within 1e-4, the same greedy translations."""
+"""The Hugging Face export computes what mtkit computes: logits within 1e-4, the same greedy
+translations; post-norm models as MarianMT, pre-norm ones as Pegasus."""
 
+import dataclasses
 import json
 
 import pytest
@@ -9,6 +11,7 @@ from conftest import run_mtkit, with_output_vocab
 from mtkit.checkpoint import load_model_file, save_model_file
 from mtkit.errors import MtkitError
 from mtkit.hf import export_huggingface, marian_order
+from mtkit.model import Transformer
 from mtkit.search import SearchConfig
 from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Translator
@@ -16,15 +19,34 @@ from mtkit.translate import Translator
 transformers = pytest.importorskip("transformers", reason="the export test needs transformers (pip install -e .[dev])")
 
 
-@pytest.fixture(scope="module", params=["all", "target"])
+def as_pre_norm(model_file):
+    """The model's weights in the pre-norm layout, with final LayerNorms, and every LayerNorm drawn
+    at random (1 and 0 would hide a LayerNorm exported to the wrong place)."""
+    config = dataclasses.replace(model_file.config, norm="pre")
+    model = Transformer(config)
+    model.load_state_dict({**model.state_dict(), **model_file.weights})
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(0.5 + torch.rand(module.weight.shape, generator=generator))
+                module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=generator))
+    return dataclasses.replace(model_file, config=config, weights=model.state_dict())
+
+
+@pytest.fixture(scope="module", params=["all", "target", "pre-norm"])
 def exported(request, trained_run, tmp_path_factory):
-    """The tiny trained model, and one scoring only the even ids (output_vocab = target), exported."""
+    """The tiny trained model, one scoring only the even ids (output_vocab = target) and a pre-norm
+    one scoring those, exported (MarianMT, MarianMT, Pegasus)."""
     model_file = load_model_file(trained_run)
-    if request.param == "target":
+    if request.param in ("target", "pre-norm"):  # pre-norm as the Multi30k recipe's: output_vocab = target too
         model_file = with_output_vocab(model_file, list(range(0, model_file.config.tgt_vocab_size, 2)))
-    assert model_file.config.norm == "post"
-    directory = tmp_path_factory.mktemp("hf") / "marian"
+    if request.param == "pre-norm":
+        model_file = as_pre_norm(model_file)
+    directory = tmp_path_factory.mktemp("hf") / request.param
     export_huggingface(model_file, directory)
+    architecture = "PegasusForConditionalGeneration" if request.param == "pre-norm" else "MarianMTModel"
+    assert json.loads((directory / "config.json").read_text())["architectures"] == [architecture]
     return model_file, directory
 
 
@@ -43,7 +65,7 @@ def test_the_permutation_turns_interleaved_sinusoids_into_marian_s_blocks():
 @torch.no_grad()
 def test_logits_match_within_1e_4(exported, corpus):
     model_file, directory = exported
-    hf = transformers.MarianMTModel.from_pretrained(directory).eval()
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
     ours = model_file.build_model()
     sources = (corpus / "test.en").read_text().splitlines()[:8]
     targets = (corpus / "test.de").read_text().splitlines()[:8]
@@ -67,14 +89,14 @@ def test_greedy_translations_are_identical(exported, corpus):
     # mtkit's rule at the length limit: the search stops after `limit` tokens, without forcing </s>.
     got = translate(sources, num_beams=1, do_sample=False, max_new_tokens=limit, forced_eos_token_id=None)
     assert [row["translation_text"] for row in got] == expected
-    model = transformers.MarianMTModel.from_pretrained(directory).eval()
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
     batch = tokenizer(sources[:4], return_tensors="pt", padding=True)  # the standard idiom, without pipeline()
     assert set(batch) == {"input_ids", "attention_mask"}
     generated = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit, forced_eos_token_id=None)
     assert tokenizer.batch_decode(generated, skip_special_tokens=True) == expected[:4]
 
 
-def test_the_cli_writes_a_complete_directory_and_refuses_pre_norm(exported, trained_run, tmp_path):
+def test_the_cli_writes_a_complete_directory_and_refuses_separate_vocabularies(trained_run, tmp_path):
     result = run_mtkit("export", "-m", trained_run, "--format", "huggingface", "-o", tmp_path / "hf")
     assert result.returncode == 0, result.stderr.decode()
     names = {path.name for path in (tmp_path / "hf").iterdir()}
@@ -82,10 +104,10 @@ def test_the_cli_writes_a_complete_directory_and_refuses_pre_norm(exported, trai
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["decoder_start_token_id"] == BOS_ID and config["scale_embedding"] is True
     model_file = load_model_file(trained_run)
-    model_file.config.norm = "pre"
-    with pytest.raises(MtkitError, match="MarianMT is post-norm"):
-        export_huggingface(model_file, tmp_path / "pre")
-    save_model_file(tmp_path / "pre.pt", model_file)
-    refused = run_mtkit("export", "-m", tmp_path / "pre.pt", "--format", "huggingface", "-o", tmp_path / "pre")
-    assert refused.returncode == 1 and "MarianMT is post-norm" in refused.stderr.decode()
-    assert not (tmp_path / "pre").exists()
+    model_file.config.joint_vocab = False
+    with pytest.raises(MtkitError, match="needs one joint vocabulary"):
+        export_huggingface(model_file, tmp_path / "separate")
+    save_model_file(tmp_path / "separate.pt", model_file)
+    refused = run_mtkit("export", "-m", tmp_path / "separate.pt", "--format", "huggingface", "-o", tmp_path / "s")
+    assert refused.returncode == 1 and "needs one joint vocabulary" in refused.stderr.decode()
+    assert not (tmp_path / "s").exists()

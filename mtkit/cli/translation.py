@@ -197,7 +197,7 @@ def export(
     model: ModelOption,
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
     fmt: Annotated[
-        str, typer.Option("--format", help="ctranslate2, or huggingface (a MarianMT directory).")
+        str, typer.Option("--format", help="ctranslate2, or huggingface (MarianMT or, pre-norm, Pegasus).")
     ] = "ctranslate2",
     quantization: Annotated[
         str, typer.Option(help="CTranslate2: float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
@@ -207,9 +207,9 @@ def export(
 ) -> None:
     """Export a model for a deployment engine (CTranslate2) or for Hugging Face transformers, with its tokenizer.
 
-    --format huggingface writes a MarianMTModel directory (config.json, model.safetensors, a fast
-    tokenizer) that transformers.pipeline("translation", model=DIR) loads; post-norm models with
-    a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
+    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus) with
+    config.json, model.safetensors and a fast tokenizer, that transformers.pipeline("translation",
+    model=DIR) loads; models with a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
 
     Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
     """

@@ -14,7 +14,7 @@ from test_train import tiny_config
 from mtkit.batching import Batch, collate, collate_rows
 from mtkit.data import ParallelDataset, read_manifest
 from mtkit.loss import TrainingObjective
-from mtkit.packing import PackedLayout, into_rows, pack_rows, pairs_of
+from mtkit.sentence_packing import PackedLayout, into_rows, pack_rows, pairs_of
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mtkit.train import train
 
