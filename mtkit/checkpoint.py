@@ -23,6 +23,7 @@ from mtkit import __version__
 from mtkit.config import ModelConfig, TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
+from mtkit.output_layer import rename_old_keys
 from mtkit.rundir import CHECKPOINT_DIR, STATE_FILE
 from mtkit.textio import atomic_path, write_text_atomic
 from mtkit.tokenizer import Tokenizer
@@ -79,13 +80,6 @@ class ModelFile:
         model.load_state_dict(self.weights)
         return model.to(device).eval()
 
-    def unscored_logit_bias(self) -> torch.Tensor | None:
-        """For exports: a (V,) bias for the output layer, -inf on the ids a model with
-        output_vocab = target does not score (0 elsewhere); None when it scores every id."""
-        if self.config.output_vocab == "all":
-            return None
-        return torch.zeros(self.config.tgt_vocab_size).masked_fill_(~self.weights["output_mask"], float("-inf"))
-
 
 def weights_on_cpu(
     state: dict[str, torch.Tensor], move: Callable[[torch.Tensor], torch.Tensor] = lambda t: t.detach().cpu()
@@ -135,6 +129,7 @@ def model_file_from_payload(payload: dict, source: str) -> ModelFile:
         tgt_tok = (
             src_tok if payload["tgt_tokenizer"] == payload["src_tokenizer"] else Tokenizer(payload["tgt_tokenizer"])
         )
+        rename_old_keys(payload["model"])
         return ModelFile(
             config_from_dict({"model": payload["config"]}).model,
             payload["model"],

@@ -20,6 +20,7 @@ import torch
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
+from mtkit.output_layer import unscored_logit_bias
 from mtkit.search import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import PAD, Tokenizer
@@ -93,7 +94,7 @@ def _spec(model_file: ModelFile):
         norm(spec.encoder.layer_norm, "encoder_norm")
         norm(spec.decoder.layer_norm, "decoder_norm")
     spec.decoder.projection.weight = weights["tgt_embed.tokens.weight" if cfg.tie_embeddings else "output.weight"]
-    bias = model_file.unscored_logit_bias()
+    bias = unscored_logit_bias(model_file.weights, cfg.tgt_vocab_size)
     if bias is not None:
         spec.decoder.projection.bias = bias.numpy()
     spec.register_source_vocabulary(_vocabulary(model_file.src_tokenizer))

@@ -22,6 +22,7 @@ from tokenizers import processors
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
+from mtkit.output_layer import unscored_logit_bias
 from mtkit.search import MAX_OUTPUT_TOKENS, MAX_POSITIONS, MAX_SOURCE_TOKENS
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK
@@ -95,7 +96,7 @@ def hf_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
     if cfg.norm == "pre":
         norm("model.encoder.layer_norm", "encoder_norm")
         norm("model.decoder.layer_norm", "decoder_norm")
-    bias = model_file.unscored_logit_bias()
+    bias = unscored_logit_bias(model_file.weights, cfg.tgt_vocab_size)
     out["final_logits_bias"] = torch.zeros(1, cfg.tgt_vocab_size) if bias is None else bias[None]
     return {name: tensor.contiguous() for name, tensor in out.items()}
 

@@ -136,12 +136,12 @@ class TrainingObjective(nn.Module):
         hidden = self.model.decode(tgt_in, memory, src_mask, layout)
         real = tgt_out != PAD_ID
         if self.fused and layout is not None:
-            logits = self.model.output_logits(hidden.flatten(0, 1))
-            target = self.model.output_positions(tgt_out.flatten())
+            logits = self.model.output.scored_logits(hidden.flatten(0, 1))
+            target = self.model.output.positions(tgt_out.flatten())
             return fused_label_smoothed_loss(logits, target, self.label_smoothing, real.flatten().float())
         # Only real positions reach the vocabulary projection, and only its scored columns.
-        logits = self.model.output_logits(hidden[real])
-        loss, nll = self.loss(logits, self.model.output_positions(tgt_out[real]), self.label_smoothing)
+        logits = self.model.output.scored_logits(hidden[real])
+        loss, nll = self.loss(logits, self.model.output.positions(tgt_out[real]), self.label_smoothing)
         if not rdrop:
             return loss, nll
         first, second = logits.chunk(2)  # the copies' real positions, in the same order

@@ -7,8 +7,8 @@ the source mask is (B, 1, 1, S); decoder self-attention uses the kernel's causal
 Departures from the paper, all options: `norm: pre` puts LayerNorm before each sub-layer and
 adds a final LayerNorm (trains more stably); `tie_embeddings` shares the target embedding
 with the output projection (and with the source embedding when the vocabulary is joint);
-`output_vocab: target` has the output projection score only the ids the training data's target
-side holds (a joint vocabulary's source-only ids are then never predicted and cost nothing).
+`output_vocab: target` has the output layer score only the ids the training data's target
+side holds (mtkit.output_layer).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from torch import Tensor, nn
 from mtkit.config import ModelConfig
 from mtkit.kernels import Dropout, attend
 from mtkit.kv_cache import DecoderState, LayerCache
+from mtkit.output_layer import OutputLayer, rename_old_keys
 from mtkit.sentence_packing import PackedLayout
-from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from mtkit.tokenizer import PAD_ID
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -202,13 +203,10 @@ class Transformer(nn.Module):
         pre = cfg.norm == "pre"
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
-        # None: the tied embedding projects. Otherwise a Linear over the whole vocabulary (trained),
-        # or over output_ids() only (an inference copy, see mtkit.packed).
-        self.output = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
-        if cfg.output_vocab == "target":  # which ids the output layer scores (see set_output_vocab)
-            self.register_buffer("output_mask", torch.ones(cfg.tgt_vocab_size, dtype=torch.bool))
-        self._output_ids_cache: tuple | None = None
+        tied = self.tgt_embed.tokens if cfg.tie_embeddings else None
+        self.output = OutputLayer(cfg.d_model, cfg.tgt_vocab_size, tied, restricted=cfg.output_vocab == "target")
         self._init_linear_layers()
+        self._register_load_state_dict_pre_hook(lambda state, prefix, *_: rename_old_keys(state, prefix))
 
     def _init_linear_layers(self) -> None:
         for module in self.modules():
@@ -216,6 +214,8 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, OutputLayer) and module.weight is not None:
+                nn.init.xavier_uniform_(module.weight)
 
     def encode(self, src: Tensor, layout: PackedLayout | None = None) -> tuple[Tensor, Tensor]:
         """src (B, S) ids -> memory (B, S, d) and source mask (B, 1, 1, S), True on real tokens;
@@ -239,55 +239,9 @@ class Transformer(nn.Module):
             x = layer(x, layer.cross_attn.keys_values(memory), src_mask, self_mask=self_mask)
         return self.decoder_norm(x)
 
-    def scored_output_weight(self) -> Tensor:
-        """The output projection's rows for output_ids() (all rows when it scores every id)."""
-        weight = self.tgt_embed.tokens.weight if self.output is None else self.output.weight
-        ids = self.output_ids()
-        return weight if ids is None else weight[ids]
-
-    def set_output_vocab(self, ids: Tensor) -> None:
-        """With model.output_vocab = target: score only these target ids (<unk> and </s> always)."""
-        mask = torch.zeros_like(self.output_mask)
-        mask[ids.to(mask.device)] = True
-        mask[[UNK_ID, EOS_ID]] = True
-        self.output_mask.copy_(mask)
-
-    def output_ids(self) -> Tensor | None:
-        """The ids the output layer scores, in order; None when it scores the whole vocabulary."""
-        if self.cfg.output_vocab == "all":
-            return None
-        key = (self.output_mask._version, self.output_mask.device)  # loading weights bumps the version
-        if self._output_ids_cache is None or self._output_ids_cache[0] != key:
-            self._output_ids_cache = (key, self.output_mask.nonzero().squeeze(1))
-        return self._output_ids_cache[1]
-
-    def output_positions(self, target: Tensor) -> Tensor:
-        """Target ids -> their columns in output_logits; an id the output layer does not score
-        (in valid data only: the training data's target side defines the set) counts as <unk>."""
-        ids = self.output_ids()
-        if ids is None:
-            return target
-        columns = torch.searchsorted(ids, target).clamp_(max=ids.numel() - 1)
-        unk = torch.searchsorted(ids, torch.tensor(UNK_ID, device=ids.device))
-        return torch.where(ids[columns] == target, columns, unk)
-
-    def output_logits(self, hidden: Tensor) -> Tensor:
-        """(..., d) -> (..., len(output_ids())): the scored ids' logits only (what training needs)."""
-        ids = self.output_ids()
-        scored = self.cfg.tgt_vocab_size if ids is None else ids.numel()
-        if self.output is not None and self.output.out_features == scored:
-            return self.output(hidden)
-        return F.linear(hidden, self.scored_output_weight())
-
     def logits(self, hidden: Tensor) -> Tensor:
-        """(..., d) -> (..., V); softmax of these gives the output distribution (-inf on the ids
-        outside output_ids())."""
-        ids = self.output_ids()
-        scored = self.output_logits(hidden)
-        if ids is None:
-            return scored
-        full = scored.new_full((*scored.shape[:-1], self.cfg.tgt_vocab_size), float("-inf"))
-        return full.index_copy_(-1, ids, scored)
+        """(..., d) -> (..., V): the output layer (see mtkit.output_layer)."""
+        return self.output(hidden)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, src_mask = self.encode(src)

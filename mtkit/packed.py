@@ -72,21 +72,19 @@ def packing_works() -> bool:
 def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bool:
     """Swap every nn.Linear of an fp32 CPU model with at least `min_weights` weights (default:
     PACK_MIN_WEIGHTS) for a PackedLinear, in place. The output projection (tied or not) is packed
-    with only the rows of the ids it scores (Transformer.output_ids), when those hold as many. The
+    with only the rows of the ids it scores (OutputLayer.ids), when those hold as many. The
     model is then for inference only. Returns False (and changes nothing) where packing is not available."""
     if not packing_works():
         return False
     min_weights = PACK_MIN_WEIGHTS if min_weights is None else min_weights
     with torch.no_grad():
-        output = model.scored_output_weight()  # the rows of the ids the model scores
+        output = model.output.scored_weight()  # the rows of the ids the model scores
         for module in list(model.modules()):
             for name, child in list(module.named_children()):
-                if child is model.output:
-                    continue
                 if isinstance(child, nn.Linear) and _worth_packing(child.weight, min_weights):
                     setattr(module, name, PackedLinear(child.weight, child.bias))
         if _worth_packing(output, min_weights):
-            model.output = PackedLinear(output, None)  # Transformer.output_logits uses model.output
+            model.output.scored = PackedLinear(output, None)
     return True
 
 
@@ -105,9 +103,9 @@ def cast_linear_weights(model: Transformer, dtype: torch.dtype) -> None:
     """
     with torch.no_grad():
         # A copy of the scored rows: a tied embedding's lookup stays fp32.
-        output = model.scored_output_weight()
-        model.output = nn.Linear(output.size(1), output.size(0), bias=False, device=output.device, dtype=dtype)
-        model.output.weight.copy_(output)
+        output = model.output.scored_weight()
+        model.output.scored = nn.Linear(output.size(1), output.size(0), bias=False, device=output.device, dtype=dtype)
+        model.output.scored.weight.copy_(output)
         for module in model.modules():
             if isinstance(module, nn.Linear):
                 module.to(dtype)

@@ -102,8 +102,8 @@ class Trainer:
         target side (every sample); a fine-tuned model keeps scoring what it scored before too."""
         ids = torch.from_numpy(self.train_data.target_ids(self.config.model.tgt_vocab_size))
         if fine_tuning:
-            ids = torch.cat([ids, self.model.output_ids()])
-        self.model.set_output_vocab(ids)
+            ids = torch.cat([ids, self.model.output.ids()])
+        self.model.output.set_vocab(ids)
 
     # --- one update --------------------------------------------------------------------------
 

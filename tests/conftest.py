@@ -247,6 +247,6 @@ def with_output_vocab(model_file, ids: list[int]):
     """A copy of a model file whose output layer scores only `ids`, <unk> and </s> (model.output_vocab = target)."""
     config = dataclasses.replace(model_file.config, output_vocab="target")
     model = Transformer(config)
-    model.load_state_dict({**model_file.weights, "output_mask": model.output_mask})
-    model.set_output_vocab(torch.tensor(ids))
+    model.load_state_dict({**model_file.weights, "output.mask": model.output.mask})
+    model.output.set_vocab(torch.tensor(ids))
     return dataclasses.replace(model_file, config=config, weights=model.state_dict())

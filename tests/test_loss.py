@@ -199,8 +199,8 @@ def test_with_output_vocab_target_the_loss_smooths_over_the_scored_ids_only():
     src, tgt_in, tgt_out = a_batch()
     real = tgt_out != PAD_ID
     references = tgt_out[real]
-    model.set_output_vocab(references[references != references[0]].unique())  # all but the first one's
-    ids = model.output_ids()
+    model.output.set_vocab(references[references != references[0]].unique())  # all but the first one's
+    ids = model.output.ids()
     loss, nll, _ = loss_and_gradient(TrainingObjective(model, 0.1), (src, tgt_in, tgt_out))
 
     hidden = model.decode(tgt_in, *model.encode(src))

@@ -214,11 +214,11 @@ def test_transformer_base_parameter_count():
 
 def test_embeddings_are_tied():
     model = tiny_model(vocab=20)
-    assert model.src_embed is model.tgt_embed and model.output is None
+    assert model.src_embed is model.tgt_embed and model.output.weight is None
     separate = tiny_model(vocab=20, joint_vocab=False)
     assert separate.src_embed is not separate.tgt_embed
     untied = tiny_model(vocab=20, tie_embeddings=False)
-    assert untied.output is not None
+    assert untied.output.weight is not None and untied.output.projection() is untied.output.weight
 
 
 def test_positions_extend_beyond_the_initial_table():
@@ -352,19 +352,19 @@ def scoring_5_7_9(vocab: int = 12) -> tuple[Transformer, Transformer]:
     """The same weights twice: scoring every id, and (output_vocab = target) only 5, 7, 9, <unk>, </s>."""
     everything = tiny_model(vocab=vocab, seed=4)
     target = tiny_model(vocab=vocab, seed=4, output_vocab="target")
-    target.set_output_vocab(torch.tensor([9, 5, 7, 5]))
+    target.output.set_vocab(torch.tensor([9, 5, 7, 5]))
     assert torch.equal(target.tgt_embed.tokens.weight, everything.tgt_embed.tokens.weight)
     return everything, target
 
 
 def test_a_target_vocab_model_scores_its_ids_as_the_full_model_and_no_others():
     everything, target = scoring_5_7_9()
-    assert target.output_ids().tolist() == [UNK_ID, EOS_ID, 5, 7, 9]
+    assert target.output.ids().tolist() == [UNK_ID, EOS_ID, 5, 7, 9]
     src, tgt_in = torch.randint(4, 12, (2, 5)), torch.randint(4, 12, (2, 4))
     with torch.no_grad():
         full, restricted = everything(src, tgt_in), target(src, tgt_in)
         hidden = target.decode(tgt_in, *target.encode(src))
-        torch.testing.assert_close(target.output_logits(hidden), full[..., [1, 3, 5, 7, 9]])
+        torch.testing.assert_close(target.output.scored_logits(hidden), full[..., [1, 3, 5, 7, 9]])
     scored = torch.zeros(12, dtype=torch.bool)
     scored[[1, 3, 5, 7, 9]] = True
     torch.testing.assert_close(restricted[..., scored], full[..., scored])
@@ -376,19 +376,27 @@ def test_a_target_vocab_model_scores_its_ids_as_the_full_model_and_no_others():
 
 def test_target_ids_map_to_their_columns_and_unscored_ids_to_unk():
     _, target = scoring_5_7_9()
-    columns = target.output_positions(torch.tensor([5, 7, 9, EOS_ID, UNK_ID, 6, 11, 4]))
+    columns = target.output.positions(torch.tensor([5, 7, 9, EOS_ID, UNK_ID, 6, 11, 4]))
     assert columns.tolist() == [2, 3, 4, 1, 0, 0, 0, 0]
-    assert tiny_model(vocab=12).output_positions(torch.tensor([5, 11])).tolist() == [5, 11]
+    assert tiny_model(vocab=12).output.positions(torch.tensor([5, 11])).tolist() == [5, 11]
 
 
 def test_the_scored_ids_are_weights_a_model_file_keeps():
     _, target = scoring_5_7_9()
-    assert target.output_ids().tolist() == [1, 3, 5, 7, 9]  # computed once before loading
+    assert target.output.ids().tolist() == [1, 3, 5, 7, 9]  # computed once before loading
     fresh = tiny_model(vocab=12, seed=0, output_vocab="target")
-    assert fresh.output_ids().tolist() == list(range(12))  # until set, every id
+    assert fresh.output.ids().tolist() == list(range(12))  # until set, every id
     fresh.load_state_dict(target.state_dict())
-    assert fresh.output_ids().tolist() == [1, 3, 5, 7, 9]
-    assert "output_mask" not in tiny_model(vocab=12).state_dict()
+    assert fresh.output.ids().tolist() == [1, 3, 5, 7, 9]
+    assert "output.mask" not in tiny_model(vocab=12).state_dict()
+
+
+def test_weights_saved_with_the_mask_under_its_old_name_load():
+    _, target = scoring_5_7_9()
+    old = {("output_mask" if name == "output.mask" else name): w for name, w in target.state_dict().items()}
+    fresh = tiny_model(vocab=12, seed=0, output_vocab="target")
+    fresh.load_state_dict(old)
+    assert fresh.output.ids().tolist() == [1, 3, 5, 7, 9]
 
 
 def test_incremental_decoding_past_the_first_position_table_equals_full_forward():

@@ -22,7 +22,7 @@ def target_side_ids(data_dir) -> set[int]:
 
 
 def scored_ids(model_file) -> set[int]:
-    return set(model_file.weights["output_mask"].nonzero().squeeze(1).tolist())
+    return set(model_file.weights["output.mask"].nonzero().squeeze(1).tolist())
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +57,11 @@ def test_beam_search_produces_only_scored_ids(target_run, corpus, seed):
     model_file = load_model_file(target_run)
     torch.manual_seed(seed)
     masked = Transformer(model_file.config).eval()
-    masked.output_mask.copy_(model_file.weights["output_mask"])
-    output_weight = masked.tgt_embed.tokens.weight if masked.output is None else masked.output.weight
+    masked.output.mask.copy_(model_file.weights["output.mask"])
     with torch.no_grad():
-        output_weight[~masked.output_mask] *= 20
+        masked.output.projection()[~masked.output.mask] *= 20
     unmasked = Transformer(dataclasses.replace(model_file.config, output_vocab="all")).eval()
-    unmasked.load_state_dict({name: w for name, w in masked.state_dict().items() if name != "output_mask"})
+    unmasked.load_state_dict({name: w for name, w in masked.state_dict().items() if name != "output.mask"})
     lines = model_file.src_tokenizer.encode_batch((corpus / "test.en").read_text().splitlines())
     src = torch.nn.utils.rnn.pad_sequence(
         [torch.tensor(line + [EOS_ID]) for line in lines], batch_first=True, padding_value=PAD_ID
@@ -77,7 +76,7 @@ def test_beam_search_produces_only_scored_ids(target_run, corpus, seed):
 def test_fine_tuning_scores_what_the_model_scored_and_the_new_data(target_run, data_dir, tmp_path):
     model_file = load_model_file(target_run)
     source_only = sorted(set(range(model_file.config.tgt_vocab_size)) - scored_ids(model_file))[0]
-    model_file.weights["output_mask"][source_only] = True
+    model_file.weights["output.mask"][source_only] = True
     save_model_file(tmp_path / "start.pt", model_file)
     run = tmp_path / "ft"
     result = run_mtkit("train", "-d", data_dir, "-o", run, "--init-from", tmp_path / "start.pt", *FINE_TUNE,

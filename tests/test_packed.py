@@ -54,7 +54,7 @@ def test_packed_linear_takes_non_contiguous_input():
 def scoring(model, output_vocab: str):
     """The model, with output_vocab = target: scoring the ids 5, 6, 8, 12, 15 (and <unk>, </s>)."""
     if output_vocab == "target":
-        model.set_output_vocab(torch.tensor([5, 6, 8, 12, 15]))
+        model.output.set_vocab(torch.tensor([5, 6, 8, 12, 15]))
     return model
 
 
@@ -65,9 +65,9 @@ def test_packed_model_computes_what_the_model_does(tied, output_vocab):
     plain = scoring(tiny_model(vocab=20, seed=3, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
     packed = scoring(tiny_model(vocab=20, seed=3, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
     assert pack_linear_layers(packed, min_weights=0)
-    assert packed.output.out_features == (20 if output_vocab == "all" else 7)
+    assert packed.output.scored.out_features == (20 if output_vocab == "all" else 7)
     assert not any(isinstance(m, nn.Linear) for m in packed.modules())
-    assert isinstance(packed.output, PackedLinear)
+    assert isinstance(packed.output.scored, PackedLinear)
     src = torch.randint(4, 20, (3, 6))
     tgt = torch.randint(4, 20, (3, 5))
     with torch.no_grad():
@@ -96,10 +96,10 @@ def test_only_weights_at_least_min_weights_are_packed(tied):
         module = model.get_submodule(name)
         assert isinstance(module, PackedLinear if size >= threshold else nn.Linear), name
     if tied:
-        assert isinstance(model.output, PackedLinear) == (output_size >= threshold)
+        assert isinstance(model.output.scored, PackedLinear) == (output_size >= threshold)
     small = tiny_model(vocab=300, tie_embeddings=True)
     assert pack_linear_layers(small, min_weights=output_size + 1)
-    assert small.output is None and not any(isinstance(m, PackedLinear) for m in small.modules())
+    assert small.output.scored is None and not any(isinstance(m, PackedLinear) for m in small.modules())
 
 
 def test_without_onednn_nothing_is_packed(monkeypatch):
@@ -108,7 +108,7 @@ def test_without_onednn_nothing_is_packed(monkeypatch):
     linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     assert not pack_linear_layers(model)
     assert [name for name, m in model.named_modules() if isinstance(m, nn.Linear)] == linears
-    assert model.output is None
+    assert model.output.scored is None
 
 
 @needs_packing
@@ -117,10 +117,10 @@ def test_cpu_fp32_translator_packs_and_translates_as_before(trained_run, corpus,
     cfg = SearchConfig(beam=3, nbest=2)
     monkeypatch.setattr(mtkit.packed, "PACK_MIN_WEIGHTS", 0)  # the tiny model's layers are all small
     packed = Translator(load_model_file(trained_run), cfg, device="cpu", precision="fp32")
-    assert isinstance(packed.model.output, PackedLinear)
+    assert isinstance(packed.model.output.scored, PackedLinear)
     monkeypatch.setattr(mtkit.translate, "pack_linear_layers", lambda model: False)
     plain = Translator(load_model_file(trained_run), cfg, device="cpu", precision="fp32")
-    assert plain.model.output is None
+    assert plain.model.output.scored is None
     as_tokens = [[h.tokens for h, _ in nbest] for nbest in plain.translate_hypotheses(lines)]
     assert [[h.tokens for h, _ in nbest] for nbest in packed.translate_hypotheses(lines)] == as_tokens
 
@@ -129,7 +129,7 @@ def test_cpu_fp32_translator_packs_and_translates_as_before(trained_run, corpus,
 def test_by_default_only_the_output_projection_of_the_recipe_model_is_packed():
     model = tiny_model(vocab=8000, preset="transformer-small", norm="pre")  # the Multi30k recipe's shape
     assert pack_linear_layers(model)
-    assert [name for name, m in model.named_modules() if isinstance(m, PackedLinear)] == ["output"]
+    assert [name for name, m in model.named_modules() if isinstance(m, PackedLinear)] == ["output.scored"]
     # every other layer stays: 3 encoder layers of 5 (q, kv, out, fc1, fc2) and 3 decoder layers of 8 (both attentions)
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 3 * 5 + 3 * 8
 
@@ -140,8 +140,8 @@ def test_linear_weights_cast_once_compute_what_autocast_computes(tied, output_vo
     model = scoring(tiny_model(vocab=50, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
     cast = copy.deepcopy(model)
     cast_linear_weights(cast, torch.bfloat16)
-    assert cast.output is not None and cast.output.weight.dtype == torch.bfloat16
-    assert cast.output.out_features == (50 if output_vocab == "all" else 7)
+    assert cast.output.scored is not None and cast.output.scored.weight.dtype == torch.bfloat16
+    assert cast.output.scored.out_features == (50 if output_vocab == "all" else 7)
     assert all(m.weight.dtype == torch.bfloat16 for m in cast.modules() if isinstance(m, nn.Linear))
     assert cast.tgt_embed.tokens.weight.dtype == torch.float32  # the lookup stays fp32
     generator = torch.Generator().manual_seed(1)
@@ -159,10 +159,10 @@ def test_bf16_translator_casts_once_and_translates_as_autocast_does(trained_run,
     lines = (corpus / "test.en").read_text(encoding="utf-8").splitlines()[:40]
     cfg = SearchConfig(beam=3, nbest=2)
     cast = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
-    assert cast.model.output.weight.dtype == torch.bfloat16
+    assert cast.model.output.scored.weight.dtype == torch.bfloat16
     monkeypatch.setattr(mtkit.translate, "cast_linear_weights", lambda model, dtype: None)
     plain = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
-    assert plain.model.output is None
+    assert plain.model.output.scored is None
     expected = plain.translate_hypotheses(lines)
     got = cast.translate_hypotheses(lines)
     assert [[(h.tokens, h.score, text) for h, text in nbest] for nbest in got] == [
