@@ -10,14 +10,15 @@ import torch
 from conftest import write_corpus
 from typer.testing import CliRunner
 
-from mtkit.batching import BatchStream
+from mtkit.batching import BatchStream, collate
 from mtkit.cli import app
 from mtkit.config import TrainConfig
 from mtkit.data import ParallelDataset, TrainingSamples, read_manifest, weighted_pairs
 from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
 from mtkit.preprocess import Corpus, preprocess
-from mtkit.tokenizer import Tokenizer, train_tokenizer
+from mtkit.sentence_packing import pairs_of
+from mtkit.tokenizer import PAD_ID, Tokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -92,16 +93,27 @@ def test_weights_choose_each_epoch_s_pairs():
     assert weighted_pairs([{"kept": 5, "weight": 1}, {"kept": 3, "weight": 1.0}], 0, 0) is None
 
 
-def test_an_epoch_s_batches_hold_the_weighted_pairs(joined):
+@pytest.mark.parametrize("pack_length", [0, 60])
+def test_an_epoch_s_batches_hold_the_weighted_pairs(joined, pack_length):
     data = TrainingSamples(joined)
-    cfg = TrainConfig(max_tokens=300, seed=4)
+    cfg = TrainConfig(max_tokens=300, seed=4, pack_length=pack_length)
     stream = BatchStream(data, cfg, Distributed(), torch.device("cpu"), (0, 0))
+
+    def pairs(epoch: int) -> list[int]:  # a packed batch's plan holds -1 after each row's last pair
+        return [i for batch in stream.epoch_batches(epoch) for i in batch.ravel().tolist() if i >= 0]
+
     for epoch in (0, 1):
-        taken = Counter(np.concatenate(stream.epoch_batches(epoch)).tolist())
+        taken = Counter(pairs(epoch))
         assert all(taken[i] == 1 for i in range(120))  # the genuine corpus, whole
         assert sorted(taken.values()) == [1] * 150 and all(120 <= i < 180 for i in taken if i >= 120)
-    first, second = (set(np.concatenate(stream.epoch_batches(e)).tolist()) for e in (0, 1))
+    first, second = (set(pairs(e)) for e in (0, 1))
     assert first != second  # another half of the back-translations
+    if pack_length:  # the packed rows hold the tokens of the pairs the plan names
+        packed = stream.collate(stream.epoch_batches(0)[0])
+        padded = collate(data, pairs_of(packed.indices))
+        for side in ("src", "tgt_out"):
+            tokens = [getattr(b, side)[getattr(b, side) != PAD_ID].sort().values for b in (packed, padded)]
+            assert torch.equal(*tokens)
 
 
 def test_the_preprocess_command_joins_corpora_and_refuses_mistakes(corpora, tagged_tokenizer, tmp_path):
