@@ -8,7 +8,8 @@ On a CUDA machine it checks, and prints a PASS/FAIL line for each:
   2. on one fixed batch the bf16 and fp16 gradient norms of the loss per target token (fp16 unscaled
      before the norm) are within 5% of fp32's;
   3. a run stopped half way and resumed logs the losses of the uninterrupted run (rel. 1e-4: GPU
-     kernels are not bitwise deterministic);
+     kernels are not bitwise deterministic); packed rows compiled, replayed as CUDA graphs and with
+     FlexAttention log the eager packed losses (rel. 1e-3);
   4. torchrun with 1 process trains (no process group: world size 1), and with 2 GPUs, 2 processes
      (nccl) reach the weights of 1 process with update_freq 2 (atol 1e-4);
   5. greedy translations of a test slice on the GPU (fp32) equal the CPU's;
@@ -50,7 +51,7 @@ from common import (
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100": 312.0,
                     "L40S": 362.0, "L4": 121.0, "A10": 125.0}  # fmt: skip
 RESULTS: list[tuple[str, bool, str]] = []
-SECTIONS = ("precisions", "norms", "resume", "torchrun", "translation", "throughput", "profile", "decoding")
+SECTIONS = ("precisions", "norms", "resume", "levers", "torchrun", "translation", "throughput", "profile", "decoding")
 
 
 def check(name: str, passed: bool, detail: str) -> None:
@@ -162,6 +163,24 @@ def check_resume(data: Path, work: Path, device: str, steps: int, small: list[st
     whole, halves = losses(work / "whole"), losses(work / "halves")
     worst = max(abs(a - b) / abs(a) for a, b in zip(whole, halves))
     check("resume", len(whole) == len(halves) == steps and worst <= 1e-4, f"largest relative loss difference {worst:.2e} over {steps} updates")  # fmt: skip
+
+
+def check_levers(data: Path, work: Path, device: str, small: list[str]) -> None:
+    """Packed rows, compiled and (on a GPU) replayed as CUDA graphs, with FlexAttention, train as the
+    eager packed model does: fp32, no dropout, 30 updates, losses within 1e-3 (relative) at every one."""
+    settings = [*small, "model.dropout=0.0", "train.precision=fp32", "train.max_steps=30", "train.pack_length=64"]
+    train(data, work / "packed", device, *settings)
+    expected = losses(work / "packed")
+    levers = {"compiled": ["train.compile=true"]}
+    if device == "cuda":
+        levers["CUDA graphs"] = ["train.compile=true", "train.cuda_graphs=true"]
+        levers["CUDA graphs + FlexAttention"] = [*levers["CUDA graphs"], "train.flex_attention=true"]
+    for name, extra in levers.items():
+        run = work / f"packed-{name.replace(' ', '-').replace('+', '')}"
+        train(data, run, device, *settings, *extra)
+        got = losses(run)
+        worst = max(abs(a - b) / abs(a) for a, b in zip(expected, got))
+        check(f"packed rows, {name}", len(got) == 30 and worst <= 1e-3, f"largest relative loss difference to eager {worst:.2e} over 30 updates")  # fmt: skip
 
 
 def check_torchrun(data: Path, work: Path, device: str, small: list[str]) -> None:
@@ -307,6 +326,8 @@ def main() -> None:
             check_gradient_norms(data, args.device)
         if "resume" in only:
             check_resume(data, work, args.device, steps if on_gpu else 20, small)
+        if "levers" in only:
+            check_levers(data, work, args.device, small)
         if "torchrun" in only:
             check_torchrun(data, work, args.device, small)
 

@@ -6,7 +6,8 @@ its wall time and peak memory, for each corpus size:
   preprocess        with --dedup
   batch plan        one epoch's batches (mtkit.batching.make_batches) over the dataset's lengths,
                     and the private memory (not file-backed pages) the dataset and the plan take
-  train             from start to the first update, transformer-tiny (so the model costs little)
+  train             from start to the first update, transformer-tiny (so the model costs little),
+                    and `train --resume` from there to the next update
 
     python bench/scale.py [--pairs 450000,4500000] [--work DIR]
 
@@ -127,6 +128,8 @@ def measure(root: Path, pairs: int) -> list[list[object]]:
                                               "model.preset=transformer-tiny", "--set", "train.max_steps=1",
                                               "--set", "train.max_tokens=4096"))  # fmt: skip
     rows.append([f"{pairs:,}", "train: start to first update (tiny model)", seconds, rss, ""])
+    seconds, rss = run_measured(mtkit_command("train", "--resume", run, "--set", "train.max_steps=2"))
+    rows.append([f"{pairs:,}", "train --resume: to the next update", seconds, rss, ""])
     return rows
 
 
