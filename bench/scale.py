@@ -5,7 +5,7 @@ its wall time and peak memory, for each corpus size:
   train-tokenizer   a 32k joint BPE, learned from a sample of --max-lines lines (mtkit's default)
   preprocess        with --dedup
   batch plan        one epoch's batches (mtkit.batching.make_batches) over the dataset's lengths,
-                    and the private memory (not file-backed pages) the dataset and the plan take
+                    and the anonymous memory (not file-backed pages) the dataset and the plan take
   train             from start to the first update, transformer-tiny (so the model costs little),
                     and `train --resume` from there to the next update
 
@@ -72,17 +72,19 @@ sys.path.insert(0, sys.argv[1])
 from mtkit.batching import make_batches
 from mtkit.data import TrainingSamples
 
-def private_mib():
+def anonymous_mib():
+    # Anonymous: memory that is this process's own. Private_Clean also counts the pages of the
+    # memory-mapped dataset files that only this process has read, which the kernel can drop at will.
     fields = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup").read().splitlines()[1:])
-    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty", "Private_Hugetlb")) / 1024
+    return int(fields["Anonymous"].split()[0]) / 1024
 
-before = private_mib()
+before = anonymous_mib()
 data = TrainingSamples(sys.argv[2])
-opened = private_mib()
+opened = anonymous_mib()
 started = time.perf_counter()
 batches, _ = make_batches(data.samples[0].src_lengths, data.samples[0].tgt_lengths, 4096, seed=1, epoch=0)
 seconds = time.perf_counter() - started
-print(seconds, opened - before, private_mib() - before, len(batches))
+print(seconds, opened - before, anonymous_mib() - before, len(batches))
 """
 
 
@@ -122,7 +124,7 @@ def measure(root: Path, pairs: int) -> list[list[object]]:
     plan = subprocess.run([sys.executable, "-c", BATCH_PLAN, str(REPO), str(data)], capture_output=True, check=True)
     seconds, opened, planned, batches = plan.stdout.split()
     rows.append([f"{pairs:,}", "batch plan, one epoch (4,096 tokens)", float(seconds), "",
-                 f"{int(batches):,} batches; private MiB: dataset {float(opened):,.0f}, "
+                 f"{int(batches):,} batches; anonymous MiB: dataset {float(opened):,.0f}, "
                  f"with the plan {float(planned):,.0f}"])  # fmt: skip
     seconds, rss = run_measured(mtkit_command("train", "-d", data, "-o", run, "--force", "--set",
                                               "model.preset=transformer-tiny", "--set", "train.max_steps=1",

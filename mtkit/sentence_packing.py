@@ -94,28 +94,36 @@ def pack_rows(
     Next fit in an order shuffled from (seed, epoch): a row takes pairs until the next one does not
     fit on either side. Rows are thus in random order, and an epoch can be rebuilt exactly.
     """
-    src_cost, tgt_cost = src_lengths.astype(np.int64) + 1, tgt_lengths.astype(np.int64) + 1
+    src_cost, tgt_cost = src_lengths.astype(np.int32) + 1, tgt_lengths.astype(np.int32) + 1
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(src_cost)) if shuffle else np.arange(len(src_cost))
     fits = (src_cost[order] <= length) & (tgt_cost[order] <= length)
     skipped, order = order[~fits], order[fits]
-    rows: list[list[int]] = []
-    row: list[int] = []
-    src_used = tgt_used = length + 1  # the first pair opens a row
-    for pair, src, tgt in zip(order.tolist(), src_cost[order].tolist(), tgt_cost[order].tolist()):
-        if src_used + src > length or tgt_used + tgt > length:
-            row, src_used, tgt_used = [], 0, 0
-            rows.append(row)
-        row.append(pair)
-        src_used, tgt_used = src_used + src, tgt_used + tgt
+    starts = _row_starts(src_cost[order], tgt_cost[order], length)
+    bounds = np.append(starts, len(order))
     batches = []
-    for first in range(0, len(rows), rows_per_batch):
-        group = rows[first : first + rows_per_batch]
-        plan = np.full((rows_per_batch, max(map(len, group))), -1, dtype=np.int64)
-        for r, pairs in enumerate(group):
-            plan[r, : len(pairs)] = pairs
+    for first in range(0, len(starts), rows_per_batch):
+        rows = range(first, min(first + rows_per_batch, len(starts)))
+        plan = np.full((rows_per_batch, int(max(bounds[r + 1] - bounds[r] for r in rows))), -1, dtype=np.int64)
+        for r in rows:
+            plan[r - first, : bounds[r + 1] - bounds[r]] = order[bounds[r] : bounds[r + 1]]
         batches.append(plan)
     return batches, skipped
+
+
+def _row_starts(src_cost: np.ndarray, tgt_cost: np.ndarray, length: int, chunk: int = 1 << 20) -> np.ndarray:
+    """Next fit: where each row starts in the order, a row taking pairs until the next one does not
+    fit on either side. A chunk of pairs at a time is turned into Python ints; one is kept per row."""
+    starts = []
+    src_used = tgt_used = length + 1  # the first pair opens a row
+    for first in range(0, len(src_cost), chunk):
+        pairs = zip(src_cost[first : first + chunk].tolist(), tgt_cost[first : first + chunk].tolist())
+        for i, (src, tgt) in enumerate(pairs, start=first):
+            if src_used + src > length or tgt_used + tgt > length:
+                starts.append(i)
+                src_used = tgt_used = 0
+            src_used, tgt_used = src_used + src, tgt_used + tgt
+    return np.array(starts, dtype=np.int64)
 
 
 def pairs_of(plan: np.ndarray) -> np.ndarray:
