@@ -47,6 +47,8 @@ class ModelConfig:
     # all: the output layer scores every subword. target: only the subwords on the training data's
     # target side (and <unk>, </s>); the rest of a joint vocabulary is never predicted and costs nothing.
     output_vocab: Literal["all", "target"] = "all"
+    activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's: the paper's ReLU; swish (SiLU) as OPUS-MT's
+    output_bias: bool = False  # a bias on the output layer's logits (MarianMT's final_logits_bias)
 
     def validate(self) -> None:
         if self.d_model % self.heads:

@@ -20,7 +20,7 @@ import torch
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
-from mtkit.output_layer import unscored_logit_bias
+from mtkit.output_layer import export_logit_bias
 from mtkit.search import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import PAD, Tokenizer
@@ -44,12 +44,13 @@ def _vocabulary(tokenizer: Tokenizer) -> list[str]:
 
 def _spec(model_file: ModelFile):
     ctranslate2 = _ctranslate2()
-    from ctranslate2.specs import transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec
 
     cfg = model_file.config
     weights = {name: tensor.float().numpy() for name, tensor in model_file.weights.items()}
+    activation = getattr(common_spec.Activation, {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}[cfg.activation])
     spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre"
+        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre", activation=activation
     )
     positions = sinusoidal_positions(MAX_POSITIONS, cfg.d_model).numpy()
 
@@ -94,7 +95,7 @@ def _spec(model_file: ModelFile):
         norm(spec.encoder.layer_norm, "encoder_norm")
         norm(spec.decoder.layer_norm, "decoder_norm")
     spec.decoder.projection.weight = weights["tgt_embed.tokens.weight" if cfg.tie_embeddings else "output.weight"]
-    bias = unscored_logit_bias(model_file.weights, cfg.tgt_vocab_size)
+    bias = export_logit_bias(model_file.weights, cfg.tgt_vocab_size)
     if bias is not None:
         spec.decoder.projection.bias = bias.numpy()
     spec.register_source_vocabulary(_vocabulary(model_file.src_tokenizer))

@@ -1,7 +1,8 @@
 """Export to Hugging Face transformers: a directory that `pipeline("translation")` loads.
 
-The mapping is exact. MarianMT is mtkit's post-norm Transformer (ReLU FFN, embeddings scaled by
-sqrt(d_model), LayerNorm eps 1e-5, tied embeddings, a zero final_logits_bias) with one difference:
+The mapping is exact. MarianMT is mtkit's post-norm Transformer (the FFN's activation and the
+logits' bias, final_logits_bias, as model.activation and model.output_bias have them; embeddings
+scaled by sqrt(d_model), LayerNorm eps 1e-5, tied embeddings) with one difference:
 its sinusoids are a block of sines then a block of cosines, where mtkit interleaves them. Every
 weight that reads or writes the d_model-wide residual stream is permuted the same way along that
 axis (mtkit dimension 2i becomes i, 2i+1 becomes d/2 + i), which LayerNorm, attention and the
@@ -22,7 +23,7 @@ from tokenizers import processors
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
-from mtkit.output_layer import unscored_logit_bias
+from mtkit.output_layer import export_logit_bias
 from mtkit.search import MAX_OUTPUT_TOKENS, MAX_POSITIONS, MAX_SOURCE_TOKENS
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK
@@ -96,7 +97,7 @@ def hf_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
     if cfg.norm == "pre":
         norm("model.encoder.layer_norm", "encoder_norm")
         norm("model.decoder.layer_norm", "decoder_norm")
-    bias = unscored_logit_bias(model_file.weights, cfg.tgt_vocab_size)
+    bias = export_logit_bias(model_file.weights, cfg.tgt_vocab_size)
     out["final_logits_bias"] = torch.zeros(1, cfg.tgt_vocab_size) if bias is None else bias[None]
     return {name: tensor.contiguous() for name, tensor in out.items()}
 
@@ -118,7 +119,7 @@ def hf_config(model_file: ModelFile) -> dict:
         "decoder_attention_heads": cfg.heads,
         "encoder_ffn_dim": cfg.ffn_dim,
         "decoder_ffn_dim": cfg.ffn_dim,
-        "activation_function": "relu",
+        "activation_function": cfg.activation,  # transformers' names: relu, swish, gelu
         "max_position_embeddings": MAX_POSITIONS,
         "scale_embedding": True,
         "dropout": cfg.dropout,

@@ -111,17 +111,22 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(merge_heads(out))
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, with dropout on the activation."""
+ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
-    def __init__(self, d_model: int, ffn_dim: int, activation_dropout: float):
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, with dropout on the activation (model.activation: ReLU,
+    the paper's, or swish or GELU in its place)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation_dropout: float, activation: str = "relu"):
         super().__init__()
         self.fc1 = nn.Linear(d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, d_model)
         self.dropout = Dropout(activation_dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))
 
 
 class SubLayer(nn.Module):
@@ -144,7 +149,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout, cfg.activation)
         self.attn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
         self.ffn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
 
@@ -159,7 +164,7 @@ class DecoderLayer(nn.Module):
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout, cfg.activation)
         self.self_block = SubLayer(cfg.d_model, cfg.dropout, pre)
         self.cross_block = SubLayer(cfg.d_model, cfg.dropout, pre)
         self.ffn_block = SubLayer(cfg.d_model, cfg.dropout, pre)
@@ -204,7 +209,8 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         tied = self.tgt_embed.tokens if cfg.tie_embeddings else None
-        self.output = OutputLayer(cfg.d_model, cfg.tgt_vocab_size, tied, restricted=cfg.output_vocab == "target")
+        restricted = cfg.output_vocab == "target"
+        self.output = OutputLayer(cfg.d_model, cfg.tgt_vocab_size, tied, restricted, bias=cfg.output_bias)
         self._init_linear_layers()
         self._register_load_state_dict_pre_hook(lambda state, prefix, *_: rename_old_keys(state, prefix))
 

@@ -84,7 +84,7 @@ def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bo
                 if isinstance(child, nn.Linear) and _worth_packing(child.weight, min_weights):
                     setattr(module, name, PackedLinear(child.weight, child.bias))
         if _worth_packing(output, min_weights):
-            model.output.scored = PackedLinear(output, None)
+            model.output.scored = PackedLinear(output, model.output.scored_bias())
     return True
 
 
@@ -103,9 +103,12 @@ def cast_linear_weights(model: Transformer, dtype: torch.dtype) -> None:
     """
     with torch.no_grad():
         # A copy of the scored rows: a tied embedding's lookup stays fp32.
-        output = model.output.scored_weight()
-        model.output.scored = nn.Linear(output.size(1), output.size(0), bias=False, device=output.device, dtype=dtype)
-        model.output.scored.weight.copy_(output)
+        output, bias = model.output.scored_weight(), model.output.scored_bias()
+        scored = nn.Linear(output.size(1), output.size(0), bias=bias is not None, device=output.device, dtype=dtype)
+        scored.weight.copy_(output)
+        if bias is not None:
+            scored.bias.copy_(bias)
+        model.output.scored = scored
         for module in model.modules():
             if isinstance(module, nn.Linear):
                 module.to(dtype)

@@ -243,6 +243,24 @@ def tiny_model(vocab: int = 12, seed: int = 0, **overrides) -> Transformer:
     return Transformer(build_config({"model": values}).model).eval()
 
 
+def variant(model_file, **changes):
+    """A copy of a model file with its config changed (norm, activation, output_bias, ...): the
+    weights it shares with the new shape kept, every LayerNorm and the output bias drawn at random
+    (1, 0 and no bias would hide one exported to the wrong place)."""
+    config = dataclasses.replace(model_file.config, **changes)
+    model = Transformer(config)
+    model.load_state_dict({**model.state_dict(), **model_file.weights})
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(0.5 + torch.rand(module.weight.shape, generator=generator))
+                module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=generator))
+        if model.output.bias is not None:
+            model.output.bias.copy_(torch.randn(model.output.bias.shape, generator=generator))
+    return dataclasses.replace(model_file, config=config, weights=model.state_dict())
+
+
 def with_output_vocab(model_file, ids: list[int]):
     """A copy of a model file whose output layer scores only `ids`, <unk> and </s> (model.output_vocab = target)."""
     config = dataclasses.replace(model_file.config, output_vocab="target")

@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
-from conftest import run_mtkit, with_output_vocab
+from conftest import run_mtkit, variant, with_output_vocab
 
 from mtkit.checkpoint import load_model_file, save_model_file
 from mtkit.ct2 import CTranslate2Translator, export_ctranslate2
@@ -17,14 +17,17 @@ from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Translator
 
 
-@pytest.fixture(scope="module", params=["post", "pre", "target"])
+@pytest.fixture(scope="module", params=["post", "pre", "target", "gelu-bias"])
 def model_file(request, trained_run, corpus):
     """The tiny trained model, a pre-norm variant with random final norms (exercises the other
-    layout), and one scoring only the test references' ids and the even ids (output_vocab = target)."""
+    layout), one scoring only the test references' ids and the even ids (output_vocab = target), and
+    one with a GELU FFN and a bias on the logits."""
     mf = load_model_file(trained_run)
     if request.param == "target":
         references = mf.tgt_tokenizer.encode_batch((corpus / "test.de").read_text().splitlines())
         mf = with_output_vocab(mf, [i for line in references for i in line] + list(range(0, 200, 2)))
+    if request.param == "gelu-bias":
+        mf = variant(mf, activation="gelu", output_bias=True)
     if request.param == "pre":
         from mtkit.model import Transformer
 

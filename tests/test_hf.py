@@ -1,17 +1,15 @@
 """The Hugging Face export computes what mtkit computes: logits within 1e-4, the same greedy
 translations; post-norm models as MarianMT, pre-norm ones as Pegasus."""
 
-import dataclasses
 import json
 
 import pytest
 import torch
-from conftest import run_mtkit, with_output_vocab
+from conftest import run_mtkit, variant, with_output_vocab
 
 from mtkit.checkpoint import load_model_file, save_model_file
 from mtkit.errors import MtkitError
 from mtkit.hf import export_huggingface, marian_order
-from mtkit.model import Transformer
 from mtkit.search import SearchConfig
 from mtkit.tokenizer import BOS_ID, EOS_ID
 from mtkit.translate import Translator
@@ -19,30 +17,18 @@ from mtkit.translate import Translator
 transformers = pytest.importorskip("transformers", reason="the export test needs transformers (pip install -e .[dev])")
 
 
-def as_pre_norm(model_file):
-    """The model's weights in the pre-norm layout, with final LayerNorms, and every LayerNorm drawn
-    at random (1 and 0 would hide a LayerNorm exported to the wrong place)."""
-    config = dataclasses.replace(model_file.config, norm="pre")
-    model = Transformer(config)
-    model.load_state_dict({**model.state_dict(), **model_file.weights})
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.copy_(0.5 + torch.rand(module.weight.shape, generator=generator))
-                module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=generator))
-    return dataclasses.replace(model_file, config=config, weights=model.state_dict())
-
-
-@pytest.fixture(scope="module", params=["all", "target", "pre-norm"])
+@pytest.fixture(scope="module", params=["all", "target", "pre-norm", "swish-bias"])
 def exported(request, trained_run, tmp_path_factory):
-    """The tiny trained model, one scoring only the even ids (output_vocab = target) and a pre-norm
-    one scoring those, exported (MarianMT, MarianMT, Pegasus)."""
+    """The tiny trained model, one scoring only the even ids (output_vocab = target), a pre-norm one
+    scoring those (as the Multi30k recipe's), and one with a swish FFN and a bias on the logits (as
+    OPUS-MT's), exported (MarianMT, MarianMT, Pegasus, MarianMT)."""
     model_file = load_model_file(trained_run)
-    if request.param in ("target", "pre-norm"):  # pre-norm as the Multi30k recipe's: output_vocab = target too
+    if request.param in ("target", "pre-norm"):
         model_file = with_output_vocab(model_file, list(range(0, model_file.config.tgt_vocab_size, 2)))
     if request.param == "pre-norm":
-        model_file = as_pre_norm(model_file)
+        model_file = variant(model_file, norm="pre")
+    if request.param == "swish-bias":
+        model_file = variant(model_file, activation="swish", output_bias=True)
     directory = tmp_path_factory.mktemp("hf") / request.param
     export_huggingface(model_file, directory)
     architecture = "PegasusForConditionalGeneration" if request.param == "pre-norm" else "MarianMTModel"

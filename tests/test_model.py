@@ -391,6 +391,26 @@ def test_the_scored_ids_are_weights_a_model_file_keeps():
     assert "output.mask" not in tiny_model(vocab=12).state_dict()
 
 
+@pytest.mark.parametrize(("activation", "function"), [("relu", F.relu), ("swish", F.silu), ("gelu", F.gelu)])
+def test_the_ffn_applies_its_activation(activation, function):
+    model = tiny_model(vocab=12, activation=activation)
+    ffn = model.encoder_layers[0].ffn
+    x = torch.randn(2, 3, model.cfg.d_model)
+    torch.testing.assert_close(ffn(x), ffn.fc2(function(ffn.fc1(x))))
+
+
+def test_the_output_bias_adds_to_the_scored_logits_only():
+    _, target = scoring_5_7_9()
+    biased = tiny_model(vocab=12, seed=4, output_vocab="target", output_bias=True)
+    biased.load_state_dict({**target.state_dict(), "output.bias": torch.arange(12.0)})
+    hidden = torch.randn(2, 3, target.cfg.d_model)
+    with torch.no_grad():
+        plain, shifted = target.logits(hidden), biased.logits(hidden)
+    scored = [1, 3, 5, 7, 9]
+    torch.testing.assert_close(shifted[..., scored], plain[..., scored] + torch.tensor(scored, dtype=torch.float))
+    assert bool((shifted[..., [0, 2, 4]] == float("-inf")).all())
+
+
 def test_weights_saved_with_the_mask_under_its_old_name_load():
     _, target = scoring_5_7_9()
     old = {("output_mask" if name == "output.mask" else name): w for name, w in target.state_dict().items()}

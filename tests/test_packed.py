@@ -52,18 +52,24 @@ def test_packed_linear_takes_non_contiguous_input():
 
 
 def scoring(model, output_vocab: str):
-    """The model, with output_vocab = target: scoring the ids 5, 6, 8, 12, 15 (and <unk>, </s>)."""
+    """The model, with output_vocab = target: scoring the ids 5, 6, 8, 12, 15 (and <unk>, </s>);
+    its logits' bias, if it has one, drawn at random."""
     if output_vocab == "target":
         model.output.set_vocab(torch.tensor([5, 6, 8, 12, 15]))
+    if model.output.bias is not None:
+        with torch.no_grad():
+            model.output.bias.copy_(torch.randn(model.output.bias.shape, generator=torch.Generator().manual_seed(7)))
     return model
 
 
 @needs_packing
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("output_vocab", ["all", "target"])
-def test_packed_model_computes_what_the_model_does(tied, output_vocab):
-    plain = scoring(tiny_model(vocab=20, seed=3, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
-    packed = scoring(tiny_model(vocab=20, seed=3, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_model_computes_what_the_model_does(tied, output_vocab, bias):
+    options = {"tie_embeddings": tied, "output_vocab": output_vocab, "output_bias": bias}
+    plain = scoring(tiny_model(vocab=20, seed=3, **options), output_vocab)
+    packed = scoring(tiny_model(vocab=20, seed=3, **options), output_vocab)
     assert pack_linear_layers(packed, min_weights=0)
     assert packed.output.scored.out_features == (20 if output_vocab == "all" else 7)
     assert not any(isinstance(m, nn.Linear) for m in packed.modules())
@@ -136,8 +142,10 @@ def test_by_default_only_the_output_projection_of_the_recipe_model_is_packed():
 
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("output_vocab", ["all", "target"])
-def test_linear_weights_cast_once_compute_what_autocast_computes(tied, output_vocab):
-    model = scoring(tiny_model(vocab=50, tie_embeddings=tied, output_vocab=output_vocab), output_vocab)
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_weights_cast_once_compute_what_autocast_computes(tied, output_vocab, bias):
+    options = {"tie_embeddings": tied, "output_vocab": output_vocab, "output_bias": bias}
+    model = scoring(tiny_model(vocab=50, **options), output_vocab)
     cast = copy.deepcopy(model)
     cast_linear_weights(cast, torch.bfloat16)
     assert cast.output.scored is not None and cast.output.scored.weight.dtype == torch.bfloat16
