@@ -234,7 +234,7 @@ def preprocess(
                 raise MtkitError(f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)")
     src_tok = Tokenizer.load(tokenizer_path)
     tgt_tok = Tokenizer.load(tgt_tokenizer_path) if tgt_tokenizer_path else src_tok
-    joint = src_tok.sha256 == tgt_tok.sha256
+    joint = src_tok.sha256 == tgt_tok.sha256 or src_tok.vocabulary() == tgt_tok.vocabulary()  # one id space
     tag = src_tok.tag_id(BACK_TRANSLATION_TAG)
     if tag is None and any(c.back_translated for c in corpora):
         raise MtkitError(

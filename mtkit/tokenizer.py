@@ -43,6 +43,9 @@ MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
 # Subwords are learned from at most this many lines, sampled uniformly (SentencePiece's
 # input_sentence_size, Marian's --sentencepiece-max-lines): counts settle long before a WMT-size corpus.
 DEFAULT_MAX_LINES = 2_000_000
+# A vocabulary entry whose name starts with NUL is one this tokenizer never produces, since no
+# normalized text holds a NUL: the other side's pieces of a joint vocabulary (see mtkit.marian).
+UNPRODUCED = "\x00"
 # Every character that ends a line for Python's str.splitlines (and "\n", "\r" for every other tool):
 # a translation holding one would break the one-line-in, one-line-out contract.
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
@@ -107,8 +110,8 @@ class Tokenizer:
         return next((i for i, added in self._hf.get_added_tokens_decoder().items() if added.content == token), None)
 
     def vocabulary(self) -> list[str]:
-        """Every token, in id order."""
-        return [self._hf.id_to_token(i) for i in range(self.vocab_size)]
+        """Every token, in id order; an entry this tokenizer never produces (UNPRODUCED) by its name."""
+        return [self._hf.id_to_token(i).removeprefix(UNPRODUCED) for i in range(self.vocab_size)]
 
     def line_break_sequences(self) -> list[list[int]]:
         """The id sequences whose decoding can break a line: every token that decodes to a text with a

@@ -1,4 +1,4 @@
-"""Commands that make models: train, average."""
+"""Commands that make models: train, average, import."""
 
 from __future__ import annotations
 
@@ -108,3 +108,30 @@ def average(
         paths = checkpoints
     save_model_file(output, average_checkpoints(paths))
     console.info(f"wrote {output}: the average of {len(paths)} checkpoints ({', '.join(p.name for p in paths)})")
+
+
+@app.command("import")
+@handle_errors
+def import_command(
+    directory: Annotated[Path, typer.Argument(help="A MarianMT directory as transformers saves it (OPUS-MT models).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The mtkit model file to write.")],
+    force: Annotated[bool, typer.Option(help="Replace an existing model file.")] = False,
+) -> None:
+    """Import a MarianMT model (an OPUS-MT model) to fine-tune, translate, serve or export it.
+
+    Writes the model file and, beside it, its two tokenizers (OUTPUT's name with .src-tokenizer.json
+    and .tgt-tokenizer.json), to preprocess data for fine-tuning with. Needs pip install 'mtkit\\[marian]'.
+
+    Example: [bold]mtkit import opus-mt-en-de -o en-de.pt[/bold]
+    """
+    from mtkit.marian import import_marian, tokenizer_paths
+
+    model_file = import_marian(directory, output, force)
+    src, tgt = tokenizer_paths(output)
+    model_file.src_tokenizer.save(src)
+    model_file.tgt_tokenizer.save(tgt)
+    cfg = model_file.config
+    console.info(
+        f"wrote {output}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
+        f"{cfg.tgt_vocab_size:,} subwords; tokenizers {src} and {tgt}"
+    )

@@ -224,7 +224,8 @@ def export(
         from mtkit.hf import export_huggingface
 
         export_huggingface(model_file, output, force)
-        console.info(f'wrote {output}: a MarianMT model; use transformers.pipeline("translation", model="{output}")')
+        kind = "Pegasus" if model_file.config.norm == "pre" else "MarianMT"
+        console.info(f'wrote {output}: a {kind} model; use transformers.pipeline("translation", model="{output}")')
         return
     from mtkit.ct2 import export_ctranslate2
 

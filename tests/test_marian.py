@@ -1,0 +1,190 @@
+"""mtkit import: a MarianMT directory (OPUS-MT's layout) becomes an mtkit model file that tokenizes and
+computes what transformers does: the same ids, logits within 1e-4, the same greedy translations."""
+
+import json
+
+import pytest
+import torch
+from conftest import run_mtkit
+
+from mtkit.checkpoint import load_model_file
+from mtkit.marian import import_marian
+from mtkit.search import SearchConfig
+from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNPRODUCED
+from mtkit.translate import Translator
+
+transformers = pytest.importorskip("transformers", reason="needs transformers (pip install -e .[dev])")
+spm = pytest.importorskip("sentencepiece", reason="needs sentencepiece (pip install -e .[dev])")
+
+# Punctuation, digits, accents, characters in neither vocabulary, spaces, "<", each side in its own
+# language. (Not a character that only the other side's model has: MarianTokenizer gives it that
+# model's id, mtkit <unk>; nor typed "</s>": MarianTokenizer takes it for the control token, mtkit
+# keeps it text, as the last test here checks; see mtkit.marian.)
+SOURCES = [
+    "A man runs on the street.",
+    "Three men wait in the park with a green toy.",
+    "3 dogs, 12 hats & 1 ball!",
+    "Café résumé – “quotes” 😀 日本",
+    "  two   spaces  around ",
+    "a <b> tag",
+]
+TARGETS = [
+    "Ein Mann läuft auf der Straße.",
+    "Zwei Kinder spielen am Strand mit einem roten Ball.",
+    "3 Hunde, 12 Hüte & 1 Ball!",
+    "Café – „Zitate“ 😀 日本",
+    "  zwei   Leerzeichen  ",
+    "ein <b> Ball",
+]
+
+
+@pytest.fixture(scope="module")
+def marian_dir(corpus, tmp_path_factory):
+    """A small random MarianMTModel (swish FFN, a random final_logits_bias and LayerNorms) with two
+    SentencePiece models trained here and a joint vocab.json in Marian's order, as transformers saves it."""
+    root = tmp_path_factory.mktemp("marian")
+    for lang in ("en", "de"):
+        spm.SentencePieceTrainer.train(
+            input=str(corpus / f"train.{lang}"), model_prefix=str(root / lang), vocab_size=60, hard_vocab_limit=False,
+            model_type="unigram", character_coverage=1.0, minloglevel=2,
+        )  # fmt: skip
+    pieces = []
+    for lang in ("en", "de"):
+        processor = spm.SentencePieceProcessor(model_file=str(root / f"{lang}.model"))
+        pieces += [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    ordered = ["</s>", "<unk>"] + sorted(set(pieces) - {"</s>", "<unk>", "<s>"}) + ["<pad>"]
+    (root / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(ordered)}), encoding="utf-8")
+    pad = len(ordered) - 1
+    config = transformers.MarianConfig(
+        vocab_size=len(ordered), decoder_vocab_size=len(ordered), d_model=16, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_position_embeddings=128, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+        activation_function="swish", scale_embedding=True, init_std=0.3, dropout=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.1)
+    directory = root / "opus-mt-en-de"
+    model.save_pretrained(directory)
+    tokenizer = transformers.MarianTokenizer(str(root / "en.model"), str(root / "de.model"), str(root / "vocab.json"))
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def imported(marian_dir, tmp_path_factory):
+    model_file = import_marian(marian_dir, tmp_path_factory.mktemp("imported") / "en-de.pt")
+    hf_model = transformers.MarianMTModel.from_pretrained(marian_dir).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(marian_dir)
+    return model_file, hf_model, tokenizer
+
+
+def marian_to_mtkit(model_file, tokenizer) -> dict[int, int]:
+    """Marian id -> mtkit id, through the tokens (Marian's <pad> starts decoding: mtkit's <s>)."""
+    hf = model_file.src_tokenizer._hf
+    out = {i: hf.token_to_id(t) if hf.token_to_id(t) is not None else hf.token_to_id(UNPRODUCED + t)
+           for t, i in tokenizer.get_vocab().items()}  # fmt: skip
+    out[tokenizer.pad_token_id] = BOS_ID
+    return out
+
+
+def test_tokenization_is_marian_s(imported):
+    model_file, _, tokenizer = imported
+    to_mtkit = marian_to_mtkit(model_file, tokenizer)
+    for source, target in zip(SOURCES, TARGETS):
+        expected = [to_mtkit[i] for i in tokenizer(source)["input_ids"]]
+        assert model_file.src_tokenizer.encode_batch([source])[0] + [EOS_ID] == expected, source
+        expected = [to_mtkit[i] for i in tokenizer(text_target=target)["input_ids"]]
+        assert model_file.tgt_tokenizer.encode_batch([target])[0] + [EOS_ID] == expected, target
+
+
+@torch.no_grad()
+def test_logits_match_within_1e_4(imported):
+    model_file, hf_model, tokenizer = imported
+    to_mtkit = marian_to_mtkit(model_file, tokenizer)
+    ours = model_file.build_model()
+    assert model_file.config.activation == "swish" and model_file.config.output_bias
+    columns = torch.tensor([to_mtkit[i] for i in range(len(to_mtkit)) if i != tokenizer.pad_token_id])
+    for source, target in zip(SOURCES, TARGETS):
+        src = tokenizer(source, return_tensors="pt")["input_ids"]
+        tgt_in = torch.tensor([[tokenizer.pad_token_id] + tokenizer(text_target=target)["input_ids"][:-1]])
+        expected = hf_model(input_ids=src, decoder_input_ids=tgt_in).logits
+        got = ours(src.apply_(to_mtkit.get), tgt_in.apply_(to_mtkit.get))
+        assert int(tgt_in[0, 0]) == BOS_ID
+        real = [i for i in range(len(to_mtkit)) if i != tokenizer.pad_token_id]
+        torch.testing.assert_close(got[..., columns], expected[..., real], rtol=0, atol=1e-4)
+
+
+def test_greedy_translations_are_transformers(imported, corpus):
+    model_file, hf_model, tokenizer = imported
+    sources = (corpus / "test.en").read_text().splitlines()[:10] + SOURCES
+    limit = 12
+    ours = Translator(model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit), device="cpu", precision="fp32")
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    generated = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit,
+                                  forced_eos_token_id=None, bad_words_ids=[[tokenizer.pad_token_id]])  # fmt: skip
+    assert ours.translate(sources) == tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+
+def test_typed_special_tokens_stay_text(imported):
+    model_file, _, _ = imported
+    for tokenizer in (model_file.src_tokenizer, model_file.tgt_tokenizer):
+        ids = tokenizer.encode_batch(["</s> <unk> <pad> <s>"])[0]
+        assert ids and not set(ids) & {PAD_ID, BOS_ID, EOS_ID}
+
+
+def test_the_cli_imports_and_refuses_what_is_not_marian(marian_dir, tmp_path):
+    result = run_mtkit("import", marian_dir, "-o", tmp_path / "m.pt")
+    assert result.returncode == 0, result.stderr.decode()
+    assert load_model_file(tmp_path / "m.pt").config.activation == "swish"
+    assert (tmp_path / "m.src-tokenizer.json").is_file() and (tmp_path / "m.tgt-tokenizer.json").is_file()
+    again = run_mtkit("import", marian_dir, "-o", tmp_path / "m.pt")
+    assert again.returncode == 1 and "use --force" in again.stderr.decode()
+    missing = run_mtkit("import", tmp_path / "nowhere", "-o", tmp_path / "x.pt")
+    assert missing.returncode == 1 and "config.json: missing" in missing.stderr.decode()
+    other = tmp_path / "bart"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    (other / "vocab.json").write_text("{}")
+    (other / "model.safetensors").write_bytes((marian_dir / "model.safetensors").read_bytes())
+    refused = run_mtkit("import", other, "-o", tmp_path / "y.pt")
+    assert refused.returncode == 1 and "is not MarianMT's" in refused.stderr.decode()
+    for result in (again, missing, refused):
+        assert len(result.stderr.decode().strip().splitlines()) == 1
+    assert not (tmp_path / "x.pt").exists() and not (tmp_path / "y.pt").exists()
+
+
+def test_the_imported_model_fine_tunes_and_exports_back(marian_dir, corpus, tmp_path):
+    """Preprocess with the imported tokenizers, train --init-from the model, then export the
+    fine-tuned model to transformers (MarianMT again) and to CTranslate2: the same translations."""
+    assert run_mtkit("import", marian_dir, "-o", tmp_path / "m.pt").returncode == 0
+    prepared = run_mtkit("preprocess", "-s", "en", "-t", "de", "--train", corpus / "train", "--valid", corpus / "valid",
+                         "--tokenizer", tmp_path / "m.src-tokenizer.json", "--tgt-tokenizer",
+                         tmp_path / "m.tgt-tokenizer.json", "-o", tmp_path / "bin")  # fmt: skip
+    assert prepared.returncode == 0, prepared.stderr.decode()
+    tuned = run_mtkit("train", "-d", tmp_path / "bin", "-o", tmp_path / "ft", "--init-from", tmp_path / "m.pt",
+                      "--set", "train.max_steps=3", "--set", "train.max_tokens=400", "--set", "train.valid_every=3",
+                      "--set", "train.precision=fp32", "--set", "train.device=cpu")  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr.decode()
+    model_file = load_model_file(tmp_path / "ft")
+    sources = (corpus / "test.en").read_text().splitlines()[:8]
+    limit = 10
+    ours = Translator(model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit), device="cpu", precision="fp32")
+    expected = ours.translate(sources)
+    exported = run_mtkit("export", "-m", tmp_path / "ft", "--format", "huggingface", "-o", tmp_path / "hf")
+    assert exported.returncode == 0, exported.stderr.decode()
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    generated = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit, forced_eos_token_id=None)
+    assert tokenizer.batch_decode(generated, skip_special_tokens=True) == expected
+    ct2 = run_mtkit("export", "-m", tmp_path / "ft", "-o", tmp_path / "ct2")
+    assert ct2.returncode == 0, ct2.stderr.decode()
+    translated = run_mtkit("translate", "-m", tmp_path / "ct2", "--engine", "ctranslate2", "--beam", "1",
+                           "--max-len-a", "0", "--max-len-b", str(limit), stdin="\n".join(sources).encode())  # fmt: skip
+    assert translated.stdout.decode().splitlines() == expected
