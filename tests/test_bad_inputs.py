@@ -118,6 +118,9 @@ CASES = {
     "ex-bad-quantization": ("export -m {model} -o {root}/q --quantization int3", "", "int3", 1),
     "ex-model-wrong-kind": ("export -m {root}/notes.txt -o {root}/x2", "", "notes.txt: not an mtkit model file", 1),
     "ex-hf-quantization": ("export -m {model} -o {root}/h --format huggingface --quantization int8", "", "--quantization: only for --format ctranslate2", 1),
+    # import
+    "im-missing-directory": ("import {root}/no_marian -o {root}/im.pt", "", "no_marian/config.json: missing", 1),
+    "im-not-marian": ("import {root}/dir -o {root}/im.pt", "", "dir/config.json: missing", 1),
     # serve (refused before a server starts)
     "serve-missing-model": ("serve -m {root}/none.pt", "", "none.pt: no such model file", 1),
     "serve-bad-engine": ("serve -m {model} --engine onnx", "", "--engine onnx", 1),
