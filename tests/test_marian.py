@@ -159,6 +159,40 @@ def test_the_cli_imports_and_refuses_what_is_not_marian(marian_dir, tmp_path):
     assert not (tmp_path / "x.pt").exists() and not (tmp_path / "y.pt").exists()
 
 
+def test_the_imported_model_scores_and_serves_as_it_translates(marian_dir, corpus, tmp_path):
+    from test_serve import Server
+
+    assert run_mtkit("import", marian_dir, "-o", tmp_path / "m.pt").returncode == 0
+    sources = (corpus / "test.en").read_text().splitlines()[:4]
+    offline = run_mtkit("translate", "-m", tmp_path / "m.pt", stdin="".join(f"{s}\n" for s in sources).encode())
+    assert offline.returncode == 0, offline.stderr.decode()
+    (tmp_path / "hyp.de").write_text(offline.stdout.decode())
+    (tmp_path / "src.en").write_text("".join(f"{s}\n" for s in sources))
+    scored = run_mtkit("score", "-m", tmp_path / "m.pt", "--src", tmp_path / "src.en", "--tgt", tmp_path / "hyp.de")
+    assert scored.returncode == 0, scored.stderr.decode()
+    assert len(scored.stdout.decode().splitlines()) == len(sources)
+    server = Server(tmp_path / "m.pt", tmp_path / "serve.log")
+    try:
+        response = server.post("/v1/translate", json={"text": sources})
+        assert response.status_code == 200, response.text
+        assert response.json()["translations"] == offline.stdout.decode().splitlines()
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_vocabulary_that_does_not_match_the_weights_is_refused(marian_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for path in marian_dir.iterdir():
+        (broken / path.name).write_bytes(path.read_bytes())
+    vocab = json.loads((broken / "vocab.json").read_text())
+    vocab.pop(next(t for t in vocab if t not in ("</s>", "<unk>", "<pad>")))
+    (broken / "vocab.json").write_text(json.dumps(vocab))
+    result = run_mtkit("import", broken, "-o", tmp_path / "b.pt")
+    assert result.returncode == 1 and "do not match the weights'" in result.stderr.decode()
+    assert not (tmp_path / "b.pt").exists()
+
+
 def test_the_imported_model_fine_tunes_and_exports_back(marian_dir, corpus, tmp_path):
     """Preprocess with the imported tokenizers, train --init-from the model, then export the
     fine-tuned model to transformers (MarianMT again) and to CTranslate2: the same translations."""
@@ -188,3 +222,17 @@ def test_the_imported_model_fine_tunes_and_exports_back(marian_dir, corpus, tmp_
     translated = run_mtkit("translate", "-m", tmp_path / "ct2", "--engine", "ctranslate2", "--beam", "1",
                            "--max-len-a", "0", "--max-len-b", str(limit), stdin="\n".join(sources).encode())  # fmt: skip
     assert translated.stdout.decode().splitlines() == expected
+
+
+def test_beam_translations_are_transformers(imported, corpus):
+    """Beam 4, no length penalty on either side, all beams finished before the search stops."""
+    model_file, hf_model, tokenizer = imported
+    sources = (corpus / "test.en").read_text().splitlines()[:10] + SOURCES
+    limit = 12
+    cfg = SearchConfig(beam=4, lenpen=0.0, max_len_a=0, max_len_b=limit)
+    ours = Translator(model_file, cfg, device="cpu", precision="fp32")
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    generated = hf_model.generate(**batch, num_beams=4, do_sample=False, length_penalty=0.0, early_stopping=True,
+                                  max_new_tokens=limit, forced_eos_token_id=None,
+                                  bad_words_ids=[[tokenizer.pad_token_id]])  # fmt: skip
+    assert ours.translate(sources) == tokenizer.batch_decode(generated, skip_special_tokens=True)
