@@ -12,11 +12,10 @@ become model.activation and model.output_bias.
 
 Tokenizers: each SentencePiece model becomes a tokenizers Unigram with its own pieces and scores
 and mtkit's ids. A joint vocabulary also holds the other side's pieces; they are stored with a
-leading NUL, which no normalized text holds, so that this side never produces them: a run of
-characters this side's model lacks is one <unk>, as SentencePiece has it. (MarianTokenizer then
-looks the run's text up in the joint vocabulary: a run that is a piece of the other side gets that
-piece's id there, and <unk> here; with OPUS-MT's vocabularies, which cover their languages, that
-is a rare character of the other language.) Decoding drops the NUL.
+leading NUL (mtkit.tokenizer.UNPRODUCED), which no normalized text holds, so that this side never
+forms them: a run of characters this side's model lacks is one <unk>, as in SentencePiece, and
+then, as MarianTokenizer does, the run's text is looked up among those entries (Tokenizer.encode_batch).
+Decoding drops the NUL.
 Needs sentencepiece, protobuf and safetensors: pip install 'mtkit[marian]'.
 """
 

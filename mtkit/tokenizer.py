@@ -67,6 +67,9 @@ class Tokenizer:
         self._hf.encode_special_tokens = True
         self.sha256 = hashlib.sha256(json_text.encode("utf-8")).hexdigest()
         self._line_breaks: list[list[int]] | None = None
+        # The entries this tokenizer never produces by itself, by their text (an imported joint vocabulary's other side)
+        vocab = self._hf.get_vocab()
+        self._unproduced = {t.removeprefix(UNPRODUCED): i for t, i in vocab.items() if t.startswith(UNPRODUCED)}
 
     @classmethod
     def load(cls, path: Path) -> Tokenizer:
@@ -95,8 +98,19 @@ class Tokenizer:
         return copy
 
     def encode_batch(self, lines: Sequence[str]) -> list[list[int]]:
-        """Subword ids of each line, without <s> or </s> (multi-threaded in Rust)."""
-        return [encoding.ids for encoding in self._hf.encode_batch(list(lines), add_special_tokens=False)]
+        """Subword ids of each line, without <s> or </s> (multi-threaded in Rust). With UNPRODUCED
+        entries, a run of characters the model lacks (one <unk>) whose text is such an entry gets
+        its id, as MarianTokenizer looks SentencePiece's unknown pieces up in the joint vocabulary."""
+        encodings = self._hf.encode_batch(list(lines), add_special_tokens=False)
+        if not self._unproduced:
+            return [encoding.ids for encoding in encodings]
+        return [
+            [
+                self._unproduced.get(line[start:end], i) if i == UNK_ID else i
+                for i, (start, end) in zip(e.ids, e.offsets)
+            ]
+            for line, e in zip(lines, encodings)
+        ]
 
     def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self._hf.decode_batch([list(row) for row in ids], skip_special_tokens=True)
