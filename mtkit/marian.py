@@ -5,8 +5,8 @@ for both languages), source.spm and target.spm (SentencePiece models). Nothing i
 
 Ids: mtkit's special tokens have fixed ids (<pad>, <unk>, <s>, </s> = 0..3), Marian's do not (</s>
 is usually 0, <pad> the last id, and decoding starts from <pad>), so the vocabulary is reordered:
-<pad> and <s> take the row of Marian's decoder-start token, then <unk>, </s> and every other entry
-in Marian's order. The weights are the inverse of mtkit.hf's export (the residual stream permuted
+<pad>, <unk>, <s> (the row of Marian's decoder-start token, its <pad> in OPUS-MT), </s>, then every
+other entry in Marian's order. The weights are the inverse of mtkit.hf's export (the residual stream permuted
 back from sine/cosine blocks to interleaved sinusoids); the FFN's activation and final_logits_bias
 become model.activation and model.output_bias.
 
@@ -38,7 +38,7 @@ from mtkit.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, UNPRODUCED, Toke
 # The special tokens' score: below any path of real pieces, so that typed "</s>" stays text, as
 # SentencePiece's control symbols do (mtkit finds them by their plain names: no NUL for them).
 SPECIAL_SCORE = -1e6
-ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
+MARIAN_ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 UNIGRAM, NORMAL = 1, 1  # SentencePiece's model type and piece type
 
 
@@ -49,13 +49,16 @@ def import_marian(directory: Path, output: Path, force: bool = False) -> ModelFi
     config = _read_json(directory / "config.json")
     vocab = _read_json(directory / "vocab.json")
     weights = _read_weights(directory)
-    model_config = _model_config(config, directory)
-    token_of = {i: t for t, i in vocab.items()}
-    marian_ids = _mtkit_order(config, vocab, token_of, weights, directory)
-    model_config.src_vocab_size = model_config.tgt_vocab_size = len(marian_ids)
-    bias = weights.get("final_logits_bias", torch.zeros(1, len(vocab)))[0]
-    model_config.output_bias = bool(bias.abs().max() > 0)
-    mtkit_weights = _weights(weights, model_config, marian_ids, bias)
+    try:
+        model_config = _model_config(config, directory)
+        token_of = {i: t for t, i in vocab.items()}
+        marian_ids = _mtkit_order(config, vocab, token_of, weights, directory)
+        model_config.src_vocab_size = model_config.tgt_vocab_size = len(marian_ids)
+        bias = weights.get("final_logits_bias", torch.zeros(1, len(vocab)))[0]
+        model_config.output_bias = bool(bias.abs().max() > 0)
+        mtkit_weights = _weights(weights, model_config, marian_ids, bias)
+    except KeyError as missing:  # a setting or a weight that every MarianMT model has
+        raise MtkitError(f"{directory}: not a complete MarianMT model (no {missing})") from None
     tokens = [PAD, UNK, BOS, EOS] + [token_of[i] for i in marian_ids[4:].tolist()]
     tokenizers = [Tokenizer(_tokenizer_json(directory / name, tokens)) for name in ("source.spm", "target.spm")]
     meta = {"imported_from": str(directory), "architecture": "MarianMTModel"}
@@ -103,14 +106,14 @@ def _model_config(config: dict, directory: Path) -> ModelConfig:
             raise MtkitError(f"{where}: {a} {config[a]} and {b} {config[b]} differ; mtkit's layers share one size")
     if not config.get("share_encoder_decoder_embeddings", True) or not config.get("scale_embedding", False):
         raise MtkitError(f"{where}: separate vocabularies or unscaled embeddings are not supported")
-    if config.get("activation_function") not in ACTIVATIONS:
+    if config.get("activation_function") not in MARIAN_ACTIVATIONS:
         raise MtkitError(f"{where}: activation_function {config.get('activation_function')!r} is not supported")
     model_config = ModelConfig(
         preset="transformer-base", d_model=config["d_model"], heads=config["encoder_attention_heads"],
         ffn_dim=config["encoder_ffn_dim"], encoder_layers=config["encoder_layers"],
         decoder_layers=config["decoder_layers"], dropout=config.get("dropout", 0.1),
         attention_dropout=config.get("attention_dropout", 0.0), activation_dropout=config.get("activation_dropout", 0.0),
-        norm="post", tie_embeddings=True, joint_vocab=True, activation=ACTIVATIONS[config["activation_function"]],
+        norm="post", tie_embeddings=True, joint_vocab=True, activation=MARIAN_ACTIVATIONS[config["activation_function"]],
     )  # fmt: skip
     model_config.validate()
     return model_config
