@@ -93,6 +93,7 @@ class TrainConfig:
     pack_length: int = 0  # pack several pairs into rows of this many tokens a side (one batch shape); 0 = pad
     cuda_graphs: bool = False  # replay the compiled model as CUDA graphs (GPU; needs compile and pack_length)
     flex_attention: bool = False  # packed rows' attention by FlexAttention (no attention dropout; compile on GPUs)
+    collective_timeout: float = 600.0  # seconds a process waits for the others in a collective before it stops
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
@@ -100,6 +101,8 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise MtkitError(f"train.{name} must be at least 1")
         not_negative = ("warmup", "clip_norm", "weight_decay", "max_epochs", "max_time", "keep_best", "patience")
+        if self.collective_timeout <= 0:
+            raise MtkitError("train.collective_timeout must be more than 0 seconds")
         for name in (*not_negative, "valid_max_sentences", "threads", "rdrop_alpha"):
             if getattr(self, name) < 0:
                 raise MtkitError(f"train.{name} must not be negative")
@@ -154,6 +157,7 @@ RESUMABLE_KEYS = {
     "train.compile",
     "train.cuda_graphs",
     "train.flex_attention",
+    "train.collective_timeout",
 }
 
 

@@ -10,6 +10,7 @@ import gc
 import os
 import warnings
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -85,8 +86,10 @@ class Distributed:
         return out
 
 
-def init_distributed(device_type: str) -> Distributed:
-    """Join the process group when started by torchrun (WORLD_SIZE > 1): gloo on CPU, nccl on GPU."""
+def init_distributed(device_type: str, timeout_s: float = 600.0) -> Distributed:
+    """Join the process group when started by torchrun (WORLD_SIZE > 1): gloo on CPU, nccl on GPU. A
+    collective that waits more than `timeout_s` for another process (one that hangs without dying)
+    fails, and the process stops with one line (lost_peer)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return Distributed()
@@ -101,7 +104,8 @@ def init_distributed(device_type: str) -> Distributed:
         # processes published; a process that read one would connect to the dead and hang. Each attempt
         # publishes under its own prefix.
         attempt = dist.PrefixStore(f"mtkit/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
-        dist.init_process_group(backend=backend, store=attempt, rank=rank, world_size=world_size)
+        timeout = timedelta(seconds=timeout_s)
+        dist.init_process_group(backend=backend, store=attempt, rank=rank, world_size=world_size, timeout=timeout)
     return Distributed(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 

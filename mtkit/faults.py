@@ -7,7 +7,7 @@ time it reaches POINT (N = 1 when left out). The points:
   update    a training update was applied, before it is logged or saved
 With MTKIT_KILL_ONCE=FILE as well, only the first process to get there dies: it creates FILE
 first, and a process that finds FILE lives on (a restarted process); with MTKIT_KILL_RANK=R, only
-torchrun's rank R.
+torchrun's rank R; with MTKIT_FAULT=hang, the process stops there without dying (it waits forever).
 Without MTKIT_KILL_AT, reached() returns at once.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 POINTS = ("tempfile", "rename", "update")
 _arrivals: dict[str, int] = {}
@@ -29,6 +30,8 @@ def reached(point: str) -> None:
         return
     _arrivals[point] = _arrivals.get(point, 0) + 1
     if _arrivals[point] == int(count or 1) and _first_to_die(os.environ.get("MTKIT_KILL_ONCE")):
+        if os.environ.get("MTKIT_FAULT") == "hang":
+            threading.Event().wait()  # never set: alive, and of no more use to the others
         os.kill(os.getpid(), signal.SIGKILL)
 
 

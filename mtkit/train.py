@@ -62,7 +62,7 @@ class Trainer:
         self.data_dir, self.run_dir = Path(data_dir), Path(run_dir)
         self.device = resolve_device(self.cfg.device)
         self.precision = resolve_precision(self.cfg.precision, self.device)
-        self.dist: Distributed = init_distributed(self.device.type)
+        self.dist: Distributed = init_distributed(self.device.type, self.cfg.collective_timeout)
         if self.device.type == "cuda":
             self.device = torch.device("cuda", self.dist.local_rank)
             torch.cuda.set_device(self.device)

@@ -181,6 +181,34 @@ def test_a_rank_that_dies_stops_the_others_with_one_line(tmp_path, data_dir):
     assert not re.search(r'File "[^"]*mtkit/[^"]*", line', survivor.stderr.decode())  # no traceback of mtkit's
 
 
+def test_a_rank_that_hangs_stops_the_others_within_the_timeout(tmp_path, data_dir):
+    """Node 1's process stops after its third update without dying; node 0's process, waiting for it
+    in the next all-reduce, gives up after train.collective_timeout with one line, not a hang."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=LIMIT_S))
+    launch = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{store.port}", "--rdzv-conf", "is_host=false", "--rdzv-id", "hang"]  # fmt: skip
+    args = ["-d", data_dir, "-o", tmp_path / "run", *TINY_TRAIN, "--set", "train.max_steps=50",
+            "--set", "train.collective_timeout=10"]  # fmt: skip
+    survivor = start([*torchrun(*launch), *args])
+    hung = start([*torchrun(*launch), *args], {"MTKIT_KILL_AT": "update:3", "MTKIT_FAULT": "hang"})
+    lines = []
+    try:  # until the survivor's process says why it stopped (its torchrun then waits for the other node's)
+        for line in iter(survivor.stderr.readline, b""):
+            lines.append(line.decode())
+            if line.startswith(b"error:"):
+                break
+    finally:  # SIGTERM: torchrun stops its workers, which run in sessions of their own, before it exits
+        for launch in (survivor, hung):
+            os.killpg(launch.pid, signal.SIGTERM)
+        for launch in (survivor, hung):
+            finish(launch)
+        del store
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, "".join(lines)[-3000:]
+    assert "lost another process of the job" in errors[0]
+    assert not re.search(r'File "[^"]*mtkit/[^"]*", line', "".join(lines))
+
+
 class LengthsOnly:
     """A training set reduced to what the batch plan reads: each pair's source and target length."""
 
