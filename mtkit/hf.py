@@ -21,6 +21,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import processors
 
 from mtkit.checkpoint import ModelFile
+from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
 from mtkit.output_layer import export_logit_bias
@@ -40,6 +41,30 @@ def _safetensors():
 def marian_order(d_model: int) -> torch.Tensor:
     """The mtkit dimension that each MarianMT dimension holds: 0, 2, 4, ..., then 1, 3, 5, ..."""
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def layer_names(cfg: ModelConfig) -> list[tuple[str, str, str]]:
+    """How MarianMT and Pegasus (after their leading "model.") and mtkit name each group of layer
+    weights, for the export and for mtkit.marian's import: (kind, their name, mtkit's name), the
+    kind one of attention, ffn, norm."""
+    names = []
+    for i in range(cfg.encoder_layers):
+        theirs, ours = f"encoder.layers.{i}", f"encoder_layers.{i}"
+        names += [("attention", f"{theirs}.self_attn", f"{ours}.self_attn"),
+                  ("norm", f"{theirs}.self_attn_layer_norm", f"{ours}.attn_block.norm"),
+                  ("ffn", theirs, f"{ours}.ffn"),
+                  ("norm", f"{theirs}.final_layer_norm", f"{ours}.ffn_block.norm")]  # fmt: skip
+    for i in range(cfg.decoder_layers):
+        theirs, ours = f"decoder.layers.{i}", f"decoder_layers.{i}"
+        names += [("attention", f"{theirs}.self_attn", f"{ours}.self_attn"),
+                  ("norm", f"{theirs}.self_attn_layer_norm", f"{ours}.self_block.norm"),
+                  ("attention", f"{theirs}.encoder_attn", f"{ours}.cross_attn"),
+                  ("norm", f"{theirs}.encoder_attn_layer_norm", f"{ours}.cross_block.norm"),
+                  ("ffn", theirs, f"{ours}.ffn"),
+                  ("norm", f"{theirs}.final_layer_norm", f"{ours}.ffn_block.norm")]  # fmt: skip
+    if cfg.norm == "pre":  # Pegasus's final LayerNorms
+        names += [("norm", "encoder.layer_norm", "encoder_norm"), ("norm", "decoder.layer_norm", "decoder_norm")]
+    return names
 
 
 def hf_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
@@ -72,31 +97,17 @@ def hf_weights(model_file: ModelFile) -> dict[str, torch.Tensor]:
         writes(f"{name}.out_proj", f"{source}.out_proj")
 
     def ffn(name: str, source: str) -> None:
-        reads(f"{name}.fc1", f"{source}.ffn.fc1")
-        writes(f"{name}.fc2", f"{source}.ffn.fc2")
+        reads(f"{name}.fc1", f"{source}.fc1")
+        writes(f"{name}.fc2", f"{source}.fc2")
 
     embeddings = w["tgt_embed.tokens.weight"][:, order]
     positions = sinusoidal_positions(MAX_POSITIONS, cfg.d_model)[:, order]
     out["model.shared.weight"] = embeddings  # the encoder's, decoder's and lm_head's too: tied, stored once
     for side in ("encoder", "decoder"):
         out[f"model.{side}.embed_positions.weight"] = positions.clone()
-    for i in range(cfg.encoder_layers):
-        name, source = f"model.encoder.layers.{i}", f"encoder_layers.{i}"
-        attention(f"{name}.self_attn", f"{source}.self_attn")
-        norm(f"{name}.self_attn_layer_norm", f"{source}.attn_block.norm")
-        ffn(name, source)
-        norm(f"{name}.final_layer_norm", f"{source}.ffn_block.norm")
-    for i in range(cfg.decoder_layers):
-        name, source = f"model.decoder.layers.{i}", f"decoder_layers.{i}"
-        attention(f"{name}.self_attn", f"{source}.self_attn")
-        norm(f"{name}.self_attn_layer_norm", f"{source}.self_block.norm")
-        attention(f"{name}.encoder_attn", f"{source}.cross_attn")
-        norm(f"{name}.encoder_attn_layer_norm", f"{source}.cross_block.norm")
-        ffn(name, source)
-        norm(f"{name}.final_layer_norm", f"{source}.ffn_block.norm")
-    if cfg.norm == "pre":
-        norm("model.encoder.layer_norm", "encoder_norm")
-        norm("model.decoder.layer_norm", "decoder_norm")
+    export = {"attention": attention, "ffn": ffn, "norm": norm}
+    for kind, theirs, ours in layer_names(cfg):
+        export[kind](f"model.{theirs}", ours)
     bias = export_logit_bias(model_file.weights, cfg.tgt_vocab_size)
     out["final_logits_bias"] = torch.zeros(1, cfg.tgt_vocab_size) if bias is None else bias[None]
     return {name: tensor.contiguous() for name, tensor in out.items()}

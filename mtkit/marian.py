@@ -31,7 +31,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from mtkit.checkpoint import ModelFile, save_model_file
 from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
-from mtkit.hf import marian_order
+from mtkit.hf import layer_names, marian_order
 from mtkit.model import Transformer, sinusoidal_positions
 from mtkit.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, UNPRODUCED, Tokenizer
 
@@ -163,24 +163,15 @@ def _weights(w: dict[str, torch.Tensor], cfg: ModelConfig, marian_ids: torch.Ten
         out[f"{name}.kv_proj.bias"] = torch.cat([w[f"{source}.k_proj.bias"], w[f"{source}.v_proj.bias"]])
         writes(f"{name}.out_proj", f"{source}.out_proj")
 
+    def ffn(name: str, source: str) -> None:
+        reads(f"{name}.fc1", f"{source}.fc1")
+        writes(f"{name}.fc2", f"{source}.fc2")
+
     embeddings = w["shared.weight"][marian_ids][:, back]
     out["tgt_embed.tokens.weight"] = out["src_embed.tokens.weight"] = embeddings
-    for i in range(cfg.encoder_layers):
-        name, source = f"encoder_layers.{i}", f"encoder.layers.{i}"
-        attention(f"{name}.self_attn", f"{source}.self_attn")
-        norm(f"{name}.attn_block.norm", f"{source}.self_attn_layer_norm")
-        reads(f"{name}.ffn.fc1", f"{source}.fc1")
-        writes(f"{name}.ffn.fc2", f"{source}.fc2")
-        norm(f"{name}.ffn_block.norm", f"{source}.final_layer_norm")
-    for i in range(cfg.decoder_layers):
-        name, source = f"decoder_layers.{i}", f"decoder.layers.{i}"
-        attention(f"{name}.self_attn", f"{source}.self_attn")
-        norm(f"{name}.self_block.norm", f"{source}.self_attn_layer_norm")
-        attention(f"{name}.cross_attn", f"{source}.encoder_attn")
-        norm(f"{name}.cross_block.norm", f"{source}.encoder_attn_layer_norm")
-        reads(f"{name}.ffn.fc1", f"{source}.fc1")
-        writes(f"{name}.ffn.fc2", f"{source}.fc2")
-        norm(f"{name}.ffn_block.norm", f"{source}.final_layer_norm")
+    imports = {"attention": attention, "ffn": ffn, "norm": norm}
+    for kind, theirs, ours in layer_names(cfg):
+        imports[kind](ours, theirs)
     if cfg.output_bias:
         out["output.bias"] = bias[marian_ids]
     model = Transformer(cfg)  # the tied names, as the model's own state dict holds them
