@@ -273,23 +273,34 @@ def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens
 
 
 def decoding(model: Path, work: Path, text: Path, device: str) -> None:
+    """Sentences/s and BLEU of each engine, precision and beam; on a GPU, mtkit's search also with
+    --cuda-graphs, checked to give the translations it gives without (all lines, or a FAIL line)."""
     rows = []
-    engines = [("pytorch", model, "fp32"), ("pytorch", model, "bf16")]
+    graphs = [False, True] if device == "cuda" else [False]
+    engines = [("pytorch", model, precision, graphed) for precision in ("fp32", "bf16") for graphed in graphs]
     try:
         import ctranslate2  # noqa: F401
 
         run_measured(mtkit_command("export", "-m", model, "-o", work / "ct2", "--force"))
-        engines.append(("ctranslate2", work / "ct2", "auto"))
+        engines.append(("ctranslate2", work / "ct2", "auto", False))
     except ImportError:
         print("skip  CTranslate2 decoding: pip install 'mtkit[ct2]'")
-    for engine, path, precision in engines:
+    for engine, path, precision, graphed in engines:
         for beam in (1, 5):
+            output = work / f"test2016.{engine}.{precision}.{beam}{'.graphs' if graphed else ''}.de"
             result = subprocess.run(mtkit_command("evaluate", "-m", path, "--src", text / "test2016.en", "--ref",
                                                   text / "test2016.de", "--engine", engine, "--beam", beam, "--device",
-                                                  device, "--precision", precision, "--metrics", "bleu", "--json"),
+                                                  device, "--precision", precision, "--metrics", "bleu", "--json",
+                                                  "-o", output, *(["--cuda-graphs"] if graphed else [])),
                                     capture_output=True, check=True)  # fmt: skip
             scores = json.loads(result.stdout)
-            rows.append([engine, precision, beam, scores["sentences_per_s"], scores["bleu"]["score"]])
+            label = f"{engine}{' + CUDA graphs' if graphed else ''}"
+            rows.append([label, precision, beam, scores["sentences_per_s"], scores["bleu"]["score"]])
+            if graphed:
+                eager = output.with_name(output.name.removesuffix(".graphs.de") + ".de").read_text().splitlines()
+                same = sum(a == b for a, b in zip(eager, output.read_text().splitlines()))
+                check(f"CUDA graphs, {precision}, beam {beam}: the same translations", same == len(eager),
+                      f"{same} of {len(eager)} lines identical")  # fmt: skip
     print_table(["engine", "precision", "beam", "sentences/s", "BLEU"], rows)
 
 

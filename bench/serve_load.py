@@ -1,7 +1,8 @@
 """Load test of `mtkit serve`: concurrent clients sending single sentences, batching on and off.
 
 For each server setting (dynamic batching with the default 20 ms wait, --max-wait-ms 0, and no
-batching at all: --max-batch-tokens 1, one sentence per batch) and each number of clients, the
+batching at all: --max-batch-tokens 1, one sentence per batch; on a GPU also `--settings graphs`: batching
+with --cuda-graphs) and each number of clients, the
 clients send single test2016 sentences as fast as answers come, for a fixed time. The table gives
 requests/s, sentences/s, latency percentiles and the mean batch size (from the server's /metrics: sentences
 per decoding step with the PyTorch engine's continuous batching, sentences per batch otherwise),
@@ -38,6 +39,7 @@ SETTINGS = {  # --settings name: (label, server options)
     "wait20": ("batching, wait 20 ms (default)", ["--max-wait-ms", "20"]),
     "wait0": ("batching, wait 0 ms", ["--max-wait-ms", "0"]),
     "none": ("no batching", ["--max-wait-ms", "0", "--max-batch-tokens", "1"]),
+    "graphs": ("batching, wait 20 ms, CUDA graphs", ["--max-wait-ms", "20", "--cuda-graphs"]),  # a GPU only
 }
 
 
@@ -113,7 +115,9 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--clients", default="1,8,32")
-    parser.add_argument("--settings", default=",".join(SETTINGS), help="server settings to run: wait20, wait0, none")
+    parser.add_argument(
+        "--settings", default="wait20,wait0,none", help="server settings to run: wait20, wait0, none, graphs (a GPU's)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="decoding threads, offline and served (0: torch's)")
     args = parser.parse_args()
     if args.threads:

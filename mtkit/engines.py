@@ -20,6 +20,7 @@ def make_translator(
     precision: str,
     batch_size: int,
     max_tokens: int,
+    cuda_graphs: bool = False,
 ) -> TextTranslator:
     """The engine's translator for one model, or (PyTorch) for an ensemble of several."""
     if engine == "pytorch":
@@ -28,12 +29,14 @@ def make_translator(
 
         files = [load_model_file(model, checkpoint) for model in models]
         check_compatible(files, [str(model) for model in models])
-        return Translator(files, cfg, device, precision, batch_size, max_tokens)
+        return Translator(files, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
     if engine == "ctranslate2":
         from mtkit.ct2 import CTranslate2Translator
 
         if len(models) > 1:
             raise MtkitError("--engine ctranslate2 takes one model: ensembles need --engine pytorch")
+        if cuda_graphs:
+            raise MtkitError("--cuda-graphs is for --engine pytorch (CTranslate2 has its own GPU decoding)")
         if precision not in COMPUTE_TYPES:
             raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
         return CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)

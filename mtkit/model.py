@@ -50,12 +50,17 @@ class Embedding(nn.Module):
         self.dropout = Dropout(dropout)
         self.register_buffer("positions", sinusoidal_positions(256, d_model), persistent=False)
 
+    def cover(self, length: int) -> None:
+        """Extend the position table to at least `length` positions (sinusoids extend to any length)."""
+        if length > self.positions.size(0):
+            self.positions = sinusoidal_positions(2 * length, self.positions.size(1)).to(self.positions.device)
+
     def forward(self, ids: Tensor, start: int | Tensor = 0, positions: Tensor | None = None) -> Tensor:
         """ids (B, L) at positions start.. start + L - 1; or, with start a (B,) tensor, one id per
-        row (L = 1) at each row's own position; or at `positions` (B, L), each below L (packed rows)."""
+        row (L = 1) at each row's own position; or at `positions` (B, L): packed rows' (each below L), or positions the
+        caller covered (cover())."""
         end = (int(start.max()) if isinstance(start, Tensor) else start) + ids.size(1)
-        if end > self.positions.size(0):  # sinusoids extend to any length: no position limit
-            self.positions = sinusoidal_positions(2 * end, self.positions.size(1)).to(self.positions.device)
+        self.cover(end)
         if positions is not None:
             encoding = self.positions[positions]
         else:

@@ -21,6 +21,7 @@ from mtkit.console import warn
 from mtkit.device import autocast, autocast_dtype, resolve_device, resolve_precision
 from mtkit.ensemble import Ensemble
 from mtkit.errors import MtkitError
+from mtkit.graphed_decoding import GraphedDecoder, check_device
 from mtkit.model import Transformer
 from mtkit.packed import cast_linear_weights, pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
@@ -174,8 +175,10 @@ class Translator(TextTranslator):
         precision: str = "auto",
         batch_size: int = 128,
         max_tokens: int = 8192,
+        cuda_graphs: bool = False,
     ):
-        """One model file, or several for an ensemble (same tokenizers; see mtkit.ensemble)."""
+        """One model file, or several for an ensemble (same tokenizers; see mtkit.ensemble);
+        cuda_graphs: decoding steps replayed as CUDA graphs (mtkit.graphed_decoding)."""
         cfg.validate()
         files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
@@ -188,14 +191,19 @@ class Translator(TextTranslator):
                 cast_linear_weights(model, autocast_dtype(self.precision))
             elif self.device.type == "cpu":
                 pack_linear_layers(model)
+        if cuda_graphs:
+            check_device(self.device)
         self.model = models[0] if len(models) == 1 else Ensemble(models)
+        # What the search runs: the model, or the same weights decoding in CUDA graphs' static buffers.
+        searchers = [GraphedDecoder(model, capture=True) for model in models] if cuda_graphs else models
+        self.searcher = searchers[0] if len(searchers) == 1 else Ensemble(searchers)
         self.batch_size, self.max_tokens = batch_size, max_tokens
 
     def _search(
         self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
     ) -> list[list[Hypothesis]]:
         return translate_ids(
-            self.model, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens, prefixes,
+            self.searcher, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens, prefixes,
             on_done,
         )  # fmt: skip
 
@@ -229,7 +237,7 @@ class LineStream:
 
     def __init__(self, translator: Translator, deliver: Callable[[Any, str, NbestList], None]):
         self.translator, self.deliver = translator, deliver
-        self.search = BeamStream(translator.model, translator.cfg, translator.device)
+        self.search = BeamStream(translator.searcher, translator.cfg, translator.device)
         self.lines: dict[Any, str] = {}
 
     def add(self, keys: Sequence[Any], lines: Sequence[str], encoded: Sequence[Sequence[int]] | None = None) -> None:

@@ -27,6 +27,9 @@ BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 PrecisionOption = Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")]
+CudaGraphsOption = Annotated[
+    bool, typer.Option("--cuda-graphs", help="Replay each decoding step as a CUDA graph (GPU, --engine pytorch).")
+]
 EngineOption = Annotated[
     str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")
 ]

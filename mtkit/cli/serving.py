@@ -12,6 +12,7 @@ from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import (
     BeamOption,
     CheckpointOption,
+    CudaGraphsOption,
     DeviceOption,
     EngineOption,
     LenpenOption,
@@ -51,6 +52,7 @@ def serve(
     no_repeat_ngram: NoRepeatOption = 0,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
+    cuda_graphs: CudaGraphsOption = False,
 ) -> None:
     """Serve a model over HTTP: /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
 
@@ -72,7 +74,9 @@ def serve(
     serve_cfg = ServeConfig(max_batch_tokens, max_wait_ms, max_queue, max_chars)
     serve_cfg.validate()
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
-    make, tokenizers, info = _load(engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens)
+    make, tokenizers, info = _load(
+        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs
+    )
     service = Service(make, tokenizers, cfg, info, serve_cfg)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
     run_server(
@@ -84,13 +88,15 @@ def serve(
     console.info("stopped")
 
 
-def _load(engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, max_tokens: int):
+def _load(
+    engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, max_tokens: int, cuda_graphs: bool
+):
     """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
     model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
     from mtkit.service import ModelInfo
 
     if engine == "ctranslate2":
-        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens)
+        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
         meta = translator.meta.get("source", {})
         info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang"))
         return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
@@ -98,15 +104,18 @@ def _load(engine: str, model: Path, checkpoint: str, cfg, device: str, precision
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
     from mtkit.checkpoint import load_model_file, resolve_model_path
     from mtkit.device import resolve_device, resolve_precision
+    from mtkit.graphed_decoding import check_device
     from mtkit.translate import Translator
 
     resolve_precision(precision, resolve_device(device))  # refuse bad values now, not on the worker
+    if cuda_graphs:
+        check_device(resolve_device(device))
     path = resolve_model_path(model, checkpoint)
     model_file = load_model_file(path)
     meta = model_file.meta
     info = ModelInfo(path.name, path, engine, meta.get("src_lang"), meta.get("tgt_lang"))
 
     def make() -> Translator:
-        return Translator(model_file, cfg, device, precision, 128, max_tokens)
+        return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
 
     return make, (model_file.src_tokenizer, model_file.tgt_tokenizer), info

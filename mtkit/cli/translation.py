@@ -16,6 +16,7 @@ from mtkit.cli.options import (
     BatchSizeOption,
     BeamOption,
     CheckpointOption,
+    CudaGraphsOption,
     DeviceOption,
     EngineOption,
     LenpenOption,
@@ -70,6 +71,7 @@ def translate(
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
+    cuda_graphs: CudaGraphsOption = False,
 ) -> None:
     """Translate raw text, one output line per input line, in order (stdin to stdout by default).
 
@@ -96,7 +98,7 @@ def translate(
         check_input_file(input)  # before the model loads
     if output:
         check_output_file(output)
-    translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
+    translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
     interactive = input is None and sys.stdin.isatty()
     lines = paired_with_prefixes(input_lines(input), str(input or "stdin"), prefix_file, prefix_in_input)
     with_prefixes = bool(prefix_file or prefix_in_input)
@@ -142,6 +144,7 @@ def evaluate(
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
+    cuda_graphs: CudaGraphsOption = False,
 ) -> None:
     """Translate a test set (or take translations) and score it with sacrebleu: BLEU, chrF, TER.
 
@@ -176,7 +179,9 @@ def evaluate(
         hypotheses = sources
     else:
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
-        translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens)
+        translator = make_translator(
+            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs
+        )
         started = time.perf_counter()  # translation only, not model loading
         hypotheses = translator.translate(sources)
     seconds = time.perf_counter() - started
