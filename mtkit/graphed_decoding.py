@@ -33,7 +33,8 @@ from mtkit.search import MAX_POSITIONS
 
 SOURCE_BUCKET = 16  # source capacity: a multiple of this
 POSITION_BUCKET = 64  # cached positions: a multiple of this, grown when a search reaches the end
-MAX_SHAPES = 8  # buffers (and graphs) kept per decoder, least recently used dropped first
+MAX_SHAPES = 16  # buffers (and graphs) kept per decoder, least recently used dropped first: a capture
+# costs a few eager steps, and a batch can pass through four sentence buckets as its sentences finish
 WARMUP_STEPS = 2  # eager runs on a side stream before a capture, as torch's documentation advises
 
 

@@ -93,6 +93,7 @@ CASES = {
     "tr-bad-engine": ("translate -m {model} --engine onnx", "x\n", "--engine onnx", 1),
     "tr-bad-precision": ("translate -m {model} --precision fp8", "x\n", "fp8", 1),
     "tr-bad-device": ("translate -m {model} --device tpu", "x\n", "tpu", 1),
+    "tr-cuda-graphs-on-cpu": ("translate -m {model} --device cpu --cuda-graphs", "x\n", "--cuda-graphs: CUDA graphs need a GPU", 1),
     "tr-run-dir-without-checkpoints": ("translate -m {root}/not_a_run", "x\n", "not_a_run: a directory without mtkit checkpoints", 1),
     "tr-ensemble-alignment": ("translate -m {model} -m {model} --alignment", "x\n", "--alignment needs one model", 1),
     "tr-missing-prefix-file": ("translate -m {model} --prefix-file {root}/none.de", "x\n", "none.de: no such file", 1),
@@ -123,6 +124,7 @@ CASES = {
     "im-not-marian": ("import {root}/dir -o {root}/im.pt", "", "dir/config.json: missing", 1),
     # serve (refused before a server starts)
     "serve-missing-model": ("serve -m {root}/none.pt", "", "none.pt: no such model file", 1),
+    "serve-cuda-graphs-on-cpu": ("serve -m {model} --device cpu --cuda-graphs", "", "--cuda-graphs: CUDA graphs need a GPU", 1),
     "serve-bad-engine": ("serve -m {model} --engine onnx", "", "--engine onnx", 1),
     "serve-not-an-export": ("serve -m {model} --engine ctranslate2", "", "not an exported mtkit CTranslate2 model", 1),
     "serve-zero-batch-tokens": ("serve -m {model} --max-batch-tokens 0", "", "--max-batch-tokens 0: must be at least 1", 1),

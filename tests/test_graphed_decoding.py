@@ -2,6 +2,8 @@
 same translations, in every search, as sentences finish, join and outgrow the buffers. On a CPU
 the static steps run eagerly; on a GPU, replayed as CUDA graphs, they must match the eager steps."""
 
+import contextlib
+
 import pytest
 import torch
 from conftest import run_mtkit, tiny_model
@@ -129,7 +131,7 @@ def test_graphs_replay_what_the_eager_steps_compute(dtype):
     model = tiny_model(vocab=VOCAB, seed=1).cuda()
     src = pad_batch(sources([3, 9, 1, 20, 5, 7, 2]), torch.device("cuda"), suffix=EOS_ID)
     cfg = SearchConfig(beam=4, nbest=2, max_len_a=2.0, max_len_b=70, lenpen=0.6)
-    with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+    with torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext():
         eager = search(GraphedDecoder(model, capture=False), src, cfg)
         graphed = search(GraphedDecoder(model, capture=True), src, cfg)
     assert_same(graphed, eager)
