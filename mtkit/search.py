@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mtkit.constraints import constrain
 from mtkit.errors import MtkitError
 from mtkit.kv_cache import DecoderState, pad_to_common_length
 from mtkit.model import Transformer
@@ -87,40 +88,6 @@ def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
     return torch.tensor([max_output_length(n, cfg) for n in source_tokens.tolist()], device=src.device)
 
 
-def _constrain(lprobs: Tensor, steps: Tensor, history: Tensor, cfg: SearchConfig) -> Tensor:
-    """Forbid <pad>/<s>, </s> before min_len, the banned sequences, and repeated n-grams;
-    steps: each row's tokens so far; history: each row's tokens (the last ones: rows may be left-padded)."""
-    lprobs[:, PAD_ID] = float("-inf")
-    lprobs[:, BOS_ID] = float("-inf")
-    lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(steps < cfg.min_len, float("-inf"))
-    if cfg.banned:
-        lprobs = _ban_sequences(lprobs, history, cfg.banned)
-    if cfg.no_repeat_ngram and history.size(1) >= cfg.no_repeat_ngram:
-        lprobs = _ban_repeated_ngrams(lprobs, history, cfg.no_repeat_ngram)
-    return lprobs
-
-
-def _ban_sequences(lprobs: Tensor, history: Tensor, banned: tuple[tuple[int, ...], ...]) -> Tensor:
-    """Forbid the last token of every banned sequence whose other tokens end a row's history."""
-    singles = [sequence[0] for sequence in banned if len(sequence) == 1]
-    lprobs[:, singles] = float("-inf")
-    for *before, last in (sequence for sequence in banned if len(sequence) > 1):
-        if history.size(1) >= len(before):
-            ends_with = (history[:, history.size(1) - len(before) :] == history.new_tensor(before)).all(dim=1)
-            lprobs[ends_with, last] = float("-inf")
-    return lprobs
-
-
-def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> Tensor:
-    """Forbid every token that would complete an n-gram already present in the row's history."""
-    ngrams = history.unfold(1, n, 1)  # (N, t - n + 1, n)
-    prefix = history[:, history.size(1) - n + 1 :]  # the last n - 1 tokens, (N, n - 1)
-    matches = (ngrams[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (N, t - n + 1)
-    rows, positions = matches.nonzero(as_tuple=True)
-    lprobs[rows, ngrams[rows, positions, -1]] = float("-inf")
-    return lprobs
-
-
 def prefix_tensor(prefixes: list[list[int]] | None, batch: int, device: torch.device) -> Tensor | None:
     """Target prefixes as a (batch, longest) tensor, -1 after each prefix's end; None without any."""
     if not prefixes or not any(prefixes):
@@ -143,7 +110,7 @@ class _Pin:
             rows = (tokens >= 0).nonzero().flatten()
             if rows.numel():
                 self.rows, self.tokens = rows, tokens[rows]
-                values = lprobs[rows, self.tokens]  # before _constrain bans anything
+                values = lprobs[rows, self.tokens]  # before constrain() bans anything
                 # An id the model does not score (model.output_vocab = target) counts as <unk>.
                 self.values = torch.where(values.isneginf(), lprobs[rows, UNK_ID], values)
 
@@ -191,24 +158,24 @@ def greedy_search(
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
         steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike
         pin = _Pin(lprobs, steps, None if forced is None else forced[alive])
-        lprobs = pin.apply(_constrain(lprobs, steps, history, cfg))
+        lprobs = pin.apply(constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram))
         tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
         history = torch.cat([history, tokens[:, None]], dim=1)
         ended = tokens == EOS_ID
-        finished = ended | (step + 1 >= max_lens[alive])
+        finished = (ended | (step + 1 >= max_lens[alive])).cpu()  # what the host reads from the device, once
         if finished.any():
-            for row in finished.nonzero().flatten().tolist():
-                score = log_probs[row].item()
-                output = history[row, :-1] if ended[row] else history[row]
+            rows = finished.nonzero().flatten().to(src.device)
+            outputs = zip(history[rows].tolist(), log_probs[rows].tolist(), ended[rows].tolist(), alive[rows].tolist())
+            for output, score, end, sentence in outputs:
                 normalised = score / length_penalty(step + 1, cfg.lenpen)
-                sentence = int(alive[row])
-                results[sentence] = [Hypothesis(output.tolist(), normalised, score, bool(ended[row]))]
+                results[sentence] = [Hypothesis(output[:-1] if end else output, normalised, score, end)]
                 if on_done:
                     on_done(sentence, results[sentence])
-            keep = (~finished).nonzero().flatten()
-            if keep.numel() == 0:
+            kept = (~finished).nonzero().flatten()
+            if kept.numel() == 0:
                 break
+            keep = kept.to(src.device)
             state.select(keep)
             alive, history, log_probs, tokens = alive[keep], history[keep], log_probs[keep], tokens[keep]
     return results
@@ -265,48 +232,54 @@ class BeamStream:
         lprobs = F.log_softmax(self.model.decode_step(self.tokens, self.state).float(), dim=-1)
         row_steps = self.steps.repeat_interleave(k)
         pin = _Pin(lprobs, row_steps, self.forced.repeat_interleave(k, dim=0) if self.forced.size(1) else None)
-        lprobs = pin.apply(_constrain(lprobs, row_steps, self.history, cfg))
+        lprobs = pin.apply(constrain(lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram))
         vocab = lprobs.size(-1)
         candidates = (self.scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
         top_beam, top_token = top_index // vocab, top_index % vocab
-        last_step = self.steps + 1 >= self.max_lens
-        # An </s> among the k best candidates finishes a hypothesis; at the last step, all k best do.
-        ends = ((top_token == EOS_ID) | last_step[:, None]) & torch.isfinite(top_scores)
-        ends[:, k:] = False
-        steps = self.steps.tolist()
-        for i, j in ends.nonzero().tolist():
-            row, token, log_prob = i * k + int(top_beam[i, j]), int(top_token[i, j]), float(top_scores[i, j])
-            output = self.history[row, self.history.size(1) - steps[i] :].tolist() + (
-                [] if token == EOS_ID else [token]
-            )
-            normalised = log_prob / length_penalty(steps[i] + 1, cfg.lenpen)
-            self.finished[self.ids[i]].append(Hypothesis(output, normalised, log_prob, token == EOS_ID))
-        done = torch.tensor([len(self.finished[s]) >= k for s in self.ids], device=self.device)
-        done |= ~torch.isfinite(top_scores[:, 0]) | last_step
+        # The host decides from one copy of the candidates (on a GPU, every read waits for the device).
+        scores, beams, tokens, steps = top_scores.cpu(), top_beam.cpu(), top_token.cpu(), self.steps.cpu()
+        last_step = steps + 1 >= self.max_lens.cpu()
+        self._collect_ended(scores, beams, tokens, steps, last_step)
+        done = torch.tensor([len(self.finished[s]) >= k for s in self.ids]) | ~torch.isfinite(scores[:, 0]) | last_step
         results = []
-        for i, is_done in enumerate(done.tolist()):
-            if is_done:  # every sentence gets here once: at the latest at its length limit
-                hypotheses = self.finished.pop(self.ids[i])
-                results.append((self.ids[i], sorted(hypotheses, key=lambda h: h.score, reverse=True)[: cfg.nbest]))
+        for i in done.nonzero().flatten().tolist():  # every sentence gets here once: at its length limit at the latest
+            hypotheses = self.finished.pop(self.ids[i])
+            results.append((self.ids[i], sorted(hypotheses, key=lambda h: h.score, reverse=True)[: cfg.nbest]))
+        kept = (~done).nonzero().flatten()
+        if kept.numel() == 0:
+            self.state, self.ids = None, []
+            return results
         # Continue with the k best candidates that did not end.
         continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
         next_scores, pick = continuing.topk(k, dim=1)  # (n, k)
         next_beam, next_token = top_beam.gather(1, pick), top_token.gather(1, pick)
-        keep = (~done).nonzero().flatten()
-        if keep.numel() == 0:
-            self.state, self.ids = None, []
-            return results
+        keep = kept.to(self.device)
         rows = (keep[:, None] * k + next_beam[keep]).flatten()
-        self.state.select(rows, keep if keep.numel() < n_alive else None)
+        self.state.select(rows, keep if kept.numel() < n_alive else None)
         self.steps = self.steps[keep] + 1
-        width = int(self.steps.max())  # the longest history still searching
+        width = int(steps[kept].max()) + 1  # the longest history still searching
         history = self.history.index_select(0, rows)[:, self.history.size(1) - (width - 1) :]
         self.history = torch.cat([history, next_token[keep].reshape(-1, 1)], dim=1)
         self.tokens = self.history[:, -1]
         self.scores, self.max_lens, self.forced = next_scores[keep], self.max_lens[keep], self.forced[keep]
-        self.ids = [self.ids[i] for i in keep.tolist()]
+        self.ids = [self.ids[i] for i in kept.tolist()]
         return results
+
+    def _collect_ended(self, scores: Tensor, beams: Tensor, tokens: Tensor, steps: Tensor, last_step: Tensor) -> None:
+        """Keep the hypotheses this step ends, from host copies of the 2k best candidates: an </s>
+        among the k best candidates finishes one; at the last step, all k best do."""
+        ends = ((tokens == EOS_ID) | last_step[:, None]) & torch.isfinite(scores)
+        ended = ends[:, : self.k].nonzero().tolist()
+        if not ended:
+            return
+        rows = torch.tensor([i * self.k + int(beams[i, j]) for i, j in ended], device=self.device)
+        width = self.history.size(1)
+        for (i, j), history in zip(ended, self.history[rows].tolist()):  # one copy from the device
+            token, log_prob, length = int(tokens[i, j]), float(scores[i, j]), int(steps[i])
+            output = history[width - length :] + ([] if token == EOS_ID else [token])
+            normalised = log_prob / length_penalty(length + 1, self.cfg.lenpen)
+            self.finished[self.ids[i]].append(Hypothesis(output, normalised, log_prob, token == EOS_ID))
 
 
 def beam_search(
