@@ -15,7 +15,8 @@ On a CUDA machine it checks, and prints a PASS/FAIL line for each:
   5. greedy translations of a test slice on the GPU (fp32) equal the CPU's;
 and prints tables: training throughput and model FLOPs utilisation (MFU) of transformer-base and
 transformer-big in bf16 at max_tokens 8192 and 16384, the share of a training step the GPU waits
-for the host (torch.profiler), and decoding sentences/s, greedy and beam 5, PyTorch and CTranslate2.
+for the host (torch.profiler), and decoding sentences/s, greedy and beam 5, PyTorch (also with
+--cuda-graphs, checked to give the same translations) and CTranslate2.
 `--device cpu` runs the same code on a CPU with small sizes, to check the script itself.
 `--only precisions,norms,...` runs some of the sections (all of SECTIONS by default); with `--work DIR`
 the tokenizer, the dataset and the fp32 model are kept there and reused by a later call, so the whole
@@ -274,7 +275,8 @@ def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens
 
 def decoding(model: Path, work: Path, text: Path, device: str) -> None:
     """Sentences/s and BLEU of each engine, precision and beam; on a GPU, mtkit's search also with
-    --cuda-graphs, checked to give the translations it gives without (all lines, or a FAIL line)."""
+    --cuda-graphs, checked to give the translations it gives without: every line in fp32, at least
+    99% of them in bf16 (where attention over a longer, masked cache may round differently)."""
     rows = []
     graphs = [False, True] if device == "cuda" else [False]
     engines = [("pytorch", model, precision, graphed) for precision in ("fp32", "bf16") for graphed in graphs]
@@ -287,19 +289,23 @@ def decoding(model: Path, work: Path, text: Path, device: str) -> None:
         print("skip  CTranslate2 decoding: pip install 'mtkit[ct2]'")
     for engine, path, precision, graphed in engines:
         for beam in (1, 5):
+            label = f"{engine}{' + CUDA graphs' if graphed else ''}"
             output = work / f"test2016.{engine}.{precision}.{beam}{'.graphs' if graphed else ''}.de"
             result = subprocess.run(mtkit_command("evaluate", "-m", path, "--src", text / "test2016.en", "--ref",
                                                   text / "test2016.de", "--engine", engine, "--beam", beam, "--device",
                                                   device, "--precision", precision, "--metrics", "bleu", "--json",
                                                   "-o", output, *(["--cuda-graphs"] if graphed else [])),
-                                    capture_output=True, check=True)  # fmt: skip
+                                    capture_output=True, text=True)  # fmt: skip
+            if result.returncode:  # one failed setting does not stop the others
+                check(f"decoding: {label}, {precision}, beam {beam}", False, result.stderr.strip()[-2000:])
+                continue
             scores = json.loads(result.stdout)
-            label = f"{engine}{' + CUDA graphs' if graphed else ''}"
             rows.append([label, precision, beam, scores["sentences_per_s"], scores["bleu"]["score"]])
             if graphed:
                 eager = output.with_name(output.name.removesuffix(".graphs.de") + ".de").read_text().splitlines()
                 same = sum(a == b for a, b in zip(eager, output.read_text().splitlines()))
-                check(f"CUDA graphs, {precision}, beam {beam}: the same translations", same == len(eager),
+                needed = len(eager) if precision == "fp32" else 0.99 * len(eager)
+                check(f"CUDA graphs, {precision}, beam {beam}: the same translations", same >= needed,
                       f"{same} of {len(eager)} lines identical")  # fmt: skip
     print_table(["engine", "precision", "beam", "sentences/s", "BLEU"], rows)
 
