@@ -13,7 +13,7 @@ state lives in static buffers (StepBuffers) of a few bucketed shapes:
 - sentences that finish are moved to the front (the search drops them); the rows after the live
   ones are computed and ignored, until few enough remain for a smaller bucket.
 
-The search (mtkit.search) is unchanged: GraphedDecoder offers the decoding interface of one
+The search (mtkit.search) is the same for both: GraphedDecoder offers the decoding interface of one
 Transformer, as mtkit.ensemble.Ensemble does. With capture off (CPUs, and the tests) the same
 static steps run eagerly, so their translations can be compared with the dynamic cache's
 (mtkit.kv_cache). One search at a time per GraphedDecoder: its states share the buffers.
@@ -98,7 +98,8 @@ class StepBuffers:
         model, beams = self.model, self.shape.beams
         positions = torch.arange(self.shape.positions, device=self.step.device)
         self_mask = ((positions >= self.starts[:, None]) & (positions <= self.step))[:, None, None, :]
-        x = model.tgt_embed(self.tokens[:, None], positions=(self.step - self.starts)[:, None])
+        # Rows past the live ones may hold a later start than the step: clamped, their lookup stays in the table.
+        x = model.tgt_embed(self.tokens[:, None], positions=(self.step - self.starts).clamp(min=0)[:, None])
         for layer, kv, (cross_k, cross_v) in zip(model.decoder_layers, self.self_kv, self.cross_kv):
             x = layer(x, (cross_k, cross_v), self.src_mask, StaticLayerCache(kv, self.step), beams, self_mask)
         return model.logits(model.decoder_norm(x[:, 0]))
