@@ -273,10 +273,11 @@ class BeamStream:
         ended = ends[:, : self.k].nonzero().tolist()
         if not ended:
             return
-        rows = torch.tensor([i * self.k + int(beams[i, j]) for i, j in ended], device=self.device)
+        scores, beams, tokens, steps = scores.tolist(), beams.tolist(), tokens.tolist(), steps.tolist()
+        rows = torch.tensor([i * self.k + beams[i][j] for i, j in ended], device=self.device)
         width = self.history.size(1)
         for (i, j), history in zip(ended, self.history[rows].tolist()):  # one copy from the device
-            token, log_prob, length = int(tokens[i, j]), float(scores[i, j]), int(steps[i])
+            token, log_prob, length = tokens[i][j], scores[i][j], steps[i]
             output = history[width - length :] + ([] if token == EOS_ID else [token])
             normalised = log_prob / length_penalty(length + 1, self.cfg.lenpen)
             self.finished[self.ids[i]].append(Hypothesis(output, normalised, log_prob, token == EOS_ID))
