@@ -7,7 +7,6 @@ Everything streams in chunks of lines, so peak memory does not grow with the cor
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import time
@@ -15,10 +14,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from mtkit import __version__, console
 from mtkit.data import MANIFEST, SentenceWriter, ids_dtype, sample_split
+from mtkit.dedup import DigestSet, pair_digests
 from mtkit.errors import MtkitError
 from mtkit.textio import atomic_directory, iter_lines, line_bytes, progress_size
 from mtkit.tokenizer import Tokenizer
@@ -107,34 +105,6 @@ def _drop_reason(src: list[int], tgt: list[int], rules: CleaningRules) -> str | 
     return None
 
 
-def _pair_digest(src: list[int], tgt: list[int]) -> int:
-    return int.from_bytes(hashlib.blake2b(repr((src, tgt)).encode(), digest_size=8).digest(), "little")
-
-
-class DigestSet:
-    """The 64-bit digests of the pairs kept so far, 8 bytes each: sorted runs that merge like a
-    binary counter (a run is merged into the one before it once that is at most twice its size), so
-    a lookup searches O(log N) runs and each digest is merged O(log N) times. A Python set of the same
-    digests takes ten times the memory: gigabytes at tens of millions of pairs."""
-
-    def __init__(self) -> None:
-        self.runs: list[np.ndarray] = []
-
-    def add_new(self, digests: list[int]) -> np.ndarray:
-        """Which of `digests` (in order) were seen neither before nor earlier in the list; those are added."""
-        values = np.array(digests, dtype=np.uint64)
-        new = np.zeros(len(values), dtype=bool)
-        new[np.unique(values, return_index=True)[1]] = True  # the first of equal digests
-        for run in self.runs:
-            at = np.minimum(np.searchsorted(run, values), len(run) - 1)
-            new &= run[at] != values
-        if new.any():
-            self.runs.append(np.sort(values[new]))
-        while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
-            self.runs[-2:] = [np.union1d(self.runs[-2], self.runs[-1])]
-        return new
-
-
 def _encode_split(
     paths: list[Path],
     writers: tuple[SentenceWriter, SentenceWriter],
@@ -169,7 +139,7 @@ def _encode_split(
             reasons = [_drop_reason(src, tgt, rules) if rules else None for src, tgt in zip(src_ids, tgt_ids)]
             if rules and rules.dedup:
                 candidates = [i for i, reason in enumerate(reasons) if reason is None]
-                new = seen.add_new([_pair_digest(src_ids[i], tgt_ids[i]) for i in candidates])
+                new = seen.add_new(pair_digests([src_ids[i] for i in candidates], [tgt_ids[i] for i in candidates]))
                 for i, is_new in zip(candidates, new.tolist()):
                     reasons[i] = None if is_new else "duplicate"
             kept = [i for i, reason in enumerate(reasons) if reason is None]

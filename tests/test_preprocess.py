@@ -1,3 +1,4 @@
+import itertools
 import json
 
 import numpy as np
@@ -203,12 +204,31 @@ def test_the_cleaning_flags_reach_the_rules(tmp_path, tokenizer_path):
     )
 
 
-@settings(max_examples=200, deadline=None)
-@given(chunks=st.lists(st.lists(st.integers(0, 40), max_size=30), max_size=12))
-def test_the_digest_set_keeps_the_first_of_equal_digests_like_a_set(chunks):
-    from mtkit.preprocess import DigestSet
+sentences = st.lists(st.integers(0, 40_000), max_size=6)
 
-    seen, reference = DigestSet(), set()
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=st.lists(st.tuples(sentences, sentences), max_size=12))
+def test_pair_digests_tell_pairs_apart_whatever_else_is_in_the_chunk(pairs):
+    """Equal pairs, and only equal pairs, share a digest (the sides, the order and the positions of
+    the ids all count: ([1], [2]) is not ([2], [1]) nor ([1, 2], [])); a pair's digest does not
+    depend on the other pairs of its chunk."""
+    from mtkit.dedup import pair_digests
+
+    pairs += [(tgt, src) for src, tgt in pairs[:3]] + [(src + tgt, []) for src, tgt in pairs[:3]]
+    digests = pair_digests([src for src, _ in pairs], [tgt for _, tgt in pairs]).tolist()
+    for (pair, digest), (other, other_digest) in itertools.combinations(zip(pairs, digests), 2):
+        assert (digest == other_digest) == (pair == other)
+    alone = [pair_digests([src], [tgt])[0] for src, tgt in pairs]
+    assert digests == alone
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks=st.lists(st.lists(st.integers(0, 60), max_size=30), max_size=12), max_run=st.sampled_from([8, 1 << 24]))
+def test_the_digest_set_keeps_the_first_of_equal_digests_like_a_set(chunks, max_run):
+    from mtkit.dedup import DigestSet
+
+    seen, reference = DigestSet(max_run), set()
     for chunk in chunks:
         expected = []
         for digest in chunk:
@@ -216,5 +236,7 @@ def test_the_digest_set_keeps_the_first_of_equal_digests_like_a_set(chunks):
             reference.add(digest)
         assert seen.add_new(chunk).tolist() == expected
     assert sorted(np.concatenate(seen.runs).tolist()) == sorted(reference) if seen.runs else not reference
+    assert all((run[1:] > run[:-1]).all() for run in seen.runs)  # each run sorted, no repeats
     sizes = [len(run) for run in seen.runs]
-    assert all(a > 2 * b for a, b in zip(sizes, sizes[1:]))  # runs shrink geometrically: O(log N) of them
+    # Runs shrink geometrically (O(log N) of them) until merging would pass max_run.
+    assert all(a > 2 * b or a + b > max_run for a, b in zip(sizes, sizes[1:]))
