@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.batching import make_batches
+from mtkit.batching import make_batches, pack_by_tokens
 from mtkit.config import PRESETS, ModelConfig, build_config, load_config, parse_overrides
 from mtkit.errors import MtkitError
 from mtkit.schedule import inverse_sqrt_lr, linear_decay_lr
@@ -126,6 +126,23 @@ def test_batches_cover_every_sentence_once_within_the_token_budget():
         assert len(batch) * (src[batch].max() + 1 + tgt[batch].max() + 1) <= 256
     padding = sum(len(b) * (src[b].max() + 1) - (src[b] + 1).sum() for b in batches) / (src + 1).sum()
     assert padding < 0.05  # length bucketing keeps source padding small
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_the_batch_plan_sorts_by_source_then_target_length_then_a_seeded_tie_break(shuffle):
+    """The plan of (seed, epoch) is the one this rule gives (so a run resumes on the batches it
+    started with, whichever version of mtkit planned them first)."""
+    rng = np.random.default_rng(1)
+    src, tgt = rng.integers(0, 30, 2000), rng.integers(0, 30, 2000)
+    batches, _ = make_batches(src, tgt, 300, seed=5, epoch=2, shuffle=shuffle)
+    reference = np.random.default_rng([5, 2])
+    tie_break = reference.random(2000) if shuffle else np.arange(2000)
+    order = np.lexsort((tie_break, tgt + 1, src + 1))
+    expected = pack_by_tokens(order, np.stack([src + 1, tgt + 1], axis=1), 300)
+    if shuffle:
+        reference.shuffle(expected)
+    assert len(batches) == len(expected)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, expected))
 
 
 def test_batch_order_is_a_function_of_seed_and_epoch():
