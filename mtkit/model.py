@@ -57,8 +57,8 @@ class Embedding(nn.Module):
 
     def forward(self, ids: Tensor, start: int | Tensor = 0, positions: Tensor | None = None) -> Tensor:
         """ids (B, L) at positions start.. start + L - 1; or, with start a (B,) tensor, one id per
-        row (L = 1) at each row's own position; or at `positions` (B, L): packed rows' (each below L), or positions the
-        caller covered (cover())."""
+        row (L = 1) at each row's own position; or at `positions` (B, L): packed rows' (each below
+        L), or positions the caller covered (cover())."""
         end = (int(start.max()) if isinstance(start, Tensor) else start) + ids.size(1)
         self.cover(end)
         if positions is not None:

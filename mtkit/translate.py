@@ -184,6 +184,8 @@ class Translator(TextTranslator):
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
         self.cfg = without_line_breaks(cfg, self.tgt_tokenizer)
         self.device = resolve_device(device)
+        if cuda_graphs:
+            check_device(self.device)  # before the models load
         self.precision = resolve_precision(precision, self.device)
         models = [f.build_model(self.device) for f in files]
         for model in models:
@@ -191,8 +193,6 @@ class Translator(TextTranslator):
                 cast_linear_weights(model, autocast_dtype(self.precision))
             elif self.device.type == "cpu":
                 pack_linear_layers(model)
-        if cuda_graphs:
-            check_device(self.device)
         self.model = models[0] if len(models) == 1 else Ensemble(models)
         # What the search runs: the model, or the same weights decoding in CUDA graphs' static buffers.
         searchers = [GraphedDecoder(model, capture=True) for model in models] if cuda_graphs else models
