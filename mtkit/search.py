@@ -273,11 +273,11 @@ class BeamStream:
         ended = ends[:, : self.k].nonzero().tolist()
         if not ended:
             return
-        scores, beams, tokens, steps = scores.tolist(), beams.tolist(), tokens.tolist(), steps.tolist()
-        rows = torch.tensor([i * self.k + beams[i][j] for i, j in ended], device=self.device)
+        score_of, beam_of, token_of, length_of = scores.tolist(), beams.tolist(), tokens.tolist(), steps.tolist()
+        rows = torch.tensor([i * self.k + beam_of[i][j] for i, j in ended], device=self.device)
         width = self.history.size(1)
         for (i, j), history in zip(ended, self.history[rows].tolist()):  # one copy from the device
-            token, log_prob, length = tokens[i][j], scores[i][j], steps[i]
+            token, log_prob, length = token_of[i][j], score_of[i][j], length_of[i]
             output = history[width - length :] + ([] if token == EOS_ID else [token])
             normalised = log_prob / length_penalty(length + 1, self.cfg.lenpen)
             self.finished[self.ids[i]].append(Hypothesis(output, normalised, log_prob, token == EOS_ID))
