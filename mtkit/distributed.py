@@ -6,7 +6,6 @@ accepts: the rank's GPU under nccl (which handles CUDA tensors only), the CPU un
 
 from __future__ import annotations
 
-import gc
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -110,13 +109,10 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> Distributed:
 
 
 def shutdown_distributed() -> None:
-    """Destroy the process group, and collect what still holds it (a DDP wrapper in a reference cycle)
-    while the interpreter is fully alive. Left to interpreter exit, gloo's threads are torn down during
-    finalization, where one of them can abort its process ("terminate called without an active
-    exception", exit code -6) after a run that finished well."""
+    """Leave the process group (nccl completes its pending work here). A torchrun worker then ends
+    without finalizing the interpreter (mtkit.cli.app.run_without_finalizing), where gloo's threads could abort it."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-        gc.collect()
 
 
 def lost_peer(err: BaseException) -> str | None:

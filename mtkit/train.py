@@ -324,7 +324,6 @@ def train(
             check_tokenizers_match(data_dir, *digests, "the --init-from model")
         if int(os.environ.get("RANK", "0")) == 0:
             prepare_run_dir(run_dir, force)
-    trainer = None
     try:  # the Trainer joins the process group first: a failure after that must still leave it
         trainer = Trainer(config, data_dir, run_dir, state, init_from.weights if init_from else None)
         if trainer.dist.is_main:
@@ -336,7 +335,6 @@ def train(
         trainer.dist.barrier()  # no rank tears gloo down while another still writes or prints
         return reason
     finally:
-        trainer = None  # its DDP wrapper holds the process group, which shutdown_distributed frees
         shutdown_distributed()
 
 

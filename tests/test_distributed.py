@@ -167,6 +167,28 @@ def test_nodes_with_different_data_refuse_to_train(tmp_path, corpus, tokenizer_p
     assert not (run / STATE_FILE).exists()
 
 
+@pytest.mark.parametrize(
+    "args", [["--version"], ["train", "-d", "no-such-dir", "-o", "run"], ["train", "--no-such-option"]]
+)
+def test_a_torchrun_worker_ends_as_the_command_does_without_finalizing(tmp_path, args):
+    """Under torchrun (WORLD_SIZE > 1) mtkit ends its process without finalizing the interpreter, where
+    gloo's threads could abort a run that finished well: the same exit code and output as an ordinary
+    process (a result, a one-line error, a usage error), and no exit handler runs."""
+    script = (
+        "import atexit, sys; atexit.register(lambda: print('finalized', file=sys.stderr)); "
+        f"sys.argv = ['mtkit', *{[str(a) for a in args]!r}]; from mtkit.cli import main; main()"
+    )
+    ordinary, worker = (
+        subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, env={**ENV, **world})
+        for world in ({"WORLD_SIZE": "1"}, {"WORLD_SIZE": "2"})
+    )
+    assert ordinary.stderr.decode().endswith("finalized\n")
+    assert (worker.returncode, worker.stdout, worker.stderr.decode()) == (
+        ordinary.returncode, ordinary.stdout, ordinary.stderr.decode().removesuffix("finalized\n")
+    )  # fmt: skip
+    assert worker.returncode == (0 if args == ["--version"] else 1 if args[1] == "-d" else 2)
+
+
 def test_a_rank_that_dies_stops_the_others_with_one_line(tmp_path, data_dir):
     """Node 1's process is killed (SIGKILL) after its third update; node 0's process, waiting for it
     in the next gradient all-reduce, exits at once with one line that says so, not a hang."""

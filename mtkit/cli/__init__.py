@@ -5,8 +5,10 @@ One module per group of commands; expected failures raise MtkitError, which `han
 """
 
 from mtkit.cli import data, training, translation, serving, inspection  # noqa: F401, I001 - registers the commands, in --help order
-from mtkit.cli.app import app
+from mtkit.cli.app import app, launched_by_torchrun, run_without_finalizing
 
 
 def main() -> None:
+    if launched_by_torchrun():
+        run_without_finalizing()
     app()

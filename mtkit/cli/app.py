@@ -6,6 +6,7 @@ import functools
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Annotated, NoReturn
 
@@ -22,6 +23,31 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def run_without_finalizing() -> NoReturn:
+    """Run the command, flush what it printed, and end the process with its exit code without
+    finalizing the interpreter. DDP keeps references to the process group that outlive
+    destroy_process_group (torch 2.13: ten per wrapper, still held after the wrapper is collected),
+    so gloo's threads are alive while the interpreter finalizes; one that takes the GIL there aborts
+    the process ("terminate called without an active exception", SIGABRT) after a run that finished
+    well, and torchrun reports the job failed. Every file a run writes is complete by then:
+    checkpoints are renamed into place, metrics.jsonl is flushed and closed."""
+    try:
+        app()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else int(done.code is not None)
+    except BaseException:  # a bug: its traceback, as Python would print it
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def handle_errors(command: Callable) -> Callable:
