@@ -110,7 +110,8 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> Distributed:
 
 def shutdown_distributed() -> None:
     """Leave the process group (nccl completes its pending work here). A torchrun worker then ends
-    without finalizing the interpreter (mtkit.cli.app.run_without_finalizing), where gloo's threads could abort it."""
+    without finalizing the interpreter, where gloo's threads could abort it
+    (mtkit.cli.app.run_without_finalizing)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
