@@ -1,9 +1,9 @@
 """Load test of `mtkit serve`: concurrent clients sending single sentences, batching on and off.
 
 For each server setting (dynamic batching with the default 20 ms wait, --max-wait-ms 0, and no
-batching at all: --max-batch-tokens 1, one sentence per batch; on a GPU also `--settings graphs`: batching
-with --cuda-graphs) and each number of clients, the
-clients send single test2016 sentences as fast as answers come, for a fixed time. The table gives
+batching at all: --max-batch-tokens 1, one sentence per batch; on a GPU also `--settings graphs`:
+batching with --cuda-graphs) and each number of clients, the clients send single test2016
+sentences as fast as answers come, for a fixed time. The table gives
 requests/s, sentences/s, latency percentiles and the mean batch size (from the server's /metrics: sentences
 per decoding step with the PyTorch engine's continuous batching, sentences per batch otherwise),
 and compares with offline translation (the same engine and options, in one process) of the same

@@ -100,9 +100,9 @@ class TrainConfig:
         for name in (*at_least_one, "valid_beam", "keep_last"):
             if getattr(self, name) < 1:
                 raise MtkitError(f"train.{name} must be at least 1")
-        not_negative = ("warmup", "clip_norm", "weight_decay", "max_epochs", "max_time", "keep_best", "patience")
         if self.collective_timeout <= 0:
             raise MtkitError("train.collective_timeout must be more than 0 seconds")
+        not_negative = ("warmup", "clip_norm", "weight_decay", "max_epochs", "max_time", "keep_best", "patience")
         for name in (*not_negative, "valid_max_sentences", "threads", "rdrop_alpha"):
             if getattr(self, name) < 0:
                 raise MtkitError(f"train.{name} must not be negative")

@@ -53,9 +53,9 @@ class DigestSet:
         self.runs: list[np.ndarray] = []
         self.max_run = max_run
 
-    def add_new(self, digests: list[int]) -> np.ndarray:
+    def add_new(self, digests: np.ndarray | list[int]) -> np.ndarray:
         """Which of `digests` (in order) were seen neither before nor earlier in the list; those are added."""
-        values = np.array(digests, dtype=np.uint64)
+        values = np.asarray(digests, dtype=np.uint64)
         order = np.argsort(values, kind="stable")  # sorted lookups walk each run in order
         ordered = values[order]
         fresh = np.ones(len(values), dtype=bool)

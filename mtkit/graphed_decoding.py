@@ -92,6 +92,14 @@ class StepBuffers:
         self.logits: Tensor | None = None
         self.position_table = model.tgt_embed.positions  # a graph reads it: kept alive should the model grow it
 
+    def put_sources(self, first: int, cross_kv: Tensor, src_mask: Tensor) -> None:
+        """Write sentences' cross-attention keys and values and source mask from sentence `first` on,
+        their sources padded to the buffers' (masked)."""
+        end, source = first + src_mask.size(0), src_mask.size(-1)
+        self.cross_kv[:, :, first:end, :, :source] = cross_kv
+        self.src_mask[first:end] = False
+        self.src_mask[first:end, ..., :source] = src_mask
+
     @torch.no_grad()
     def compute(self) -> Tensor:
         """One decoding step of every row: the logits (rows, V)."""
@@ -227,13 +235,10 @@ class StaticState:
     def _place(self, cross_kv: Tensor, src_mask: Tensor, first: int, start: int) -> None:
         """Write fresh sentences' cross-attention and source mask from sentence `first` on; their
         rows start at cached position `start`."""
-        buffers, count, source = self.buffers, src_mask.size(0), src_mask.size(-1)
-        end = first + count
-        buffers.cross_kv[:, :, first:end, :, :source] = cross_kv
-        buffers.src_mask[first:end] = False
-        buffers.src_mask[first:end, ..., :source] = src_mask
-        buffers.starts[first * self.beams : end * self.beams] = start
-        self.source = max(self.source, source)
+        end = first + src_mask.size(0)
+        self.buffers.put_sources(first, cross_kv, src_mask)
+        self.buffers.starts[first * self.beams : end * self.beams] = start
+        self.source = max(self.source, src_mask.size(-1))
 
     def _drop_unseen_positions(self) -> None:
         """Move the cached positions left by the earliest live start: no live row sees those before it."""
@@ -253,7 +258,5 @@ class StaticState:
         rows, sentences, source = self.rows, self.sentences, self.source
         new.self_kv[:, :rows, :, : self.step] = old.self_kv[:, :rows, :, : self.step]
         new.starts[:rows] = old.starts[:rows]
-        new.cross_kv[:, :, :sentences, :, :source] = old.cross_kv[:, :, :sentences, :, :source]
-        new.src_mask[:sentences] = False
-        new.src_mask[:sentences, ..., :source] = old.src_mask[:sentences, ..., :source]
+        new.put_sources(0, old.cross_kv[:, :, :sentences, :, :source], old.src_mask[:sentences, ..., :source])
         self.buffers = new

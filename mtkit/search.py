@@ -237,9 +237,10 @@ class BeamStream:
         candidates = (self.scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
         top_beam, top_token = top_index // vocab, top_index % vocab
-        # The host decides from one copy of the candidates (on a GPU, every read waits for the device).
-        scores, beams, tokens, steps = top_scores.cpu(), top_beam.cpu(), top_token.cpu(), self.steps.cpu()
-        last_step = steps + 1 >= self.max_lens.cpu()
+        # The host decides from three copies a step (on a GPU, every read waits for the device).
+        scores, index = top_scores.cpu(), top_index.cpu()
+        steps, max_lens = torch.stack([self.steps, self.max_lens]).cpu()
+        beams, tokens, last_step = index // vocab, index % vocab, steps + 1 >= max_lens
         self._collect_ended(scores, beams, tokens, steps, last_step)
         done = torch.tensor([len(self.finished[s]) >= k for s in self.ids]) | ~torch.isfinite(scores[:, 0]) | last_step
         results = []

@@ -107,9 +107,10 @@ def _load(
     from mtkit.graphed_decoding import check_device
     from mtkit.translate import Translator
 
-    resolve_precision(precision, resolve_device(device))  # refuse bad values now, not on the worker
+    resolved = resolve_device(device)
+    resolve_precision(precision, resolved)  # refuse bad values now, not on the worker
     if cuda_graphs:
-        check_device(resolve_device(device))
+        check_device(resolved)
     path = resolve_model_path(model, checkpoint)
     model_file = load_model_file(path)
     meta = model_file.meta
