@@ -20,7 +20,7 @@ setup: $(VENV)/.installed
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n auto
 
 demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" DATA="$(DATA)" recipes/multi30k_en_de/run.sh --quick --out $(DEMO_OUT)

@@ -44,6 +44,10 @@ class SearchConfig:
     min_len: int = 1  # output tokens before </s>
     nbest: int = 1
     no_repeat_ngram: int = 0
+    # The loop guard (mtkit.constraints): an n-gram of loop_ngram tokens occurs at most loop_repeats
+    # times in a translation (loop_ngram 0: no guard). Captions hold no 4-gram three times; runaways do.
+    loop_ngram: int = 4
+    loop_repeats: int = 2
     sample: bool = False
     temperature: float = 1.0
     top_k: int = 0
@@ -62,6 +66,15 @@ class SearchConfig:
             raise MtkitError("sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0")
         if self.sample and self.beam != 1:
             raise MtkitError("--sample draws one translation per sentence: use it with --beam 1")
+        if self.loop_ngram < 0 or (self.loop_ngram and self.loop_repeats < 1):
+            raise MtkitError(
+                f"--loop-ngram {self.loop_ngram} --loop-repeats {self.loop_repeats}: the n-gram size must be"
+                " at least 0 (0: no loop guard) and the repeats at least 1"
+            )
+
+    @property
+    def loop_guard(self) -> tuple[int, int]:
+        return (self.loop_ngram, self.loop_repeats) if self.loop_ngram else (0, 0)
 
 
 @dataclass
@@ -158,7 +171,9 @@ def greedy_search(
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
         steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike
         pin = _Pin(lprobs, steps, None if forced is None else forced[alive])
-        lprobs = pin.apply(constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram))
+        lprobs = pin.apply(
+            constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
+        )
         tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
         history = torch.cat([history, tokens[:, None]], dim=1)
@@ -232,7 +247,10 @@ class BeamStream:
         lprobs = F.log_softmax(self.model.decode_step(self.tokens, self.state).float(), dim=-1)
         row_steps = self.steps.repeat_interleave(k)
         pin = _Pin(lprobs, row_steps, self.forced.repeat_interleave(k, dim=0) if self.forced.size(1) else None)
-        lprobs = pin.apply(constrain(lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram))
+        constrained = constrain(
+            lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard
+        )
+        lprobs = pin.apply(constrained)
         vocab = lprobs.size(-1)
         candidates = (self.scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)

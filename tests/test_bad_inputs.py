@@ -90,6 +90,8 @@ CASES = {
     "tr-output-is-dir": ("translate -m {model} -o {root}/dir", "x\n", "dir: is a directory", 1),
     "tr-beam-0": ("translate -m {model} --beam 0", "x\n", "--beam 0: must be at least 1", 1),
     "tr-nbest-over-beam": ("translate -m {model} --beam 2 --nbest 3", "x\n", "--nbest 3", 1),
+    "tr-negative-loop-ngram": ("translate -m {model} --loop-ngram -1", "x\n", "--loop-ngram -1 --loop-repeats 2: the n-gram size must be at least 0", 1),
+    "ev-loop-repeats-0": ("evaluate -m {model} --src {corpus}/test.en --ref {corpus}/test.de --loop-repeats 0", "", "--loop-repeats 0: the n-gram size must be at least 0 (0: no loop guard) and the repeats at least 1", 1),
     "tr-bad-engine": ("translate -m {model} --engine onnx", "x\n", "--engine onnx", 1),
     "tr-bad-precision": ("translate -m {model} --precision fp8", "x\n", "fp8", 1),
     "tr-bad-device": ("translate -m {model} --device tpu", "x\n", "tpu", 1),

@@ -63,7 +63,7 @@ def test_forced_decoding_scores_match(model_file, corpus, tmp_path):
 
 def test_greedy_translations_are_identical(model_file, corpus, tmp_path):
     export_ctranslate2(model_file, tmp_path / "ct2")
-    cfg = SearchConfig(beam=1, max_len_a=1.0, max_len_b=5)
+    cfg = SearchConfig(beam=1, max_len_a=1.0, max_len_b=5, loop_ngram=0)
     lines = (corpus / "test.en").read_text().splitlines()
     ours = Translator(model_file, cfg, device="cpu", precision="fp32").translate(lines)
     theirs = CTranslate2Translator(tmp_path / "ct2", cfg, device="cpu", compute_type="float32").translate(lines)
@@ -159,7 +159,7 @@ def test_both_engines_translate_a_long_line_from_its_first_1024_subwords(model_f
     pieces = model_file.src_tokenizer.encode_batch([long_line])[0]
     assert len(pieces) > MAX_SOURCE_TOKENS
     lines = ["A dog runs.", long_line, "Two men talk."]
-    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=6)
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=6, loop_ngram=0)
     ours = Translator(model_file, cfg, device="cpu", precision="fp32")
     expected = ours.tgt_tokenizer.decode_batch([h[0].tokens for h in ours._search([pieces[:MAX_SOURCE_TOKENS]])])[0]
     ct2 = CTranslate2Translator(tmp_path / "ct2", cfg, device="cpu", compute_type="float32")
@@ -169,6 +169,7 @@ def test_both_engines_translate_a_long_line_from_its_first_1024_subwords(model_f
     for engine, model in (("pytorch", tmp_path / "model.pt"), ("ctranslate2", tmp_path / "ct2")):
         result = run_mtkit(
             "translate", "--engine", engine, "-m", model, "--beam", "1", "--max-len-a", "0", "--max-len-b", "6",
+            "--loop-ngram", "0",
             stdin=stdin,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr.decode()

@@ -14,7 +14,7 @@ SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4], []]
 @pytest.mark.parametrize("beam, lenpen", [(1, 1.0), (4, 0.0), (4, 0.6), (5, 1.0)])
 def test_forced_scores_equal_the_search_s_own_scores(beam, lenpen):
     model = tiny_model(vocab=8, seed=2)
-    cfg = SearchConfig(beam=beam, nbest=beam, lenpen=lenpen, max_len_a=1.0, max_len_b=4)
+    cfg = SearchConfig(beam=beam, nbest=beam, lenpen=lenpen, max_len_a=1.0, max_len_b=4, loop_ngram=0)
     found = search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg)
     pairs = [(src, hyp.tokens) for src, hyps in zip(SOURCES, found) for hyp in hyps]
     expected = [hyp for hyps in found for hyp in hyps]

@@ -125,7 +125,9 @@ def test_greedy_translations_are_transformers(imported, corpus):
     model_file, hf_model, tokenizer = imported
     sources = (corpus / "test.en").read_text().splitlines()[:10] + SOURCES
     limit = 12
-    ours = Translator(model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit), device="cpu", precision="fp32")
+    ours = Translator(
+        model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit, loop_ngram=0), device="cpu", precision="fp32"
+    )
     batch = tokenizer(sources, return_tensors="pt", padding=True)
     generated = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit,
                                   forced_eos_token_id=None, bad_words_ids=[[tokenizer.pad_token_id]])  # fmt: skip
@@ -211,7 +213,9 @@ def test_the_imported_model_fine_tunes_and_exports_back(marian_dir, corpus, tmp_
     model_file = load_model_file(tmp_path / "ft")
     sources = (corpus / "test.en").read_text().splitlines()[:8]
     limit = 10
-    ours = Translator(model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit), device="cpu", precision="fp32")
+    ours = Translator(
+        model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit, loop_ngram=0), device="cpu", precision="fp32"
+    )
     expected = ours.translate(sources)
     exported = run_mtkit("export", "-m", tmp_path / "ft", "--format", "huggingface", "-o", tmp_path / "hf")
     assert exported.returncode == 0, exported.stderr.decode()
@@ -229,7 +233,7 @@ def test_the_imported_model_fine_tunes_and_exports_back(marian_dir, corpus, tmp_
     ct2 = run_mtkit("export", "-m", tmp_path / "ft", "-o", tmp_path / "ct2")
     assert ct2.returncode == 0, ct2.stderr.decode()
     translated = run_mtkit("translate", "-m", tmp_path / "ct2", "--engine", "ctranslate2", "--beam", "1",
-                           "--max-len-a", "0", "--max-len-b", str(limit), stdin="\n".join(sources).encode())  # fmt: skip
+                           "--max-len-a", "0", "--max-len-b", str(limit), "--loop-ngram", "0", stdin="\n".join(sources).encode())  # fmt: skip
     assert translated.stdout.decode().splitlines() == expected
 
 
@@ -238,7 +242,7 @@ def test_beam_translations_are_transformers(imported, corpus):
     sentence at a time, so that neither side's padding moves a near tie of this random model."""
     model_file, hf_model, tokenizer = imported
     limit = 12
-    cfg = SearchConfig(beam=4, lenpen=0.0, max_len_a=0, max_len_b=limit)
+    cfg = SearchConfig(beam=4, lenpen=0.0, max_len_a=0, max_len_b=limit, loop_ngram=0)
     ours = Translator(model_file, cfg, device="cpu", precision="fp32")
     for source in (corpus / "test.en").read_text().splitlines()[:10] + SOURCES:
         generated = hf_model.generate(**tokenizer([source], return_tensors="pt"), num_beams=4, do_sample=False,

@@ -26,7 +26,7 @@ def prefixes_of(references: list[str]) -> list[str]:
 def test_greedy_continues_the_prefix_with_the_argmax_completion(model_file, corpus):
     sources = (corpus / "test.en").read_text().splitlines()
     prefixes = prefixes_of((corpus / "test.de").read_text().splitlines())
-    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=30)
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=30, loop_ngram=0)
     translator = Translator(model_file, cfg, device="cpu", precision="fp32")
     model = translator.model
     results = translator.translate_hypotheses(sources, prefixes=prefixes)
@@ -87,7 +87,7 @@ def test_both_engines_complete_a_prefix_alike(model_file, corpus, tmp_path):
     export_ctranslate2(model_file, tmp_path / "ct2")
     sources = (corpus / "test.en").read_text().splitlines()
     prefixes = prefixes_of((corpus / "test.de").read_text().splitlines())
-    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=30)
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=30, loop_ngram=0)
     ours = Translator(model_file, cfg, device="cpu", precision="fp32").translate_hypotheses(sources, prefixes=prefixes)
     engine = CTranslate2Translator(tmp_path / "ct2", cfg, device="cpu", compute_type="float32")
     theirs = engine.translate_hypotheses(sources, prefixes=prefixes)

@@ -88,7 +88,7 @@ def test_batched_equals_one_at_a_time(model):
 
 
 def test_cached_greedy_equals_recomputing_everything(model):
-    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=6, min_len=0)
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=6, min_len=0, loop_ngram=0)
     for src_ids, hyps in zip(SOURCES, greedy_search(model, pad_batch(SOURCES, suffix=EOS_ID), cfg)):
         src = torch.tensor([src_ids + [EOS_ID]])
         out: list[int] = []

@@ -23,6 +23,13 @@ MaxLenAOption = Annotated[float, typer.Option(help="Output length <= a * source 
 MaxLenBOption = Annotated[int, typer.Option(help="Output length <= a * source length + b: b.")]
 MinLenOption = Annotated[int, typer.Option(help="Least output tokens before end of sentence.")]
 NoRepeatOption = Annotated[int, typer.Option(help="Forbid repeating any n-gram of this size (0: off).")]
+LoopNgramOption = Annotated[
+    int,
+    typer.Option(
+        help="Loop guard: no n-gram of this many subwords occurs more than --loop-repeats times (0: off; PyTorch engine)."
+    ),
+]
+LoopRepeatsOption = Annotated[int, typer.Option(help="Loop guard: the most times one n-gram may occur.")]
 BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
@@ -43,6 +50,8 @@ def search_config(
     min_len: int,
     nbest: int = 1,
     no_repeat_ngram: int = 0,
+    loop_ngram: int = 4,
+    loop_repeats: int = 2,
     sample: bool = False,
     temperature: float = 1.0,
     top_k: int = 0,
@@ -59,6 +68,8 @@ def search_config(
         min_len=min_len,
         nbest=nbest,
         no_repeat_ngram=no_repeat_ngram,
+        loop_ngram=loop_ngram,
+        loop_repeats=loop_repeats,
         sample=sample,
         temperature=temperature,
         top_k=top_k,

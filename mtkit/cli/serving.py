@@ -16,6 +16,8 @@ from mtkit.cli.options import (
     DeviceOption,
     EngineOption,
     LenpenOption,
+    LoopNgramOption,
+    LoopRepeatsOption,
     MaxLenAOption,
     MaxLenBOption,
     MinLenOption,
@@ -50,6 +52,8 @@ def serve(
     max_len_b: MaxLenBOption = 50,
     min_len: MinLenOption = 1,
     no_repeat_ngram: NoRepeatOption = 0,
+    loop_ngram: LoopNgramOption = 4,
+    loop_repeats: LoopRepeatsOption = 2,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
@@ -73,7 +77,7 @@ def serve(
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
     serve_cfg = ServeConfig(max_batch_tokens, max_wait_ms, max_queue, max_chars)
     serve_cfg.validate()
-    cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
+    cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     make, tokenizers, info = _load(
         engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs
     )

@@ -20,6 +20,8 @@ from mtkit.cli.options import (
     DeviceOption,
     EngineOption,
     LenpenOption,
+    LoopNgramOption,
+    LoopRepeatsOption,
     MaxLenAOption,
     MaxLenBOption,
     MaxTokensOption,
@@ -51,6 +53,8 @@ def translate(
     max_len_b: MaxLenBOption = 50,
     min_len: MinLenOption = 1,
     no_repeat_ngram: NoRepeatOption = 0,
+    loop_ngram: LoopNgramOption = 4,
+    loop_repeats: LoopRepeatsOption = 2,
     sample: Annotated[bool, typer.Option(help="Sample instead of searching (use --beam 1).")] = False,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     top_k: Annotated[int, typer.Option(help="Sample among the k likeliest tokens (0: all).")] = 0,
@@ -86,7 +90,20 @@ def translate(
     from mtkit.translate import paired_with_prefixes, write_translations
 
     cfg = search_config(
-        beam, lenpen, max_len_a, max_len_b, min_len, nbest, no_repeat_ngram, sample, temperature, top_k, top_p, seed
+        beam,
+        lenpen,
+        max_len_a,
+        max_len_b,
+        min_len,
+        nbest,
+        no_repeat_ngram,
+        loop_ngram,
+        loop_repeats,
+        sample,
+        temperature,
+        top_k,
+        top_p,
+        seed,
     )
     if alignment and (engine != "pytorch" or len(model) > 1):
         raise MtkitError("--alignment needs one model and --engine pytorch")
@@ -139,6 +156,8 @@ def evaluate(
     max_len_b: MaxLenBOption = 50,
     min_len: MinLenOption = 1,
     no_repeat_ngram: NoRepeatOption = 0,
+    loop_ngram: LoopNgramOption = 4,
+    loop_repeats: LoopRepeatsOption = 2,
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
     engine: EngineOption = "pytorch",
@@ -178,7 +197,7 @@ def evaluate(
     if hyp is not None:
         hypotheses = sources
     else:
-        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, no_repeat_ngram=no_repeat_ngram)
+        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs
         )
