@@ -15,6 +15,7 @@ from conftest import REPO, TINY_TRAIN, run_mtkit, write_corpus, write_lines
 
 from mtkit.checkpoint import load_model_file
 from mtkit.config import load_config
+from mtkit.device import resolve_device, resolve_precision
 from mtkit.model import Transformer
 from mtkit.tokenizer import Tokenizer
 
@@ -186,7 +187,8 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
 ):
     """--quick keeps and averages the last 5 checkpoints; a full run that saved fewer than its 15
     (a shorter train.max_time, say) averages all it saved instead of failing after training. Quick
-    mode keeps the label smoothing (0.1) it was measured with; the full recipe uses 0.2."""
+    mode keeps the label smoothing (0.1) it was measured with; the full recipe uses 0.2. Where this
+    machine trains in fp32, quick mode decays the learning rate linearly and says why."""
     (tmp_path / "data").mkdir()
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
@@ -195,6 +197,9 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     trained = load_config(out / "run" / "config.yaml", []).train
     assert (trained.keep_last, trained.label_smoothing) == (keep_last, label_smoothing)
+    in_fp32 = mode == ["--quick"] and resolve_precision("auto", resolve_device("auto")) == "fp32"
+    assert trained.lr_schedule == ("linear" if in_fp32 or not mode else "inverse_sqrt")
+    assert ("quick mode trains transformer-narrow" in result.stderr.decode()) == in_fp32
     averaged = [Path(path).parts[-3:] for path in load_model_file(out / "model.pt").meta["averaged"]]
     assert averaged == [("run", "checkpoints", f"step_{step:08d}.pt") for step in averaged_steps]
     fewer = f"run.sh: {out / 'run'} has {len(averaged_steps)} checkpoints; averaging those"
