@@ -59,7 +59,7 @@ def main() -> None:
                 [
                     split,
                     guard,
-                    round(sacrebleu.corpus_bleu(texts, [references]).score, 2),
+                    f"{sacrebleu.corpus_bleu(texts, [references]).score:.2f}",
                     sum(loops(n[0][0].tokens) for n in nbest),
                     sum(loops(text.split()) for text in texts),
                     round(seconds, 1),

@@ -6,7 +6,9 @@ for both languages), source.spm and target.spm (SentencePiece models). Nothing i
 Ids: mtkit's special tokens have fixed ids (<pad>, <unk>, <s>, </s> = 0..3), Marian's do not (</s>
 is usually 0, <pad> the last id, and decoding starts from <pad>), so the vocabulary is reordered:
 <pad>, <unk>, <s> (the row of Marian's decoder-start token, its <pad> in OPUS-MT), </s>, then every
-other entry in Marian's order. The weights are the inverse of mtkit.hf's export (the residual stream permuted
+other entry in Marian's order. <s> is a second copy of a row Marian has once, so the output layer
+never scores it (model.output_vocab = target, every id but <s>): mtkit's softmax is then MarianMT's,
+and scores, sampling and the fine-tuning loss are transformers' own. The weights are the inverse of mtkit.hf's export (the residual stream permuted
 back from sine/cosine blocks to interleaved sinusoids); the FFN's activation and final_logits_bias
 become model.activation and model.output_bias.
 
@@ -33,7 +35,7 @@ from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.hf import layer_names, marian_order
 from mtkit.model import Transformer, sinusoidal_positions
-from mtkit.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, UNPRODUCED, Tokenizer
+from mtkit.tokenizer import BOS, BOS_ID, EOS, PAD, SPECIAL_TOKENS, UNK, UNPRODUCED, Tokenizer
 
 # The special tokens' score: below any path of real pieces, so that typed "</s>" stays text, as
 # SentencePiece's control symbols do (mtkit finds them by their plain names: no NUL for them).
@@ -54,6 +56,7 @@ def import_marian(directory: Path, output: Path, force: bool = False) -> ModelFi
         token_of = {i: t for t, i in vocab.items()}
         marian_ids = _mtkit_order(config, vocab, token_of, weights, directory)
         model_config.src_vocab_size = model_config.tgt_vocab_size = len(marian_ids)
+        model_config.output_vocab = "target"  # every id but <s>: see the module's docstring
         bias = weights.get("final_logits_bias", torch.zeros(1, len(vocab)))[0]
         model_config.output_bias = bool(bias.abs().max() > 0)
         mtkit_weights = _weights(weights, model_config, marian_ids, bias)
@@ -174,6 +177,9 @@ def _weights(w: dict[str, torch.Tensor], cfg: ModelConfig, marian_ids: torch.Ten
         imports[kind](ours, theirs)
     if cfg.output_bias:
         out["output.bias"] = bias[marian_ids]
+    scored = torch.ones(len(marian_ids), dtype=torch.bool)
+    scored[BOS_ID] = False  # Marian's decoder-start row already has its place in the distribution
+    out["output.mask"] = scored
     model = Transformer(cfg)  # the tied names, as the model's own state dict holds them
     model.load_state_dict(out, strict=True)
     return model.state_dict()

@@ -5,9 +5,10 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import run_mtkit
 
-from mtkit.checkpoint import load_model_file
+from mtkit.checkpoint import load_model_file, save_model_file
 from mtkit.marian import import_marian
 from mtkit.search import SearchConfig
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNPRODUCED
@@ -121,6 +122,48 @@ def test_logits_match_within_1e_4(imported):
         torch.testing.assert_close(got[..., columns], expected[..., real], rtol=0, atol=1e-4)
 
 
+def target_log_probs(model, src: torch.Tensor, tgt_in: torch.Tensor, labels: torch.Tensor, hf: bool) -> torch.Tensor:
+    """(1, T) log-probabilities of the labels under a transformers model (hf) or an mtkit one."""
+    logits = model(input_ids=src, decoder_input_ids=tgt_in).logits if hf else model(src, tgt_in)
+    return F.log_softmax(logits.double(), dim=-1).gather(2, labels[..., None]).squeeze(2)
+
+
+@torch.no_grad()
+def test_scores_are_transformers_log_probabilities(imported, tmp_path):
+    """Marian's decoder-start row (its <pad>, mtkit's <s> and <pad>) has one place in mtkit's output
+    distribution, as in MarianMT's softmax: every target token's log-probability is transformers'
+    within 1e-5, and `mtkit score` prints their sums within 1e-4."""
+    model_file, hf_model, tokenizer = imported
+    to_mtkit = marian_to_mtkit(model_file, tokenizer)
+    ours = model_file.build_model()
+    sums = []
+    for source, target in zip(SOURCES, TARGETS):
+        src = tokenizer(source, return_tensors="pt")["input_ids"]
+        labels = tokenizer(text_target=target, return_tensors="pt")["input_ids"]
+        tgt_in = torch.cat([torch.tensor([[tokenizer.pad_token_id]]), labels[:, :-1]], dim=1)
+        theirs = target_log_probs(hf_model, src, tgt_in, labels, hf=True)
+        mapped = [t.clone().apply_(to_mtkit.get) for t in (src, tgt_in, labels)]
+        torch.testing.assert_close(target_log_probs(ours, *mapped, hf=False), theirs, rtol=0, atol=1e-5)
+        sums.append(float(theirs.sum()))
+    save_model_file(tmp_path / "m.pt", model_file)
+    (tmp_path / "src").write_text("".join(f"{s}\n" for s in SOURCES), encoding="utf-8")
+    (tmp_path / "tgt").write_text("".join(f"{t}\n" for t in TARGETS), encoding="utf-8")
+    scored = run_mtkit("score", "-m", tmp_path / "m.pt", "--src", tmp_path / "src", "--tgt", tmp_path / "tgt",
+                       "--precision", "fp32")  # fmt: skip
+    assert scored.returncode == 0, scored.stderr.decode()
+    assert [float(line) for line in scored.stdout.decode().split()] == pytest.approx(sums, abs=1e-4)
+
+
+def test_import_reports_the_directory_s_vocabulary(marian_dir, tmp_path):
+    result = run_mtkit("import", marian_dir, "-o", tmp_path / "m.pt")
+    assert result.returncode == 0, result.stderr.decode()
+    rows = len(json.loads((marian_dir / "vocab.json").read_text()))
+    assert f" {rows:,} subwords (vocab.json's, and <s> for the decoder's start)" in result.stderr.decode()
+    model_file = load_model_file(tmp_path / "m.pt")
+    assert model_file.config.tgt_vocab_size == rows + 1
+    assert model_file.build_model().output.ids().tolist() == [i for i in range(rows + 1) if i != BOS_ID]
+
+
 def test_greedy_translations_are_transformers(imported, corpus):
     model_file, hf_model, tokenizer = imported
     sources = (corpus / "test.en").read_text().splitlines()[:10] + SOURCES
@@ -230,6 +273,9 @@ def test_the_imported_model_fine_tunes_and_exports_back(marian_dir, corpus, tmp_
             expected_logits = ours(src, tgt_in)
             got = hf_model(input_ids=src, decoder_input_ids=tgt_in).logits
             torch.testing.assert_close(got, expected_logits, rtol=0, atol=1e-4)
+            labels = torch.tensor([tgt_in[0, 1:].tolist() + [EOS_ID]])
+            theirs = target_log_probs(hf_model, src, tgt_in, labels, hf=True)
+            torch.testing.assert_close(target_log_probs(ours, src, tgt_in, labels, hf=False), theirs, rtol=0, atol=1e-4)
     ct2 = run_mtkit("export", "-m", tmp_path / "ft", "-o", tmp_path / "ct2")
     assert ct2.returncode == 0, ct2.stderr.decode()
     translated = run_mtkit("translate", "-m", tmp_path / "ct2", "--engine", "ctranslate2", "--beam", "1",

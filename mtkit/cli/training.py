@@ -133,5 +133,5 @@ def import_command(
     cfg = model_file.config
     console.info(
         f"wrote {output}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
-        f"{cfg.tgt_vocab_size:,} subwords; tokenizers {src} and {tgt}"
+        f"{cfg.tgt_vocab_size - 1:,} subwords (vocab.json's, and <s> for the decoder's start); tokenizers {src} and {tgt}"
     )
