@@ -8,9 +8,10 @@ is usually 0, <pad> the last id, and decoding starts from <pad>), so the vocabul
 <pad>, <unk>, <s> (the row of Marian's decoder-start token, its <pad> in OPUS-MT), </s>, then every
 other entry in Marian's order. <s> is a second copy of a row Marian has once, so the output layer
 never scores it (model.output_vocab = target, every id but <s>): mtkit's softmax is then MarianMT's,
-and scores, sampling and the fine-tuning loss are transformers' own. The weights are the inverse of mtkit.hf's export (the residual stream permuted
-back from sine/cosine blocks to interleaved sinusoids); the FFN's activation and final_logits_bias
-become model.activation and model.output_bias.
+and scores, sampling and the fine-tuning loss are transformers' own. The weights are the inverse of
+mtkit.hf's export (the residual stream permuted back from sine/cosine blocks to interleaved
+sinusoids); the FFN's activation and final_logits_bias become model.activation and
+model.output_bias.
 
 Tokenizers: each SentencePiece model becomes a tokenizers Unigram with its own pieces and scores
 and mtkit's ids. A joint vocabulary also holds the other side's pieces; they are stored with a

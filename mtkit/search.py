@@ -45,7 +45,8 @@ class SearchConfig:
     nbest: int = 1
     no_repeat_ngram: int = 0
     # The loop guard (mtkit.constraints): an n-gram of loop_ngram tokens occurs at most loop_repeats
-    # times in a translation (loop_ngram 0: no guard). Captions hold no 4-gram three times; runaways do.
+    # times in a translation (loop_ngram 0: no guard). None of the 31,014 German captions of Multi30k
+    # holds a 4-gram of words three times; runaways do.
     loop_ngram: int = 4
     loop_repeats: int = 2
     sample: bool = False
