@@ -188,7 +188,8 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
     """--quick keeps and averages the last 5 checkpoints; a full run that saved fewer than its 15
     (a shorter train.max_time, say) averages all it saved instead of failing after training. Quick
     mode keeps the label smoothing (0.1) it was measured with; the full recipe uses 0.2. Where this
-    machine trains in fp32, quick mode decays the learning rate linearly and says why."""
+    machine trains in fp32, quick mode trains without dropout, decays the learning rate linearly and
+    says so."""
     (tmp_path / "data").mkdir()
     data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
     out = tmp_path / "out"
@@ -199,6 +200,8 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
     assert (trained.keep_last, trained.label_smoothing) == (keep_last, label_smoothing)
     in_fp32 = mode == ["--quick"] and resolve_precision("auto", resolve_device("auto")) == "fp32"
     assert trained.lr_schedule == ("linear" if in_fp32 or not mode else "inverse_sqrt")
+    dropout = load_config(out / "run" / "config.yaml", []).model.dropout
+    assert dropout == (0.3 if not mode else 0.0 if in_fp32 else 0.1)
     assert ("quick mode trains transformer-narrow" in result.stderr.decode()) == in_fp32
     averaged = [Path(path).parts[-3:] for path in load_model_file(out / "model.pt").meta["averaged"]]
     assert averaged == [("run", "checkpoints", f"step_{step:08d}.pt") for step in averaged_steps]
