@@ -172,21 +172,8 @@ def test_ctranslate2_and_evaluate_write_the_same_single_lines(pushed, tmp_path):
     assert run_mtkit("export", "-m", model, "-o", tmp_path / "ct2").returncode == 0
     outputs = []
     for engine, path in (("pytorch", model), ("ctranslate2", tmp_path / "ct2")):
-        result = run_mtkit(
-            "translate",
-            "-m",
-            path,
-            "--engine",
-            engine,
-            "-i",
-            source,
-            "--beam",
-            "1",
-            "--precision",
-            "fp32",
-            "--loop-ngram",
-            "0",
-        )
+        result = run_mtkit("translate", "-m", path, "--engine", engine, "-i", source, "--beam", "1",
+                           "--precision", "fp32", "--loop-ngram", "0")  # fmt: skip
         assert result.returncode == 0, result.stderr.decode()
         outputs.append(result.stdout.decode())
         out = tmp_path / f"{engine}.de"
