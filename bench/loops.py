@@ -47,7 +47,7 @@ def main() -> None:
         sources = (args.data / f"{split}.{args.src}").read_text(encoding="utf-8").splitlines()
         references = (args.data / f"{split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
         outputs = {}
-        for guard, loop_ngram in (("off", 0), ("on", 4)):
+        for guard, loop_ngram in (("off", 0), ("on", SearchConfig.loop_ngram)):  # on: the defaults
             cfg = SearchConfig(beam=args.beam, lenpen=args.lenpen, loop_ngram=loop_ngram)
             translator = Translator(model_file, cfg, device="cpu", precision="fp32")
             started = time.perf_counter()

@@ -75,7 +75,8 @@ class SearchConfig:
 
     @property
     def loop_guard(self) -> tuple[int, int]:
-        return (self.loop_ngram, self.loop_repeats) if self.loop_ngram else (0, 0)
+        """(n, most) as mtkit.constraints.constrain takes it; n = 0: no guard."""
+        return (self.loop_ngram, self.loop_repeats)
 
 
 @dataclass
