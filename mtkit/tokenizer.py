@@ -1,13 +1,14 @@
 """Subword tokenizers: training, loading, and lossless encode/decode.
 
-A tokenizer is one Hugging Face `tokenizer.json`: NFKC normalisation, a Metaspace
-pre-tokenizer (spaces become "▁" and word starts are marked; with split_punctuation, every
+A tokenizer is one Hugging Face `tokenizer.json`: NFKC normalisation (or NFC, or none), a Metaspace
+pre-tokenizer (spaces become "▁" and word starts are marked; with split_scripts, text in a script
+written without spaces is cut into short pre-tokens (SCRIPT_PIECES); with split_punctuation, every
 punctuation character is also a piece of its own, as SentencePiece's script split and a
 Moses-tokenized subword-nmt pipeline keep it: "Straße." is "▁Straße" + ".", " (" is "▁("; a
 Unigram tokenizer also keeps "<" apart, so that typed "</s>" or "<0x41>" stay text),
 a BPE or Unigram model with byte fallback, and the decoder that undoes all of it. Byte
 fallback means that a character never seen in training is encoded as its UTF-8 bytes
-(`<0xC3><0xB4>`) rather than `<unk>`, so decode(encode(s)) gives back NFKC(s) for any text.
+(`<0xC3><0xB4>`) rather than `<unk>`, so decode(encode(s)) gives back normalize(s) for any text.
 """
 
 from __future__ import annotations
@@ -49,6 +50,25 @@ UNPRODUCED = "\x00"
 # Every character that ends a line for Python's str.splitlines (and "\n", "\r" for every other tool):
 # a translation holding one would break the one-line-in, one-line-out contract.
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+NORMALIZATIONS = {"nfkc": normalizers.NFKC, "nfc": normalizers.NFC, "none": None}
+# Chinese, Japanese, Thai, Lao, Khmer and Burmese put no spaces between words, so a Metaspace "word" there
+# is a whole clause, which BPE then learns from as one pre-token (slowly, and merging across words).
+# split_scripts cuts such text where its script changes and into short pieces, as SentencePiece's
+# split_by_unicode_script and OpenNMT Tokenizer's segment_alphabet do: every Han character alone (each is
+# a morpheme, as in character-level Chinese MT), runs of hiragana or of katakana of up to 8 characters,
+# and runs of up to 10 letters of the others, each letter with up to 2 combining marks (vowel signs, tone
+# marks) so that none is cut from its letter (marks with no letter before them: runs of up to 10). A
+# pre-token of these scripts thus holds at most 31 characters, the "▁" of a space before it included.
+# Space-delimited scripts are untouched.
+SCRIPT_PIECES = "|".join(
+    [
+        r"▁?\p{Han}\p{M}{0,2}",
+        r"▁?(?:\p{Hiragana}\p{M}{0,2}){1,8}",
+        r"▁?(?:[\p{Katakana}\x{30FC}]\p{M}{0,2}){1,8}",  # U+30FC, the prolonged sound mark, is of no one script
+        *(rf"▁?(?:[\p{{{script}}}&&\P{{M}}]\p{{M}}{{0,2}}){{1,10}}" for script in ("Thai", "Lao", "Khmer", "Myanmar")),
+        r"▁?[\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Hiragana}\p{Katakana}]{1,10}",  # marks without a letter
+    ]
+)
 
 
 class Tokenizer:
@@ -115,6 +135,15 @@ class Tokenizer:
     def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self._hf.decode_batch([list(row) for row in ids], skip_special_tokens=True)
 
+    def normalize(self, text: str) -> str:
+        """The text as this tokenizer's normalizer leaves it (NFKC, NFC, or as it is)."""
+        normalizer = self._hf.normalizer
+        return normalizer.normalize_str(text) if normalizer is not None else text
+
+    def pre_tokens(self, text: str) -> list[str]:
+        """The pieces the subword model segments: the normalized text, split by the pre-tokenizer."""
+        return [piece for piece, _ in self._hf.pre_tokenizer.pre_tokenize_str(self.normalize(text))]
+
     def tokens(self, line: str) -> list[str]:
         return self._hf.encode(line, add_special_tokens=False).tokens
 
@@ -157,12 +186,17 @@ class TokenizerReport:
     seconds: float
 
 
-def _blank_tokenizer(model: models.Model, split_punctuation: bool) -> HFTokenizer:
+def _blank_tokenizer(
+    model: models.Model, split_punctuation: bool, split_scripts: bool = True, normalization: str = "nfkc"
+) -> HFTokenizer:
     tokenizer = HFTokenizer(model)
-    tokenizer.normalizer = normalizers.NFKC()
+    if NORMALIZATIONS[normalization] is not None:
+        tokenizer.normalizer = NORMALIZATIONS[normalization]()
     steps = [pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)]
     if split_punctuation:  # each punctuation character alone, or with the "▁" of a space before it: "▁(", "."
         steps.append(pre_tokenizers.Split(Regex(r"▁?\p{P}"), behavior="isolated"))
+    if split_scripts:
+        steps.append(pre_tokenizers.Split(Regex(SCRIPT_PIECES), behavior="isolated"))
     if isinstance(model, models.Unigram):
         # A Unigram model segments a word into any pieces of its vocabulary, the special and byte
         # tokens included, so typed "</s>" or "<0x41>" would become them. Every such token starts
@@ -228,9 +262,13 @@ def train_tokenizer(
     split_punctuation: bool = False,
     max_lines: int = DEFAULT_MAX_LINES,
     tags: Sequence[str] = (),
+    split_scripts: bool = True,
+    normalization: str = "nfkc",
 ) -> TokenizerReport:
     """Train a subword tokenizer on raw text files and write it atomically to `output`;
-    split_punctuation: no subword joins a punctuation character to anything else; max_lines: train
+    split_punctuation: no subword joins a punctuation character to anything else; split_scripts:
+    text in scripts without spaces is cut into short pre-tokens (SCRIPT_PIECES); normalization: one
+    of NORMALIZATIONS, applied to all text before anything else (stored in the file); max_lines: train
     on a uniform sample of that many lines when the inputs hold more (0: on every line); tags: names
     of tag tokens (`bt` gives `<bt>`, for tagged back-translation) that text never produces."""
     if vocab_size < MIN_VOCAB_SIZE:
@@ -242,6 +280,8 @@ def train_tokenizer(
         raise MtkitError(f"--type {kind}: must be bpe or unigram")
     if max_lines < 0:
         raise MtkitError(f"--max-lines {max_lines}: must be a number of lines, or 0 for all of them")
+    if normalization not in NORMALIZATIONS:
+        raise MtkitError(f"--normalization {normalization}: must be one of {', '.join(NORMALIZATIONS)}")
     for path in inputs:
         check_input_file(path)
     check_output_file(output)
@@ -250,12 +290,14 @@ def train_tokenizer(
             raise MtkitError(f"--tag {tag!r}: a tag name is lowercase letters, digits and _")
     learned_size = vocab_size - len(BYTE_TOKENS) - len(set(tags))
     if kind == "bpe":
-        hf = _blank_tokenizer(models.BPE(unk_token=UNK, byte_fallback=True), split_punctuation)
+        hf = _blank_tokenizer(
+            models.BPE(unk_token=UNK, byte_fallback=True), split_punctuation, split_scripts, normalization
+        )
         trainer = trainers.BpeTrainer(
             vocab_size=learned_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
         )
     else:
-        hf = _blank_tokenizer(models.Unigram(), split_punctuation)
+        hf = _blank_tokenizer(models.Unigram(), split_punctuation, split_scripts, normalization)
         trainer = trainers.UnigramTrainer(
             vocab_size=learned_size, special_tokens=SPECIAL_TOKENS, unk_token=UNK, show_progress=False
         )

@@ -32,6 +32,16 @@ def train_tokenizer_command(
             help="Keep each punctuation character a subword of its own (no 'Straße.' beside 'Straße').",
         ),
     ] = False,
+    split_scripts: Annotated[
+        bool,
+        typer.Option(
+            "--split-scripts/--no-split-scripts",
+            help="Cut text in scripts without spaces (Chinese, Japanese, Thai, ...) into short pieces before subwords.",
+        ),
+    ] = True,
+    normalization: Annotated[
+        str, typer.Option("--normalization", help="Unicode normalization of all text: nfkc, nfc or none.")
+    ] = "nfkc",
     max_lines: Annotated[
         int,
         typer.Option(
@@ -51,7 +61,10 @@ def train_tokenizer_command(
     """
     from mtkit.tokenizer import train_tokenizer
 
-    report = train_tokenizer(inputs, output, vocab_size, kind, min_frequency, split_punctuation, max_lines, tags or [])
+    report = train_tokenizer(
+        inputs, output, vocab_size, kind, min_frequency, split_punctuation, max_lines, tags or [], split_scripts,
+        normalization,
+    )  # fmt: skip
     lines = (
         f"{report.lines:,}"
         if report.trained_on == report.lines
