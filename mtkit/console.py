@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -30,7 +31,7 @@ def info(message: str) -> None:
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True)
+    console.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True)
 
 
 class LineProgress:

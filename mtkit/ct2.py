@@ -166,6 +166,7 @@ class CTranslate2Translator(TextTranslator):
         self.batch_size = batch_size
         self.meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))  # "source": the model's meta
         self.max_positions = self.meta["max_positions"]
+        self.model_meta = self.meta.get("source", {})
 
     def _search(
         self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None

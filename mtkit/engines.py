@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mtkit.errors import MtkitError
 from mtkit.search import SearchConfig
+from mtkit.sentences import require_splitter
 from mtkit.translate import TextTranslator, Translator
 
 COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -21,8 +22,32 @@ def make_translator(
     batch_size: int,
     max_tokens: int,
     cuda_graphs: bool = False,
+    split_sentences: bool = False,
+    max_source_len: int = 0,
 ) -> TextTranslator:
-    """The engine's translator for one model, or (PyTorch) for an ensemble of several."""
+    """The engine's translator for one model, or (PyTorch) for an ensemble of several; lines cut into
+    sentences with split_sentences, and lines longer than max_source_len subwords (0: the model's
+    training limit) into pieces (mtkit.sentences)."""
+    if split_sentences:
+        require_splitter()  # before the model loads
+    translator = _engine_translator(
+        engine, models, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs
+    )
+    translator.set_segmenter(split_sentences, max_source_len)
+    return translator
+
+
+def _engine_translator(
+    engine: str,
+    models: list[Path],
+    checkpoint: str,
+    cfg: SearchConfig,
+    device: str,
+    precision: str,
+    batch_size: int,
+    max_tokens: int,
+    cuda_graphs: bool,
+) -> TextTranslator:
     if engine == "pytorch":
         from mtkit.checkpoint import load_model_file
         from mtkit.ensemble import check_compatible

@@ -191,7 +191,8 @@ class Trainer:
             return
         weights, step = self.model.state_dict(), self.progress.step
         meta = {"step": step, "epoch": self.progress.epoch, "data_dir": str(self.data_dir.resolve()),
-                "src_lang": self.train_data.src_lang, "tgt_lang": self.train_data.tgt_lang}  # fmt: skip
+                "src_lang": self.train_data.src_lang, "tgt_lang": self.train_data.tgt_lang,
+                "max_len": self.manifest.get("cleaning", {}).get("max_len", 0)}  # fmt: skip
         state = {"config": self.config.to_dict(), "model": weights, "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict() if self.scaler else None, "progress": vars(self.progress),
                  "rng": rng_states, "data_dir": str(self.data_dir.resolve()),

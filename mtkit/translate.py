@@ -25,6 +25,7 @@ from mtkit.graphed_decoding import GraphedDecoder, check_device
 from mtkit.model import Transformer
 from mtkit.packed import cast_linear_weights, pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
+from mtkit.sentences import Segmenter
 from mtkit.textio import iter_lines, line_bytes
 from mtkit.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 
@@ -79,7 +80,27 @@ class TextTranslator:
 
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+    model_meta: dict[str, Any] = {}  # the model file's meta: its languages and training lengths
     warn_long_lines = True
+    lines_in_pieces = 0  # lines longer than the segmenter's max_len, so far
+    _segmenter: Segmenter | None = None
+
+    @property
+    def segmenter(self) -> Segmenter:
+        """How lines are cut into pieces (mtkit.sentences): at most the model's training length."""
+        if self._segmenter is None:
+            self.set_segmenter()
+        return self._segmenter
+
+    def set_segmenter(self, split_sentences: bool = False, max_len: int = 0) -> None:
+        """split_sentences: translate each line sentence by sentence; max_len: the most subwords
+        translated as one piece (0: the model's training data's length limit)."""
+        meta = self.model_meta
+        trained = meta.get("max_len") or MAX_SOURCE_TOKENS  # 0: the data had no limit
+        self._segmenter = Segmenter(
+            self.src_tokenizer, max_len or min(trained, MAX_SOURCE_TOKENS), split_sentences, meta.get("src_lang"),
+            meta.get("tgt_lang"),
+        )  # fmt: skip
 
     def _search(
         self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
@@ -96,42 +117,59 @@ class TextTranslator:
     ) -> list[NbestList]:
         """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
 
-        `prefixes`: per line, text every translation must begin with ("" for none). A line longer
-        than MAX_SOURCE_TOKENS subwords is translated from its first MAX_SOURCE_TOKENS, with a
-        warning that names it (lines count from first_line). on_line(i, n-best) is called once
-        per line, as soon as that line's translation is known (before the others, where the
-        engine finishes sentences one by one). `encoded`: each line's subword ids, where the caller
-        has already encoded the stripped lines (a server costs its requests by them).
+        Each line is translated in the pieces of self.segmenter (one, unless the line is long or
+        sentences are split), and a warning names each long line (lines count from first_line).
+        `prefixes`: per line, text every translation must begin with ("" for none; its first piece's).
+        on_line(i, n-best) is called once per line, as soon as that line's translation is known
+        (before the others, where the engine finishes sentences one by one). `encoded`: each line's
+        subword ids, where the caller has already encoded the stripped lines (a server costs its
+        requests by them).
         """
+        segmenter = self.segmenter
         stripped = [line.strip() for line in lines]
         wanted = [i for i, line in enumerate(stripped) if line]
         if encoded is None:
             ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
         else:
             ids = [list(encoded[i]) for i in wanted]
-        forced = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted]) if prefixes else None
-        for i, row in zip(wanted, ids):
-            if len(row) > MAX_SOURCE_TOKENS and self.warn_long_lines:
-                warn(
-                    f"line {first_line + i}: {len(row):,} subwords, more than {MAX_SOURCE_TOKENS:,}: "
-                    f"translating its first {MAX_SOURCE_TOKENS:,}"
-                )
+        pieces = segmenter.pieces([stripped[i] for i in wanted], ids)
+        for i, row, parts in zip(wanted, ids, pieces):
+            if len(row) > segmenter.max_len:
+                self.lines_in_pieces += 1
+                if self.warn_long_lines:
+                    warn(
+                        f"line {first_line + i}: {len(row):,} subwords, more than {segmenter.max_len:,}: "
+                        f"translated in {len(parts)} pieces"
+                    )
+        owner = [j for j, parts in enumerate(pieces) for _ in parts]  # the j-th non-blank line of each piece
+        starts = [0]  # the first piece of each non-blank line
+        for parts in pieces:
+            starts.append(starts[-1] + len(parts))
+        forced = None
+        if prefixes:
+            encoded_prefixes = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted])
+            forced = [encoded_prefixes[j] if k == starts[j] else [] for k, j in enumerate(owner)]
         out: list[NbestList] = [[] for _ in lines]
-        delivered = [False] * len(wanted)
+        found: list[NbestList | None] = [None] * len(owner)
+        waiting = [len(parts) for parts in pieces]
 
-        def finish(j: int, hyps: list[Hypothesis]) -> None:  # j: the j-th non-blank line
-            out[wanted[j]] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
-            delivered[j] = True
-            if on_line:
-                on_line(wanted[j], out[wanted[j]])
+        def finish(k: int, hyps: list[Hypothesis]) -> None:  # k: the k-th piece
+            found[k] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
+            j = owner[k]
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                out[wanted[j]] = segmenter.join(found[starts[j] : starts[j + 1]])
+                if on_line:
+                    on_line(wanted[j], out[wanted[j]])
 
         for i, line in enumerate(stripped):
             if on_line and not line:
                 on_line(i, [])
-        found = self._search([row[:MAX_SOURCE_TOKENS] for row in ids], forced, finish if on_line else None)
-        for j, hyps in enumerate(found):
-            if not delivered[j]:
-                finish(j, hyps)
+        flat = [piece for parts in pieces for piece in parts]
+        results = self._search(flat, forced, finish if on_line else None)
+        for k, hyps in enumerate(results):
+            if found[k] is None:
+                finish(k, hyps)
         return out
 
     def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:
@@ -182,6 +220,7 @@ class Translator(TextTranslator):
         cfg.validate()
         files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
         self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
+        self.model_meta = files[0].meta
         self.cfg = without_line_breaks(cfg, self.tgt_tokenizer)
         self.device = resolve_device(device)
         if cuda_graphs:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Annotated, NoReturn
 
 import typer
+from rich.markup import escape
 
 from mtkit import __version__, console
 from mtkit.errors import MtkitError
@@ -77,8 +78,8 @@ def handle_errors(command: Callable) -> Callable:
 
 
 def _fail(message: str) -> NoReturn:
-    """One red line on stderr, and exit code 1."""
-    console.console.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True, highlight=False)
+    """One red line on stderr, and exit code 1 (the message as it is: `pip install 'mtkit[serve]'` is no markup)."""
+    console.console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
     raise typer.Exit(1) from None
 
 

@@ -30,6 +30,14 @@ LoopNgramOption = Annotated[
     ),
 ]
 LoopRepeatsOption = Annotated[int, typer.Option(help="Loop guard: the most times one n-gram may occur.")]
+SplitSentencesOption = Annotated[
+    bool,
+    typer.Option("--split-sentences", help="Translate each line sentence by sentence (pip install 'mtkit[text]')."),
+]
+MaxSourceLenOption = Annotated[
+    int,
+    typer.Option(help="Translate lines of more subwords in pieces, at sentence ends (0: the model's training limit)."),
+]
 BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]

@@ -24,12 +24,14 @@ from mtkit.cli.options import (
     LoopRepeatsOption,
     MaxLenAOption,
     MaxLenBOption,
+    MaxSourceLenOption,
     MaxTokensOption,
     MinLenOption,
     ModelOption,
     ModelsOption,
     NoRepeatOption,
     PrecisionOption,
+    SplitSentencesOption,
     input_lines,
     search_config,
 )
@@ -72,6 +74,8 @@ def translate(
     prefix_in_input: Annotated[
         bool, typer.Option(help="Input lines are source<TAB>prefix: the translation begins with the prefix.")
     ] = False,
+    split_sentences: SplitSentencesOption = False,
+    max_source_len: MaxSourceLenOption = 0,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -107,6 +111,8 @@ def translate(
     )
     if alignment and (engine != "pytorch" or len(model) > 1):
         raise MtkitError("--alignment needs one model and --engine pytorch")
+    if alignment and split_sentences:
+        raise MtkitError("--alignment and --split-sentences exclude each other: an alignment is of one sentence")
     if prefix_file and prefix_in_input:
         raise MtkitError("--prefix-file and --prefix-in-input: give one of them")
     if prefix_file:
@@ -115,7 +121,10 @@ def translate(
         check_input_file(input)  # before the model loads
     if output:
         check_output_file(output)
-    translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
+    translator = make_translator(
+        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
+        max_source_len,
+    )  # fmt: skip
     interactive = input is None and sys.stdin.isatty()
     lines = paired_with_prefixes(input_lines(input), str(input or "stdin"), prefix_file, prefix_in_input)
     with_prefixes = bool(prefix_file or prefix_in_input)
@@ -132,6 +141,16 @@ def translate(
         console.info(f"wrote {n:,} translations to {output}")
     else:
         write_all(sys.stdout)
+    report_pieces(translator)
+
+
+def report_pieces(translator) -> None:
+    """The count of lines translated in pieces for being long, on stderr."""
+    if translator.lines_in_pieces:
+        console.warn(
+            f"{translator.lines_in_pieces:,} lines longer than {translator.segmenter.max_len:,} subwords "
+            "(--max-source-len) were translated in pieces"
+        )
 
 
 @app.command()
@@ -158,6 +177,8 @@ def evaluate(
     no_repeat_ngram: NoRepeatOption = 0,
     loop_ngram: LoopNgramOption = 4,
     loop_repeats: LoopRepeatsOption = 2,
+    split_sentences: SplitSentencesOption = False,
+    max_source_len: MaxSourceLenOption = 0,
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
     engine: EngineOption = "pytorch",
@@ -199,10 +220,12 @@ def evaluate(
     else:
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
-            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs
-        )
+            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
+            max_source_len,
+        )  # fmt: skip
         started = time.perf_counter()  # translation only, not model loading
         hypotheses = translator.translate(sources)
+        report_pieces(translator)
     seconds = time.perf_counter() - started
     if output:
         from mtkit.textio import write_text_atomic
