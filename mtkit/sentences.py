@@ -71,6 +71,14 @@ def default_splitter(lang: str | None) -> SentenceSplitter:
     return SentenceSplitter(lang)
 
 
+def segmenter_for(tokenizer: Tokenizer, meta: dict, split_sentences: bool = False, max_len: int = 0) -> Segmenter:
+    """The Segmenter of a model with this source tokenizer and meta (its languages, and "max_len", the
+    training data's length limit: the default max_len, 0 or none meaning MAX_SOURCE_TOKENS)."""
+    trained = meta.get("max_len") or MAX_SOURCE_TOKENS
+    default = min(trained, MAX_SOURCE_TOKENS)
+    return Segmenter(tokenizer, max_len or default, split_sentences, meta.get("src_lang"), meta.get("tgt_lang"))
+
+
 @dataclass
 class Segmenter:
     """Cuts lines into pieces (see the module's docstring) for one model's tokenizer and languages."""

@@ -1,10 +1,12 @@
 """`mtkit serve`: a model behind HTTP, with dynamic batching, back-pressure and Prometheus metrics.
 
 Endpoints (JSON in and out; every error is {"error": "..."}):
-  POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?}
-                      -> {"translations": [...]}, one item per text: the translation, or with
-                      nbest > 1 or alignment a list of {"text", "score"[, "alignment"]}, best first
-                      (an empty list for a blank text), as `mtkit translate` prints them
+  POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?,
+                      "split_sentences"?} -> {"translations": [...]}, one item per text: the
+                      translation, or with nbest > 1 or alignment a list of {"text", "score"[,
+                      "alignment"]}, best first (an empty list for a blank text), as `mtkit
+                      translate` prints them; split_sentences: translate each text sentence by
+                      sentence (default: serve --split-sentences)
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
   GET  /languages     LibreTranslate's: the model's pair, [{"code", "name", "targets"}, ...]
@@ -65,6 +67,7 @@ def create_app(service: Service):
         nbest: int | None = None
         lenpen: float | None = None
         alignment: bool = False
+        split_sentences: bool | None = None
 
     class LibreTranslateRequest(BaseModel):
         q: str | list[str]
@@ -106,7 +109,7 @@ def create_app(service: Service):
     @app.post("/v1/translate")
     async def translate(body: TranslateRequest, request: Request):
         options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
-        return {"translations": await service.run(request, _texts(body.text), options)}
+        return {"translations": await service.run(request, _texts(body.text), options, body.split_sentences)}
 
     @app.post("/translate")
     async def translate_libretranslate(request: Request):

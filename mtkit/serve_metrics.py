@@ -115,8 +115,8 @@ class ObservedApp:
                 "ms": round(1000 * seconds, 1),
                 "sentences": state.get("sentences", 0),
             }
-            if state.get("cut"):
-                record["cut"] = state["cut"]  # texts translated from their first MAX_SOURCE_TOKENS subwords
+            if state.get("long"):
+                record["long"] = state["long"]  # texts longer than --max-source-len: translated in pieces
             sys.stderr.write(json.dumps(record) + "\n")
             sys.stderr.flush()
             if in_flight:

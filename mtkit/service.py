@@ -4,14 +4,15 @@
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mtkit.console import warn
 from mtkit.dynamic_batching import Batcher, Job, QueueFull
 from mtkit.errors import MtkitError
-from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
+from mtkit.search import SearchConfig
+from mtkit.sentences import Segmenter, require_splitter, segmenter_for
 from mtkit.serve_metrics import Metrics
 from mtkit.textio import sha256_file
 from mtkit.tokenizer import Tokenizer
@@ -57,6 +58,8 @@ class ServeConfig:
     max_wait_ms: float = 20.0
     max_queue: int = 2048
     max_chars: int = 20000
+    split_sentences: bool = False  # the requests' default
+    max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars"):
@@ -73,6 +76,7 @@ class ModelInfo:
     engine: str
     source_language: str | None
     target_language: str | None
+    meta: dict[str, Any] = field(default_factory=dict)  # the model file's: languages, training lengths
 
 
 class RequestError(Exception):
@@ -109,6 +113,21 @@ class Service:
         )  # fmt: skip
         self.ready = False
         self.checksum = sha256_file(info.path)
+        if cfg.split_sentences:
+            require_splitter("serve --split-sentences")
+        self._segmenters: dict[bool, Segmenter] = {
+            False: segmenter_for(self.src_tokenizer, info.meta, False, cfg.max_source_len)
+        }
+
+    def segmenter(self, split_sentences: bool) -> Segmenter:
+        """How texts are cut into the pieces translated one by one (mtkit.sentences)."""
+        if split_sentences not in self._segmenters:
+            try:
+                require_splitter("split_sentences")
+            except MtkitError as err:
+                raise RequestError(422, f"{err} (on the server)") from None
+            self._segmenters[True] = segmenter_for(self.src_tokenizer, self.info.meta, True, self.cfg.max_source_len)
+        return self._segmenters[split_sentences]
 
     def defaults(self) -> Options:
         return Options(self.base_cfg.beam, 1, self.base_cfg.lenpen, False)
@@ -130,22 +149,23 @@ class Service:
 
     def _build(self) -> None:
         self.translator = self._make_translator()
-        self.translator.warn_long_lines = False  # a server's "line N" would mean nothing; requests log cuts
+        # Requests come cut into pieces of at most the service's max_len: the translator keeps them whole.
+        self.translator.set_segmenter(False, self._segmenters[False].max_len)
 
     def _translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Any], None]) -> None:
-        """On the worker thread: one batch, with its options; each text's result is delivered as
+        """On the worker thread: one batch, with its options; each piece's result is delivered as
         soon as its translation is finished."""
         texts = [s.text for s in sentences]
         self._translator_for(options).translate_hypotheses(
             texts,
-            on_line=lambda i, nbest_list: deliver(i, self._answer(texts[i], options, nbest_list)),
+            on_line=lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list)),
             encoded=[s.ids for s in sentences],
         )
 
     def _open_stream(self, options: Options, deliver: Callable[[int, Any], None]) -> SentenceStream | None:
         """On the worker thread: a running search for continuous batching, where the engine has one."""
         stream = self._translator_for(options).open_stream(
-            lambda key, line, nbest_list: deliver(key, self._answer(line, options, nbest_list))
+            lambda key, line, nbest_list: deliver(key, self._result(line, options, nbest_list))
         )
         return SentenceStream(stream) if stream is not None else None
 
@@ -157,18 +177,27 @@ class Service:
         )
         return self.translator
 
-    def _answer(self, line: str, options: Options, nbest_list: NbestList) -> Any:
+    def _result(self, line: str, options: Options, nbest_list: NbestList) -> tuple[NbestList, list[str] | None]:
+        """On the worker thread: a piece's n-best, and with alignment each hypothesis's alignment."""
+        if not options.alignment:
+            return nbest_list, None
+        return nbest_list, [self.translator.alignment(line, h) for h, _ in nbest_list]
+
+    @staticmethod
+    def _answer(options: Options, nbest_list: NbestList, alignments: list[str] | None) -> Any:
         """One text's entry in "translations": the text, or its n-best (with alignments)."""
         if options.nbest == 1 and not options.alignment:
             return nbest_list[0][1] if nbest_list else ""
         hyps = [{"text": t, "score": h.score} for h, t in nbest_list]
-        if options.alignment:
-            for entry, (h, _) in zip(hyps, nbest_list):
-                entry["alignment"] = self.translator.alignment(line, h)
+        for entry, alignment in zip(hyps, alignments or []):
+            entry["alignment"] = alignment
         return hyps
 
-    def jobs(self, texts: Sequence[str], options: Options) -> tuple[list[Job], int]:
-        """A job per text, and how many texts are longer than MAX_SOURCE_TOKENS (translated cut)."""
+    def jobs(
+        self, texts: Sequence[str], options: Options, split_sentences: bool = False
+    ) -> tuple[list[Job], list[int], int]:
+        """A job per piece of each text (mtkit.sentences: one, unless the text is long or sentences
+        are split), each text's number of pieces, and how many texts were long."""
         chars = sum(len(t) for t in texts)
         if chars > self.cfg.max_chars:
             raise RequestError(
@@ -178,16 +207,31 @@ class Service:
             raise RequestError(422, "text: give at least one")
         if len(texts) > self.cfg.max_queue:
             raise RequestError(413, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)")
-        encoded = self.src_tokenizer.encode_batch([t.strip() for t in texts])
-        jobs = [
-            Job(Sentence(text, ids), min(len(ids), MAX_SOURCE_TOKENS) + 1, options) for text, ids in zip(texts, encoded)
-        ]
-        return jobs, sum(len(ids) > MAX_SOURCE_TOKENS for ids in encoded)
+        segmenter = self.segmenter(split_sentences)
+        stripped = [t.strip() for t in texts]
+        encoded = self.src_tokenizer.encode_batch(stripped)
+        wanted = [i for i, text in enumerate(stripped) if text]
+        cut = dict(zip(wanted, segmenter.pieces([stripped[i] for i in wanted], [encoded[i] for i in wanted])))
+        pieces = [cut.get(i, [ids]) for i, ids in enumerate(encoded)]
+        if options.alignment and any(len(p) > 1 for p in pieces):
+            n = next(i for i, p in enumerate(pieces) if len(p) > 1)
+            raise RequestError(
+                422, f"alignment: text {n} is translated in {len(pieces[n])} pieces; an alignment is of one"
+            )
+        jobs = []
+        for text, parts in zip(texts, pieces):
+            piece_texts = [text] if len(parts) == 1 else self.src_tokenizer.decode_batch(parts)
+            jobs += [Job(Sentence(t, ids), len(ids) + 1, options) for t, ids in zip(piece_texts, parts)]
+        return jobs, [len(parts) for parts in pieces], sum(len(ids) > segmenter.max_len for ids in encoded)
 
-    async def run(self, request, texts: Sequence[str], options: Options) -> list[Any]:
-        """Queue the texts and wait for their translations; drop them if the client goes away."""
-        jobs, cut = self.jobs(texts, options)
-        request.state.sentences, request.state.cut = len(jobs), cut
+    async def run(
+        self, request, texts: Sequence[str], options: Options, split_sentences: bool | None = None
+    ) -> list[Any]:
+        """Queue the texts' pieces and wait for their translations; drop them if the client goes away.
+        split_sentences: None for the server's default."""
+        split = self.cfg.split_sentences if split_sentences is None else split_sentences
+        jobs, counts, long = self.jobs(texts, options, split)
+        request.state.sentences, request.state.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
         except QueueFull as err:
@@ -199,11 +243,24 @@ class Service:
         finally:
             gone.cancel()
         if waiting in done:
-            return waiting.result()
+            return self._joined(waiting.result(), counts, options)
         for future in futures:
             future.cancel()
         waiting.cancel()
         raise RequestError(499, "the client closed the connection")
+
+    def _joined(
+        self, results: list[tuple[NbestList, list[str] | None]], counts: list[int], options: Options
+    ) -> list[Any]:
+        """Each text's answer from its pieces' results, in order."""
+        answers, start = [], 0
+        segmenter = self._segmenters[False]
+        for count in counts:
+            parts = results[start : start + count]
+            start += count
+            alignments = parts[0][1] if count == 1 else None
+            answers.append(self._answer(options, segmenter.join([nbest for nbest, _ in parts]), alignments))
+        return answers
 
     def warm_up(self) -> Future:
         """Translate one sentence through the batcher; /ready says yes once it is back."""

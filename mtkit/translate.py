@@ -25,7 +25,7 @@ from mtkit.graphed_decoding import GraphedDecoder, check_device
 from mtkit.model import Transformer
 from mtkit.packed import cast_linear_weights, pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
-from mtkit.sentences import Segmenter
+from mtkit.sentences import Segmenter, segmenter_for
 from mtkit.textio import iter_lines, line_bytes
 from mtkit.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 
@@ -95,12 +95,7 @@ class TextTranslator:
     def set_segmenter(self, split_sentences: bool = False, max_len: int = 0) -> None:
         """split_sentences: translate each line sentence by sentence; max_len: the most subwords
         translated as one piece (0: the model's training data's length limit)."""
-        meta = self.model_meta
-        trained = meta.get("max_len") or MAX_SOURCE_TOKENS  # 0: the data had no limit
-        self._segmenter = Segmenter(
-            self.src_tokenizer, max_len or min(trained, MAX_SOURCE_TOKENS), split_sentences, meta.get("src_lang"),
-            meta.get("tgt_lang"),
-        )  # fmt: skip
+        self._segmenter = segmenter_for(self.src_tokenizer, self.model_meta, split_sentences, max_len)
 
     def _search(
         self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None

@@ -184,3 +184,18 @@ def test_a_limit_beyond_the_positions_is_refused(tokenizer):
         Segmenter(tokenizer, max_len=5000)
     with pytest.raises(MtkitError, match="--max-source-len 3: must be between 4 and"):
         Segmenter(tokenizer, max_len=3)
+
+
+def test_a_document_keeps_its_paragraphs(trained_run, tmp_path):
+    """Paragraphs one per line, separated by blank lines: one output line per input line, the blank
+    ones blank, each paragraph translated sentence by sentence."""
+    document = [" ".join(SENTENCES[0:3]), "", " ".join(SENTENCES[3:5]), "", "", SENTENCES[5], ""]
+    source = write_lines(tmp_path / "doc.en", document)
+    result = run_mtkit("translate", "-m", trained_run, "-i", source, "--beam", "1", "--split-sentences")
+    assert result.returncode == 0, result.stderr.decode()
+    out = result.stdout.decode().split("\n")
+    assert len(out) == len(document) + 1 and out[-1] == ""
+    assert [line == "" for line in out[:-1]] == [line == "" for line in document]
+    alone = run_mtkit("translate", "-m", trained_run, "--beam", "1", stdin="\n".join(SENTENCES[:6]).encode() + b"\n")
+    sentences = alone.stdout.decode().splitlines()
+    assert out[0] == " ".join(sentences[0:3]) and out[2] == " ".join(sentences[3:5]) and out[5] == sentences[5]

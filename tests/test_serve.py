@@ -402,8 +402,9 @@ def test_each_text_is_encoded_once_and_translated_as_offline(trained_run, senten
     service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
     service.batcher.start()
     try:
-        jobs, _ = service.jobs(sentences[:6], service.defaults())
-        results = [future.result(600) for future in service.batcher.submit(jobs)]
+        jobs, counts, _ = service.jobs(sentences[:6], service.defaults())
+        pieces = [future.result(600) for future in service.batcher.submit(jobs)]
+        results = service._joined(pieces, counts, service.defaults())
     finally:
         service.batcher.stop()
     assert results == expected
@@ -440,3 +441,29 @@ def test_a_libretranslate_client_library_works_unchanged(server, trained_run, se
     assert [client.translate(line, "en", "de") for line in sentences[:3]] == expected
     assert server.post("/detect", json={"q": sentences[:2]}).json() == [[{"confidence": 100.0, "language": "en"}]] * 2
     assert server.post("/detect", json={}).status_code == 400
+
+
+def test_texts_are_translated_in_pieces_as_translate_translates_them(trained_run, sentences, tmp_path):
+    """split_sentences per request (default: serve --split-sentences), and texts longer than
+    --max-source-len in pieces: the answers are `mtkit translate`'s lines with the same options;
+    the request log counts the long texts; an alignment of a text in pieces is refused."""
+    paragraphs = [" ".join(sentences[i : i + 3]) for i in range(0, 9, 3)] + ["", sentences[9]]
+    long = " ".join(sentences[:30])
+    split = offline(trained_run, paragraphs, "--split-sentences", "--max-source-len", "80")
+    whole = offline(trained_run, paragraphs + [long], "--max-source-len", "80")
+    server = Server(trained_run, tmp_path / "serve.log", "--split-sentences", "--max-source-len", "80")
+    try:
+        assert server.post("/v1/translate", json={"text": paragraphs}).json() == {"translations": split}
+        answer = server.post("/v1/translate", json={"text": paragraphs + [long], "split_sentences": False})
+        assert answer.json() == {"translations": whole}
+        answer = server.post("/translate", json={"q": paragraphs, "source": "en", "target": "de"})
+        assert answer.json() == {"translatedText": split}
+        refused = server.post("/v1/translate", json={"text": [sentences[0], long], "alignment": True})
+        assert refused.status_code == 422 and "text 1 is translated in" in refused.json()["error"]
+        wait_until(server.settled, "the requests logged")
+    finally:
+        assert server.stop() == 0
+    log = [json.loads(line) for line in (tmp_path / "serve.log").read_text().splitlines() if line.startswith("{")]
+    translated = [record for record in log if record["path"] == "/v1/translate" and record["status"] == 200]
+    assert [record.get("long", 0) for record in translated] == [0, 1]
+    assert translated[0]["sentences"] == 9 + 1 + 1  # three paragraphs of three sentences, a blank, one sentence

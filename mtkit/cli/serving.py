@@ -20,6 +20,7 @@ from mtkit.cli.options import (
     LoopRepeatsOption,
     MaxLenAOption,
     MaxLenBOption,
+    MaxSourceLenOption,
     MinLenOption,
     ModelOption,
     NoRepeatOption,
@@ -54,6 +55,14 @@ def serve(
     no_repeat_ngram: NoRepeatOption = 0,
     loop_ngram: LoopNgramOption = 4,
     loop_repeats: LoopRepeatsOption = 2,
+    split_sentences: Annotated[
+        bool,
+        typer.Option(
+            "--split-sentences",
+            help="Translate texts sentence by sentence unless a request says otherwise (mtkit[text]).",
+        ),
+    ] = False,
+    max_source_len: MaxSourceLenOption = 0,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
@@ -75,7 +84,7 @@ def serve(
     _require_extra()
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
-    serve_cfg = ServeConfig(max_batch_tokens, max_wait_ms, max_queue, max_chars)
+    serve_cfg = ServeConfig(max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len)
     serve_cfg.validate()
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     make, tokenizers, info = _load(
@@ -102,7 +111,7 @@ def _load(
     if engine == "ctranslate2":
         translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
         meta = translator.meta.get("source", {})
-        info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang"))
+        info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang"), meta)
         return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
     if engine != "pytorch":
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
@@ -118,7 +127,7 @@ def _load(
     path = resolve_model_path(model, checkpoint)
     model_file = load_model_file(path)
     meta = model_file.meta
-    info = ModelInfo(path.name, path, engine, meta.get("src_lang"), meta.get("tgt_lang"))
+    info = ModelInfo(path.name, path, engine, meta.get("src_lang"), meta.get("tgt_lang"), meta)
 
     def make() -> Translator:
         return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
