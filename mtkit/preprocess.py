@@ -18,10 +18,12 @@ from mtkit import __version__, console
 from mtkit.data import MANIFEST, SentenceWriter, ids_dtype, sample_split
 from mtkit.dedup import DigestSet, pair_digests
 from mtkit.errors import MtkitError
+from mtkit.langid import check_known, numbers, probability, require_langid, script_share
 from mtkit.textio import atomic_directory, iter_lines, line_bytes, progress_size
 from mtkit.tokenizer import Tokenizer
 
 CHUNK_LINES = 20_000
+DROP_REASONS = ("empty", "too_long", "ratio", "duplicate", "copy", "numbers", "script", "language")
 BACK_TRANSLATION_TAG = "bt"  # the tokenizer's <bt> (train-tokenizer --tag bt) starts back-translated sources
 
 
@@ -46,6 +48,26 @@ class CleaningRules:
     max_len: int = 250  # subword tokens on either side; 0 = no limit
     max_ratio: float = 3.0  # longer side / shorter side in subword tokens; 0 = no limit
     dedup: bool = False
+    # Noise filters (mtkit.langid), each off by default:
+    langid: bool = False  # drop a pair where a side's language has probability below langid_min_prob
+    langid_min_prob: float = 0.05
+    min_script_share: float = 0.0  # drop a pair where a side has fewer of its letters in its language's scripts
+    drop_copies: bool = False  # drop a pair whose target is its source (case and spaces aside)
+    check_numbers: bool = False  # drop a pair whose sides write different numbers
+
+    def validate(self, src_lang: str, tgt_lang: str) -> None:
+        if self.max_len < 0:
+            raise MtkitError(f"--max-len {self.max_len}: must not be negative (0: no limit)")
+        if self.max_ratio < 0:
+            raise MtkitError(f"--max-ratio {self.max_ratio:g}: must not be negative (0: off)")
+        if not 0 <= self.min_script_share <= 1:
+            raise MtkitError(f"--min-script-share {self.min_script_share:g}: must be in [0, 1] (0: off)")
+        if not 0 < self.langid_min_prob < 1:
+            raise MtkitError(f"--langid-min-prob {self.langid_min_prob:g}: must be in (0, 1)")
+        if self.langid:
+            require_langid("--langid")
+            for lang in (src_lang, tgt_lang):
+                check_known(lang, f"--langid with language {lang}")
 
 
 @dataclass
@@ -72,7 +94,7 @@ class SplitReport:
     kept: int = 0
     src_tokens: int = 0
     tgt_tokens: int = 0
-    dropped: dict[str, int] = field(default_factory=lambda: {"empty": 0, "too_long": 0, "ratio": 0, "duplicate": 0})
+    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
 
 
 def _paired_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
@@ -105,6 +127,19 @@ def _drop_reason(src: list[int], tgt: list[int], rules: CleaningRules) -> str | 
     return None
 
 
+def _noise_reason(texts: tuple[str, str], langs: tuple[str, str], rules: CleaningRules) -> str | None:
+    """Why the noise filters drop a pair of texts in languages `langs`, or None (cheapest test first)."""
+    if rules.drop_copies and "".join(texts[0].split()).casefold() == "".join(texts[1].split()).casefold():
+        return "copy"
+    if rules.check_numbers and numbers(texts[0]) != numbers(texts[1]):
+        return "numbers"
+    if rules.min_script_share and min(map(script_share, texts, langs)) < rules.min_script_share:
+        return "script"
+    if rules.langid and min(map(probability, texts, langs)) < rules.langid_min_prob:
+        return "language"
+    return None
+
+
 def _encode_split(
     paths: list[Path],
     writers: tuple[SentenceWriter, SentenceWriter],
@@ -114,12 +149,14 @@ def _encode_split(
     raw: list[Path] | None = None,
     samples: list[tuple[tuple[SentenceWriter, SentenceWriter], tuple[Tokenizer, Tokenizer]]] | None = None,
     tag: int | None = None,
+    langs: tuple[str, str] | None = None,
 ) -> SplitReport:
     """Encode one split; `rules` None keeps every line (valid/test). With `raw` (source and target
     paths), the lines are also kept there as plain UTF-8 text, from the same single read. With
     `samples` ((writers, dropout tokenizers) per sample, the first being `writers`), each kept pair
     is encoded again for every sample; the plain encoding only decides what is kept. With `tag`,
-    every kept source starts with that id (the cleaning rules see the sentence without it)."""
+    every kept source starts with that id (the cleaning rules see the sentence without it). With
+    `langs` (source and target language), the rules' noise filters apply too."""
     report = SplitReport()
     tagged = (lambda ids: [[tag, *s] for s in ids]) if tag is not None else (lambda ids: ids)
     seen = DigestSet()
@@ -137,6 +174,10 @@ def _encode_split(
             tgts = [t.strip() if strip else t for _, t in chunk]
             src_ids, tgt_ids = tokenizers[0].encode_batch(srcs), tokenizers[1].encode_batch(tgts)
             reasons = [_drop_reason(src, tgt, rules) if rules else None for src, tgt in zip(src_ids, tgt_ids)]
+            if rules and langs:
+                reasons = [
+                    reason or _noise_reason(pair, langs, rules) for reason, pair in zip(reasons, zip(srcs, tgts))
+                ]
             if rules and rules.dedup:
                 candidates = [i for i, reason in enumerate(reasons) if reason is None]
                 new = seen.add_new(pair_digests([src_ids[i] for i in candidates], [tgt_ids[i] for i in candidates]))
@@ -191,10 +232,7 @@ def preprocess(
     corpora = splits["train"] if named else [Corpus("train", splits["train"])]  # type: ignore[list-item, arg-type]
     sampling = sampling or Sampling()
     sampling.validate()
-    if rules.max_len < 0:
-        raise MtkitError(f"--max-len {rules.max_len}: must not be negative (0: no limit)")
-    if rules.max_ratio < 0:
-        raise MtkitError(f"--max-ratio {rules.max_ratio:g}: must not be negative (0: off)")
+    rules.validate(src_lang, tgt_lang)
     if src_lang == tgt_lang:
         raise MtkitError(f"source and target language are both {src_lang!r}")
     _check_corpora(corpora)
@@ -245,7 +283,7 @@ def preprocess(
                     corpus_tag = tag if corpus.back_translated else None
                     cleaning = rules if is_train else None
                     encoded.append(_encode_split(paths, writers, (src_tok, tgt_tok), cleaning, description, raw,
-                                                 samples, corpus_tag))  # fmt: skip
+                                                 samples, corpus_tag, (src_lang, tgt_lang)))  # fmt: skip
                 reports[split] = _total(encoded)
                 per_corpus = encoded if is_train else per_corpus
             finally:

@@ -101,6 +101,21 @@ def preprocess(
         float, typer.Option(help="Drop training pairs whose subword length ratio exceeds this (0: off).")
     ] = 3.0,
     dedup: Annotated[bool, typer.Option(help="Drop exact duplicate training pairs.")] = False,
+    langid: Annotated[
+        bool,
+        typer.Option(help="Drop training pairs not in their languages, by py3langid (pip install 'mtkit[langid]')."),
+    ] = False,
+    langid_min_prob: Annotated[
+        float, typer.Option(help="With --langid: the least probability of a side's language that keeps a pair.")
+    ] = 0.05,
+    min_script_share: Annotated[
+        float,
+        typer.Option(help="Drop training pairs with a smaller share of letters in their language's script (0: off)."),
+    ] = 0.0,
+    drop_copies: Annotated[bool, typer.Option(help="Drop training pairs whose target is their source.")] = False,
+    check_numbers: Annotated[
+        bool, typer.Option(help="Drop training pairs whose sides write different numbers.")
+    ] = False,
     bpe_dropout: Annotated[
         float, typer.Option(help="Subword regularisation: encode training pairs with BPE-dropout P (0: off).")
     ] = 0.0,
@@ -129,6 +144,10 @@ def preprocess(
     With --bpe-dropout P --samples K the training pairs are stored K times, each segmented with
     BPE-dropout P (random, unseeded); valid and test stay deterministic.
 
+    Noisy (web-crawled) training corpora: --langid drops pairs a side of which is in another language
+    (offline, py3langid), --min-script-share pairs with letters in another script, --drop-copies
+    targets that copy their source, --check-numbers pairs whose numbers differ; the report counts each.
+
     Example: [bold]mtkit preprocess -s en -t de --train data/train --valid data/val --tokenizer tokenizer.json -o data-bin[/bold]
     """
     from mtkit.preprocess import CleaningRules, Sampling
@@ -136,7 +155,10 @@ def preprocess(
 
     training = _training_corpora(train, weight or [], back_translated or [])
     splits = {"train": training} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
-    rules = CleaningRules(strip=strip, drop_empty=drop_empty, max_len=max_len, max_ratio=max_ratio, dedup=dedup)
+    rules = CleaningRules(
+        strip, drop_empty, max_len, max_ratio, dedup, langid, langid_min_prob, min_script_share, drop_copies,
+        check_numbers,
+    )  # fmt: skip
     sampling = Sampling(bpe_dropout, samples)
     manifest = run_preprocess(src_lang, tgt_lang, splits, tokenizer, output, tgt_tokenizer, rules, force, sampling)
     for corpus in manifest.get("corpora", []):
