@@ -10,8 +10,8 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
   GET  /languages     LibreTranslate's: the model's pair, [{"code", "name", "targets"}, ...]
-  POST /detect        LibreTranslate's shape, [{"confidence", "language"}]: always the model's source
-                      language (this server translates one pair; it does not identify languages)
+  POST /detect        LibreTranslate's: q's likeliest language, [{"confidence", "language"}] (by
+                      py3langid, offline; confidence in percent)
   GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
   GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
@@ -128,8 +128,8 @@ def create_app(service: Service):
         fields = await _libretranslate_fields(request)
         if "q" not in fields:
             raise RequestError(400, "q: Field required")
-        guess = [{"confidence": 100.0, "language": service.info.source_language}]
-        return guess if isinstance(fields["q"], str) else [guess for _ in fields["q"]]
+        guesses = [[guess] for guess in detect_languages(_texts(fields["q"]))]
+        return guesses[0] if isinstance(fields["q"], str) else guesses
 
     @app.get("/health")
     async def health():
@@ -194,9 +194,22 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     answer: dict[str, Any] = {"translatedText": texts[0] if isinstance(body.q, str) else texts}
     if alternatives is not None:
         answer["alternatives"] = alternatives[0] if isinstance(body.q, str) else alternatives
-    if body.source == "auto":
-        answer["detectedLanguage"] = {"language": info.source_language, "confidence": 100}
+    if body.source == "auto":  # translated all the same: this server has one source language
+        detected = detect_languages(_texts(body.q))
+        answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected
     return answer
+
+
+def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
+    """LibreTranslate's detection of each text: {"confidence" (percent), "language"}."""
+    from mtkit.langid import identify, require_langid
+
+    try:
+        require_langid("/detect")
+    except MtkitError as err:
+        raise RequestError(501, str(err)) from None
+    guesses = [identify(text) for text in texts]
+    return [{"confidence": round(100 * probability, 1), "language": lang} for lang, probability in guesses]
 
 
 LANGUAGE_NAMES = {

@@ -13,6 +13,7 @@ import pytest
 from conftest import run_mtkit, start_mtkit
 
 from mtkit.checkpoint import load_model_file, resolve_model_path
+from mtkit.langid import identify
 from mtkit.search import SearchConfig
 from mtkit.service import ModelInfo, ServeConfig, Service
 from mtkit.translate import Translator
@@ -147,7 +148,9 @@ def test_libretranslate_clients_work_unchanged(server, trained_run, sentences):
     as_json = server.post("/translate", json={"q": sentences[:2], "source": "en", "target": "de", "format": "text"})
     assert as_json.json() == {"translatedText": expected}
     as_form = server.post("/translate", data={"q": sentences[0], "source": "auto", "target": "de"})
-    assert as_form.json() == {"translatedText": expected[0], "detectedLanguage": {"language": "en", "confidence": 100}}
+    lang, probability = identify(sentences[0])
+    detected = {"language": lang, "confidence": round(100 * probability, 1)}
+    assert lang == "en" and as_form.json() == {"translatedText": expected[0], "detectedLanguage": detected}
     nbest = offline(trained_run, sentences[:1], "--nbest", "3")
     alternatives = server.post(
         "/translate", json={"q": sentences[0], "source": "en", "target": "de", "alternatives": 2}
@@ -427,6 +430,9 @@ def test_the_ctranslate2_engine_serves_what_it_translates_offline(trained_run, s
     assert refused.status_code == 422 and "alignment needs" in refused.json()["error"]
 
 
+FRENCH = "Un chien court sur la plage avec une balle rouge."
+
+
 def test_a_libretranslate_client_library_works_unchanged(server, trained_run, sentences):
     """libretranslatepy, as front-ends use it: languages first, then detect and translate."""
     from libretranslatepy import LibreTranslateAPI
@@ -436,10 +442,14 @@ def test_a_libretranslate_client_library_works_unchanged(server, trained_run, se
         {"code": "en", "name": "English", "targets": ["de"]},
         {"code": "de", "name": "German", "targets": []},
     ]
-    assert client.detect(sentences[0]) == [{"confidence": 100.0, "language": "en"}]
+    guesses = [identify(text) for text in [sentences[0], sentences[1], FRENCH]]
+    expected_guesses = [[{"confidence": round(100 * p, 1), "language": lang}] for lang, p in guesses]
+    assert [lang for lang, _ in guesses] == ["en", "en", "fr"]
+    assert client.detect(sentences[0]) == expected_guesses[0]
+    assert client.detect(FRENCH) == expected_guesses[2]
     expected = offline(trained_run, sentences[:3])
     assert [client.translate(line, "en", "de") for line in sentences[:3]] == expected
-    assert server.post("/detect", json={"q": sentences[:2]}).json() == [[{"confidence": 100.0, "language": "en"}]] * 2
+    assert server.post("/detect", json={"q": sentences[:2]}).json() == expected_guesses[:2]
     assert server.post("/detect", json={}).status_code == 400
 
 
