@@ -90,8 +90,8 @@ def translate(
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
+    from mtkit.output import paired_with_prefixes, write_translations
     from mtkit.textio import atomic_path, check_input_file, check_output_file, progress_size
-    from mtkit.translate import paired_with_prefixes, write_translations
 
     cfg = search_config(
         beam,
