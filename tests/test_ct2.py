@@ -150,18 +150,22 @@ def test_engine_refuses_a_plain_model_directory(trained_run):
         CTranslate2Translator(trained_run, SearchConfig())
 
 
-def test_both_engines_translate_a_long_line_from_its_first_1024_subwords(model_file, corpus, tmp_path):
-    """One policy for lines over MAX_SOURCE_TOKENS subwords, in both engines: translate the first
-    MAX_SOURCE_TOKENS (CTranslate2's position table covers them), and say so, naming the line."""
+def test_both_engines_translate_a_long_line_in_the_same_pieces(model_file, corpus, tmp_path):
+    """One policy for lines over the model's training length (its data's --max-len, 250), in both
+    engines: translated in pieces (mtkit.sentences), each searched alone, the translations joined,
+    and a warning that names the line."""
     export_ctranslate2(model_file, tmp_path / "ct2")
     words = (corpus / "train.en").read_text().split()
     long_line = " ".join(words[:1500])
-    pieces = model_file.src_tokenizer.encode_batch([long_line])[0]
-    assert len(pieces) > MAX_SOURCE_TOKENS
+    ids = model_file.src_tokenizer.encode_batch([long_line])[0]
+    assert len(ids) > MAX_SOURCE_TOKENS
     lines = ["A dog runs.", long_line, "Two men talk."]
     cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=6, loop_ngram=0)
     ours = Translator(model_file, cfg, device="cpu", precision="fp32")
-    expected = ours.tgt_tokenizer.decode_batch([h[0].tokens for h in ours._search([pieces[:MAX_SOURCE_TOKENS]])])[0]
+    (pieces,) = ours.segmenter.pieces([long_line], [ids])
+    assert ours.segmenter.max_len == 250 and all(len(piece) <= 250 for piece in pieces) and len(pieces) > 4
+    found = ours._search(pieces)
+    expected = " ".join(text for text in ours.tgt_tokenizer.decode_batch([h[0].tokens for h in found]) if text)
     ct2 = CTranslate2Translator(tmp_path / "ct2", cfg, device="cpu", compute_type="float32")
     assert ours.translate(lines)[1] == ct2.translate(lines)[1] == expected
     save_model_file(tmp_path / "model.pt", model_file)
@@ -174,9 +178,8 @@ def test_both_engines_translate_a_long_line_from_its_first_1024_subwords(model_f
         )  # fmt: skip
         assert result.returncode == 0, result.stderr.decode()
         assert result.stdout.decode().splitlines()[1] == expected
-        assert (
-            f"line 2: {len(pieces):,} subwords, more than 1,024: translating its first 1,024" in result.stderr.decode()
-        )
+        stderr = result.stderr.decode()
+        assert f"line 2: {len(ids):,} subwords, more than 250: translated in {len(pieces)} pieces" in stderr
 
 
 @pytest.mark.parametrize("engine", ["pytorch", "ctranslate2"])
