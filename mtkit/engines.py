@@ -30,32 +30,15 @@ def make_translator(
     training limit) into pieces (mtkit.sentences)."""
     if split_sentences:
         require_splitter()  # before the model loads
-    translator = _engine_translator(
-        engine, models, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs
-    )
-    translator.set_segmenter(split_sentences, max_source_len)
-    return translator
-
-
-def _engine_translator(
-    engine: str,
-    models: list[Path],
-    checkpoint: str,
-    cfg: SearchConfig,
-    device: str,
-    precision: str,
-    batch_size: int,
-    max_tokens: int,
-    cuda_graphs: bool,
-) -> TextTranslator:
+    translator: TextTranslator
     if engine == "pytorch":
         from mtkit.checkpoint import load_model_file
         from mtkit.ensemble import check_compatible
 
         files = [load_model_file(model, checkpoint) for model in models]
         check_compatible(files, [str(model) for model in models])
-        return Translator(files, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
-    if engine == "ctranslate2":
+        translator = Translator(files, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
+    elif engine == "ctranslate2":
         from mtkit.ct2 import CTranslate2Translator
 
         if len(models) > 1:
@@ -64,5 +47,8 @@ def _engine_translator(
             raise MtkitError("--cuda-graphs is for --engine pytorch (CTranslate2 has its own GPU decoding)")
         if precision not in COMPUTE_TYPES:
             raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
-        return CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)
-    raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
+        translator = CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)
+    else:
+        raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
+    translator.set_segmenter(split_sentences, max_source_len)
+    return translator
