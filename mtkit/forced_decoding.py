@@ -18,6 +18,7 @@ from mtkit.checkpoint import ModelFile
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.model import Transformer
 from mtkit.search import length_penalty
+from mtkit.targets import tag_id, target_tag
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -49,7 +50,17 @@ def forced_log_probs(
 class Scorer:
     """A loaded model that scores raw (source, target) lines."""
 
-    def __init__(self, model_file: ModelFile, device: str = "auto", precision: str = "auto", max_tokens: int = 8192):
+    def __init__(
+        self,
+        model_file: ModelFile,
+        device: str = "auto",
+        precision: str = "auto",
+        max_tokens: int = 8192,
+        tgt_lang: str | None = None,
+    ):
+        """tgt_lang: the target language, for a model that chooses it by a tag (mtkit.targets)."""
+        tag = target_tag(model_file.meta, tgt_lang)
+        self.source_tag = None if tag is None else tag_id(model_file.src_tokenizer, tag)
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.model = model_file.build_model(self.device)
@@ -62,6 +73,8 @@ class Scorer:
         """Each pair's log-probability: the sum, or per target token with `normalize`, or divided by
         the search's length penalty ((5 + n) / 6) ** lenpen, which is what beam search ranks by."""
         src_ids = self.src_tokenizer.encode_batch([line.strip() for line in sources])
+        if self.source_tag is not None:
+            src_ids = [[self.source_tag, *row] for row in src_ids]
         tgt_ids = self.tgt_tokenizer.encode_batch([line.strip() for line in targets])
         scored = forced_log_probs(self.model, list(zip(src_ids, tgt_ids)), self.device, self.precision, self.max_tokens)
         if normalize:

@@ -19,6 +19,8 @@ leading NUL (mtkit.tokenizer.UNPRODUCED), which no normalized text holds, so tha
 forms them: a run of characters this side's model lacks is one <unk>, as in SentencePiece, and
 then, as MarianTokenizer does, the run's text is looked up among those entries (Tokenizer.encode_batch).
 Decoding drops the NUL.
+A multilingual model's >>xxx<< tokens become its target tags (mtkit.targets): --tgt-lang xxx puts
+the tag before every source, as MarianTokenizer does with ">>xxx<< text".
 Needs sentencepiece, protobuf and safetensors: pip install 'mtkit[marian]'.
 """
 
@@ -36,6 +38,7 @@ from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.hf import layer_names, marian_order
 from mtkit.model import Transformer, sinusoidal_positions
+from mtkit.targets import marian_target_tags
 from mtkit.tokenizer import BOS, BOS_ID, EOS, PAD, SPECIAL_TOKENS, UNK, UNPRODUCED, Tokenizer
 
 # The special tokens' score: below any path of real pieces, so that typed "</s>" stays text, as
@@ -66,6 +69,9 @@ def import_marian(directory: Path, output: Path, force: bool = False) -> ModelFi
     tokens = [PAD, UNK, BOS, EOS] + [token_of[i] for i in marian_ids[4:].tolist()]
     tokenizers = [Tokenizer(_tokenizer_json(directory / name, tokens)) for name in ("source.spm", "target.spm")]
     meta = {"imported_from": str(directory), "architecture": "MarianMTModel"}
+    tags = marian_target_tags(list(vocab))
+    if tags:  # a multilingual model: >>fra<< at the start of the source chooses the target
+        meta["target_tags"] = tags
     model_file = ModelFile(model_config, mtkit_weights, *tokenizers, meta)
     model_file.build_model()  # every weight in place, or a clear error before anything is written
     save_model_file(Path(output), model_file)

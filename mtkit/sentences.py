@@ -73,10 +73,14 @@ def default_splitter(lang: str | None) -> SentenceSplitter:
 
 def segmenter_for(tokenizer: Tokenizer, meta: dict, split_sentences: bool = False, max_len: int = 0) -> Segmenter:
     """The Segmenter of a model with this source tokenizer and meta (its languages, and "max_len", the
-    training data's length limit: the default max_len, 0 or none meaning MAX_SOURCE_TOKENS)."""
+    training data's length limit: the default max_len, 0 or none meaning MAX_SOURCE_TOKENS; with
+    "target_tags", a piece is at most MAX_SOURCE_TOKENS - 1 long, the tag taking the last place)."""
     trained = meta.get("max_len") or MAX_SOURCE_TOKENS
-    default = min(trained, MAX_SOURCE_TOKENS)
-    return Segmenter(tokenizer, max_len or default, split_sentences, meta.get("src_lang"), meta.get("tgt_lang"))
+    segmenter = Segmenter(tokenizer, max_len or min(trained, MAX_SOURCE_TOKENS), split_sentences, meta.get("src_lang"),
+                          meta.get("tgt_lang"))  # fmt: skip
+    if meta.get("target_tags"):  # a piece leaves room for the target's tag before it
+        segmenter.max_len = min(segmenter.max_len, MAX_SOURCE_TOKENS - 1)
+    return segmenter
 
 
 @dataclass

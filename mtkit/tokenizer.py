@@ -171,6 +171,11 @@ class Tokenizer:
             self._line_breaks = found
         return self._line_breaks
 
+    def entry_id(self, token: str) -> int | None:
+        """The id of a vocabulary entry by its text, one this tokenizer never produces included."""
+        found = self._hf.token_to_id(token)
+        return found if found is not None else self._unproduced.get(token)
+
     def id_to_token(self, token_id: int) -> str:
         return self._hf.id_to_token(token_id)
 

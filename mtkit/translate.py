@@ -21,6 +21,7 @@ from mtkit.model import Transformer
 from mtkit.packed import cast_linear_weights, pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
 from mtkit.sentences import Segmenter, segmenter_for
+from mtkit.targets import tag_id, target_tag
 from mtkit.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 
 
@@ -77,7 +78,17 @@ class TextTranslator:
     model_meta: dict[str, Any] = {}  # the model file's meta: its languages and training lengths
     warn_long_lines = True
     lines_in_pieces = 0  # lines longer than the segmenter's max_len, so far
+    source_tag: int | None = None  # the id that starts every source: the target's tag (mtkit.targets)
     _segmenter: Segmenter | None = None
+
+    def set_target(self, tgt_lang: str | None) -> None:
+        """The language to translate into (--tgt-lang): its tag starts every source, where the model
+        has tags; a bilingual model takes only its own target (mtkit.targets)."""
+        tag = target_tag(self.model_meta, tgt_lang)
+        self.source_tag = None if tag is None else tag_id(self.src_tokenizer, tag)
+
+    def tagged(self, rows: list[list[int]]) -> list[list[int]]:
+        return rows if self.source_tag is None else [[self.source_tag, *row] for row in rows]
 
     @property
     def segmenter(self) -> Segmenter:
@@ -154,7 +165,7 @@ class TextTranslator:
         for i, line in enumerate(stripped):
             if on_line and not line:
                 on_line(i, [])
-        flat = [piece for parts in pieces for piece in parts]
+        flat = self.tagged([piece for parts in pieces for piece in parts])
         results = self._search(flat, forced, finish if on_line else None)
         for k, hyps in enumerate(results):
             if found[k] is None:
@@ -244,6 +255,8 @@ class Translator(TextTranslator):
         """Pharaoh-format word alignment of a translation (see mtkit.alignment.word_alignment)."""
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
+        if self.source_tag is not None:
+            raise MtkitError("--alignment is not available for a model that chooses its target by a tag")
 
         src_line = line.strip()
         src_ids = self.src_tokenizer.encode_batch([src_line])[0][:MAX_SOURCE_TOKENS]
@@ -284,7 +297,7 @@ class LineStream:
             ids = translator.src_tokenizer.encode_batch([line for _, line, _ in joining])
         else:
             ids = [list(ids) for _, _, ids in joining]
-        src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in ids], translator.device, suffix=EOS_ID)
+        src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in translator.tagged(ids)], translator.device, suffix=EOS_ID)
         with autocast(translator.device, translator.precision):
             self.search.add(src, [key for key, _, _ in joining])
         self.lines.update((key, line) for key, line, _ in joining)

@@ -93,6 +93,7 @@ CASES = {
     "tr-bad-utf8": ("translate -m {model}", "fine\nbad \udcff\n", "<stdin>:2: invalid UTF-8", 1),
     "tr-output-is-dir": ("translate -m {model} -o {root}/dir", "x\n", "dir: is a directory", 1),
     "tr-beam-0": ("translate -m {model} --beam 0", "x\n", "--beam 0: must be at least 1", 1),
+    "tr-tgt-lang-other": ("translate -m {model} --tgt-lang fr", "x\n", "--tgt-lang fr: this model translates into de only", 1),
     "tr-max-source-len-3": ("translate -m {model} --max-source-len 3", "x\n", "--max-source-len 3: must be between 4 and 1,024", 1),
     "tr-alignment-split-sentences": ("translate -m {model} --alignment --split-sentences", "x\n", "--alignment and --split-sentences exclude each other", 1),
     "tr-nbest-over-beam": ("translate -m {model} --beam 2 --nbest 3", "x\n", "--nbest 3", 1),

@@ -44,7 +44,11 @@ TARGETS = [
 def marian_dir(corpus, tmp_path_factory):
     """A small random MarianMTModel (swish FFN, a random final_logits_bias and LayerNorms) with two
     SentencePiece models trained here and a joint vocab.json in Marian's order, as transformers saves it."""
-    root = tmp_path_factory.mktemp("marian")
+    return build_marian(tmp_path_factory.mktemp("marian"), corpus, "opus-mt-en-de")
+
+
+def build_marian(root, corpus, name: str, extra_tokens: tuple[str, ...] = ()):
+    """The directory of such a model under root/name; extra_tokens join the vocabulary (>>fra<< ...)."""
     for lang in ("en", "de"):
         spm.SentencePieceTrainer.train(
             input=str(corpus / f"train.{lang}"), model_prefix=str(root / lang), vocab_size=60, hard_vocab_limit=False,
@@ -54,7 +58,7 @@ def marian_dir(corpus, tmp_path_factory):
     for lang in ("en", "de"):
         processor = spm.SentencePieceProcessor(model_file=str(root / f"{lang}.model"))
         pieces += [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-    ordered = ["</s>", "<unk>"] + sorted(set(pieces) - {"</s>", "<unk>", "<s>"}) + ["<pad>"]
+    ordered = ["</s>", "<unk>", *extra_tokens] + sorted(set(pieces) - {"</s>", "<unk>", "<s>"}) + ["<pad>"]
     (root / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(ordered)}), encoding="utf-8")
     pad = len(ordered) - 1
     config = transformers.MarianConfig(
@@ -71,7 +75,7 @@ def marian_dir(corpus, tmp_path_factory):
             if isinstance(module, torch.nn.LayerNorm):
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.normal_(0, 0.1)
-    directory = root / "opus-mt-en-de"
+    directory = root / name
     model.save_pretrained(directory)
     tokenizer = transformers.MarianTokenizer(str(root / "en.model"), str(root / "de.model"), str(root / "vocab.json"))
     tokenizer.save_pretrained(directory)
@@ -295,3 +299,63 @@ def test_beam_translations_are_transformers(imported, corpus):
                                       length_penalty=0.0, early_stopping=True, max_new_tokens=limit,
                                       forced_eos_token_id=None, bad_words_ids=[[tokenizer.pad_token_id]])  # fmt: skip
         assert ours.translate([source]) == tokenizer.batch_decode(generated, skip_special_tokens=True), source
+
+
+MULTILINGUAL_TAGS = (">>fra<<", ">>spa<<", ">>por<<")
+
+
+def test_a_multilingual_model_translates_into_the_language_its_tag_chooses(corpus, tmp_path):
+    """A MarianMTModel whose vocabulary holds >>fra<<, >>spa<< and >>por<<: --tgt-lang puts the tag
+    before every source, and each language's translations are generate()'s for ">>xxx<< text";
+    the ISO 639-1 code works where it names one tag; without --tgt-lang, the model is refused."""
+    directory = build_marian(tmp_path, corpus, "opus-mt-en-ROMANCE", MULTILINGUAL_TAGS)
+    result = run_mtkit("import", directory, "-o", tmp_path / "mul.pt")
+    assert result.returncode == 0, result.stderr.decode()
+    assert "translates into 3 languages, chosen with --tgt-lang: fra, por, spa" in result.stderr.decode()
+    model_file = load_model_file(tmp_path / "mul.pt")
+    assert model_file.meta["target_tags"] == {"fra": ">>fra<<", "spa": ">>spa<<", "por": ">>por<<"}
+    hf_model = transformers.MarianMTModel.from_pretrained(directory).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(directory)
+    sources = (corpus / "test.en").read_text().splitlines()[:8] + SOURCES[:4]
+    limit = 12
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=limit, loop_ngram=0)
+    ours = Translator(model_file, cfg, device="cpu", precision="fp32")
+    outputs = {}
+    for lang in ("fra", "spa", "por"):
+        batch = tokenizer([f">>{lang}<< {line}" for line in sources], return_tensors="pt", padding=True)
+        generated = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit,
+                                      forced_eos_token_id=None, bad_words_ids=[[tokenizer.pad_token_id]])  # fmt: skip
+        ours.set_target(lang)
+        outputs[lang] = ours.translate(sources)
+        assert outputs[lang] == tokenizer.batch_decode(generated, skip_special_tokens=True)
+    assert len({tuple(lines) for lines in outputs.values()}) == 3  # the tag chooses
+    stdin = "".join(line + "\n" for line in sources).encode()
+    options = ("--beam", "1", "--max-len-a", "0", "--max-len-b", str(limit), "--loop-ngram", "0")
+    by_iso = run_mtkit("translate", "-m", tmp_path / "mul.pt", "--tgt-lang", "es", *options, stdin=stdin)
+    assert by_iso.returncode == 0 and by_iso.stdout.decode().splitlines() == outputs["spa"]
+    refused = run_mtkit("translate", "-m", tmp_path / "mul.pt", *options, stdin=stdin)
+    assert refused.returncode == 1
+    assert "choose one with --tgt-lang (fra, por, spa)" in refused.stderr.decode()
+    wrong = run_mtkit("translate", "-m", tmp_path / "mul.pt", "--tgt-lang", "de", *options, stdin=stdin)
+    assert wrong.returncode == 1 and "--tgt-lang de: this model translates into fra, por, spa" in wrong.stderr.decode()
+
+
+@torch.no_grad()
+def test_a_multilingual_model_scores_with_its_target_s_tag(corpus, tmp_path):
+    """`mtkit score --tgt-lang por` gives transformers' log-probabilities of ">>por<< source"."""
+    directory = build_marian(tmp_path, corpus, "opus-mt-en-ROMANCE", MULTILINGUAL_TAGS)
+    import_marian(directory, tmp_path / "mul.pt")
+    hf_model = transformers.MarianMTModel.from_pretrained(directory).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(directory)
+    sums = []
+    for source, target in zip(SOURCES, TARGETS):
+        src = tokenizer(f">>por<< {source}", return_tensors="pt")["input_ids"]
+        labels = tokenizer(text_target=target, return_tensors="pt")["input_ids"]
+        tgt_in = torch.cat([torch.tensor([[tokenizer.pad_token_id]]), labels[:, :-1]], dim=1)
+        sums.append(float(target_log_probs(hf_model, src, tgt_in, labels, hf=True).sum()))
+    (tmp_path / "src").write_text("".join(f"{s}\n" for s in SOURCES), encoding="utf-8")
+    (tmp_path / "tgt").write_text("".join(f"{t}\n" for t in TARGETS), encoding="utf-8")
+    scored = run_mtkit("score", "-m", tmp_path / "mul.pt", "--src", tmp_path / "src", "--tgt", tmp_path / "tgt",
+                       "--precision", "fp32", "--tgt-lang", "por")  # fmt: skip
+    assert scored.returncode == 0, scored.stderr.decode()
+    assert [float(line) for line in scored.stdout.decode().split()] == pytest.approx(sums, abs=1e-4)

@@ -38,6 +38,10 @@ MaxSourceLenOption = Annotated[
     int,
     typer.Option(help="Translate lines of more subwords in pieces, at sentence ends (0: the model's training limit)."),
 ]
+TgtLangOption = Annotated[
+    str | None,
+    typer.Option("--tgt-lang", help="The language to translate into: needed by a model of several targets."),
+]
 BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]

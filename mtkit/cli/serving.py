@@ -25,6 +25,7 @@ from mtkit.cli.options import (
     ModelOption,
     NoRepeatOption,
     PrecisionOption,
+    TgtLangOption,
     search_config,
 )
 from mtkit.engines import make_translator
@@ -63,6 +64,7 @@ def serve(
         ),
     ] = False,
     max_source_len: MaxSourceLenOption = 0,
+    tgt_lang: TgtLangOption = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
@@ -88,7 +90,7 @@ def serve(
     serve_cfg.validate()
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     make, tokenizers, info = _load(
-        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs
+        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang
     )
     service = Service(make, tokenizers, cfg, info, serve_cfg)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
@@ -102,16 +104,28 @@ def serve(
 
 
 def _load(
-    engine: str, model: Path, checkpoint: str, cfg, device: str, precision: str, max_tokens: int, cuda_graphs: bool
+    engine: str,
+    model: Path,
+    checkpoint: str,
+    cfg,
+    device: str,
+    precision: str,
+    max_tokens: int,
+    cuda_graphs: bool,
+    tgt_lang: str | None,
 ):
     """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
     model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
     from mtkit.service import ModelInfo
+    from mtkit.targets import target_tag
 
     if engine == "ctranslate2":
-        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
+        translator = make_translator(
+            engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs, tgt_lang=tgt_lang
+        )
         meta = translator.meta.get("source", {})
-        info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), meta.get("tgt_lang"), meta)
+        target = tgt_lang or meta.get("tgt_lang")
+        info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), target, meta)
         return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
     if engine != "pytorch":
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
@@ -127,9 +141,12 @@ def _load(
     path = resolve_model_path(model, checkpoint)
     model_file = load_model_file(path)
     meta = model_file.meta
-    info = ModelInfo(path.name, path, engine, meta.get("src_lang"), meta.get("tgt_lang"), meta)
+    target_tag(meta, tgt_lang)  # a missing or wrong --tgt-lang fails now, not on the worker
+    info = ModelInfo(path.name, path, engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta)
 
     def make() -> Translator:
-        return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
+        translator = Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
+        translator.set_target(tgt_lang)
+        return translator
 
     return make, (model_file.src_tokenizer, model_file.tgt_tokenizer), info

@@ -135,3 +135,6 @@ def import_command(
         f"wrote {output}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
         f"{cfg.tgt_vocab_size - 1:,} subwords (vocab.json's, and <s> for the decoder's start); tokenizers {src} and {tgt}"
     )
+    tags = model_file.meta.get("target_tags")
+    if tags:
+        console.info(f"translates into {len(tags)} languages, chosen with --tgt-lang: {', '.join(sorted(tags))}")

@@ -32,6 +32,7 @@ from mtkit.cli.options import (
     NoRepeatOption,
     PrecisionOption,
     SplitSentencesOption,
+    TgtLangOption,
     input_lines,
     search_config,
 )
@@ -76,6 +77,7 @@ def translate(
     ] = False,
     split_sentences: SplitSentencesOption = False,
     max_source_len: MaxSourceLenOption = 0,
+    tgt_lang: TgtLangOption = None,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -123,7 +125,7 @@ def translate(
         check_output_file(output)
     translator = make_translator(
         engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-        max_source_len,
+        max_source_len, tgt_lang,
     )  # fmt: skip
     interactive = input is None and sys.stdin.isatty()
     lines = paired_with_prefixes(input_lines(input), str(input or "stdin"), prefix_file, prefix_in_input)
@@ -179,6 +181,7 @@ def evaluate(
     loop_repeats: LoopRepeatsOption = 2,
     split_sentences: SplitSentencesOption = False,
     max_source_len: MaxSourceLenOption = 0,
+    tgt_lang: TgtLangOption = None,
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
     engine: EngineOption = "pytorch",
@@ -221,7 +224,7 @@ def evaluate(
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-            max_source_len,
+            max_source_len, tgt_lang,
         )  # fmt: skip
         started = time.perf_counter()  # translation only, not model loading
         hypotheses = translator.translate(sources)
@@ -292,6 +295,7 @@ def score(
     lenpen: Annotated[float, typer.Option(help="Divide by the search's length penalty ((5+n)/6)^lenpen.")] = 0.0,
     checkpoint: CheckpointOption = "best",
     max_tokens: MaxTokensOption = 8192,
+    tgt_lang: TgtLangOption = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
 ) -> None:
@@ -309,6 +313,6 @@ def score(
         raise MtkitError("--normalize and --lenpen exclude each other")
     sources, targets = read_lines_checked(src), read_lines_checked(tgt)
     check_line_counts({src: sources, tgt: targets})
-    scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens)
+    scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens, tgt_lang)
     scores = scorer.score(sources, targets, normalize, lenpen)
     sys.stdout.write("".join(f"{value:.6f}\n" for value in scores))

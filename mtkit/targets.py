@@ -1,0 +1,65 @@
+"""Which language a model translates into: the one its training data named, or, for a model that
+serves several, the one a tag token at the start of the source chooses (`--tgt-lang`).
+
+A model file's meta says which: "tgt_lang" for a bilingual model, "target_tags" ({language: tag
+token}) for one that chooses its target by a tag, as multilingual OPUS-MT models do with `>>fra<<`.
+A multilingual model needs --tgt-lang (the error lists its languages); a bilingual one takes it only
+where it names the model's own target. A tag's language may also be given by its ISO 639-1 code
+(fr for >>fra<<) where exactly one of the model's tags has that code.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mtkit.errors import MtkitError
+from mtkit.tokenizer import Tokenizer
+
+MARIAN_TAG = re.compile(r">>(\w+)<<")
+
+
+def marian_target_tags(tokens: list[str]) -> dict[str, str]:
+    """{language: token} of a MarianMT vocabulary's >>xxx<< tokens."""
+    return {match.group(1): token for token in tokens if (match := MARIAN_TAG.fullmatch(token))}
+
+
+def _iso639_1(code: str) -> str | None:
+    """The two-letter code of a three-letter one (fra -> fr; zho_Hans -> zh), where pycountry knows one."""
+    try:
+        import pycountry
+    except ImportError:
+        return None
+    language = pycountry.languages.get(alpha_3=code.split("_")[0].lower())
+    return getattr(language, "alpha_2", None) if language else None
+
+
+def target_tag(meta: dict, tgt_lang: str | None) -> str | None:
+    """The tag token to put before every source for --tgt-lang (None: the model needs none)."""
+    tags = meta.get("target_tags") or {}
+    if not tags:
+        own = meta.get("tgt_lang")
+        if tgt_lang is not None and tgt_lang != own:
+            into = f"into {own} only" if own else "into one language, which its file does not name"
+            raise MtkitError(f"--tgt-lang {tgt_lang}: this model translates {into}")
+        return None
+    languages = ", ".join(sorted(tags))
+    if tgt_lang is None:
+        raise MtkitError(f"this model translates into several languages: choose one with --tgt-lang ({languages})")
+    if tgt_lang in tags:
+        return tags[tgt_lang]
+    matches = [lang for lang in tags if _iso639_1(lang) == tgt_lang]
+    if len(matches) == 1:
+        return tags[matches[0]]
+    if matches:
+        raise MtkitError(
+            f"--tgt-lang {tgt_lang}: several of this model's languages have that code ({', '.join(matches)})"
+        )
+    raise MtkitError(f"--tgt-lang {tgt_lang}: this model translates into {languages}")
+
+
+def tag_id(tokenizer: Tokenizer, tag: str) -> int:
+    """The source vocabulary's id of a tag token."""
+    found = tokenizer.entry_id(tag)
+    if found is None:
+        raise MtkitError(f"the source vocabulary has no {tag}, which the model file names as a target's tag")
+    return found
