@@ -2,14 +2,16 @@
 
 Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?,
-                      "split_sentences"?} -> {"translations": [...]}, one item per text: the
-                      translation, or with nbest > 1 or alignment a list of {"text", "score"[,
-                      "alignment"]}, best first (an empty list for a blank text), as `mtkit
-                      translate` prints them; split_sentences: translate each text sentence by
-                      sentence (default: serve --split-sentences)
+                      "split_sentences"?, "source"?, "target"?} -> {"translations": [...]}, one
+                      item per text: the translation, or with nbest > 1 or alignment a list of
+                      {"text", "score"[, "alignment"]}, best first (an empty list for a blank
+                      text), as `mtkit translate` prints them; split_sentences: translate each text
+                      sentence by sentence (default: serve --split-sentences); target: for a model
+                      of several targets (default: serve --tgt-lang), 400 where it has no such one
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
-  GET  /languages     LibreTranslate's: the model's pair, [{"code", "name", "targets"}, ...]
+  GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
+                      "targets"}, ...]
   POST /detect        LibreTranslate's: q's likeliest language, [{"confidence", "language"}] (by
                       py3langid, offline; confidence in percent)
   GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
@@ -68,6 +70,8 @@ def create_app(service: Service):
         lenpen: float | None = None
         alignment: bool = False
         split_sentences: bool | None = None
+        source: str | None = None
+        target: str | None = None
 
     class LibreTranslateRequest(BaseModel):
         q: str | list[str]
@@ -108,8 +112,10 @@ def create_app(service: Service):
 
     @app.post("/v1/translate")
     async def translate(body: TranslateRequest, request: Request):
+        check_source(service.info, body.source)
         options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
-        return {"translations": await service.run(request, _texts(body.text), options, body.split_sentences)}
+        texts = _texts(body.text)
+        return {"translations": await service.run(request, texts, options, body.split_sentences, body.target)}
 
     @app.post("/translate")
     async def translate_libretranslate(request: Request):
@@ -121,7 +127,7 @@ def create_app(service: Service):
 
     @app.get("/languages")
     async def languages():
-        return libretranslate_languages(service.info)
+        return libretranslate_languages(service.info, service.targets())
 
     @app.post("/detect")
     async def detect(request: Request):
@@ -152,6 +158,7 @@ def create_app(service: Service):
                     "engine": info.engine,
                     "source_language": info.source_language,
                     "target_language": info.target_language,
+                    "target_languages": service.targets(),
                     "source_vocab_size": tokenizers.src_tokenizer.vocab_size,
                     "target_vocab_size": tokenizers.tgt_tokenizer.vocab_size,
                     "sha256": service.checksum,
@@ -170,11 +177,8 @@ def create_app(service: Service):
 async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     """LibreTranslate's /translate: q (one text or a list) in, translatedText (and alternatives) out;
     `body` is the validated request."""
-    info = service.info
-    if body.source not in ("auto", info.source_language):
-        raise RequestError(400, f"source {body.source}: this server translates from {info.source_language}")
-    if body.target is not None and body.target != info.target_language:
-        raise RequestError(400, f"target {body.target}: this server translates into {info.target_language}")
+    check_source(service.info, None if body.source == "auto" else body.source)
+    service.source_tag(body.target)  # an unknown target: 400 before anything else
     if body.format != "text":
         raise RequestError(400, f"format {body.format}: only text is supported")
     if body.alternatives < 0:
@@ -185,7 +189,7 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
         options = service.options(beam, body.alternatives + 1, None, False)
     else:
         options = default
-    results = await service.run(request, _texts(body.q), options)
+    results = await service.run(request, _texts(body.q), options, target=body.target)
     if body.alternatives:
         best = [[h["text"] for h in hyps] or [""] for hyps in results]
         texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
@@ -198,6 +202,12 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
         detected = detect_languages(_texts(body.q))
         answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected
     return answer
+
+
+def check_source(info, source: str | None) -> None:
+    """A request's source language, where it names one, must be the model's (where the model says it)."""
+    if source is not None and info.source_language is not None and source != info.source_language:
+        raise RequestError(400, f"source {source}: this server translates from {info.source_language}")
 
 
 def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
@@ -221,17 +231,16 @@ LANGUAGE_NAMES = {
 }  # fmt: skip
 
 
-def libretranslate_languages(info) -> list[dict[str, Any]]:
-    """LibreTranslate's /languages for the model's one pair: the source with the target as its only
-    target, and the target (which translates into nothing here)."""
-    if not info.source_language or not info.target_language:
+def libretranslate_languages(info, targets: list[str]) -> list[dict[str, Any]]:
+    """LibreTranslate's /languages: the model's source with every target it translates into, and each
+    target (which translates into nothing here); nothing where the model does not name its source."""
+    if not info.source_language or not targets:
         return []
-    return [
-        {"code": info.source_language, "name": LANGUAGE_NAMES.get(info.source_language, info.source_language),
-         "targets": [info.target_language]},
-        {"code": info.target_language, "name": LANGUAGE_NAMES.get(info.target_language, info.target_language),
-         "targets": []},
-    ]  # fmt: skip
+
+    def entry(code: str, into: list[str]) -> dict[str, Any]:
+        return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": into}
+
+    return [entry(info.source_language, targets)] + [entry(code, []) for code in targets]
 
 
 async def _libretranslate_fields(request) -> dict[str, Any]:

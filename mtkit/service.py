@@ -11,9 +11,10 @@ from typing import Any
 from mtkit.console import warn
 from mtkit.dynamic_batching import Batcher, Job, QueueFull
 from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig
+from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
 from mtkit.sentences import Segmenter, require_splitter, segmenter_for
 from mtkit.serve_metrics import Metrics
+from mtkit.targets import tag_id, target_tag
 from mtkit.textio import sha256_file
 from mtkit.tokenizer import Tokenizer
 from mtkit.translate import LineStream, NbestList, TextTranslator
@@ -75,7 +76,7 @@ class ModelInfo:
     path: Path  # the file whose checksum /v1/models reports
     engine: str
     source_language: str | None
-    target_language: str | None
+    target_language: str | None  # the default target (a multilingual model's: serve --tgt-lang, or none)
     meta: dict[str, Any] = field(default_factory=dict)  # the model file's: languages, training lengths
 
 
@@ -118,6 +119,31 @@ class Service:
         self._segmenters: dict[bool, Segmenter] = {
             False: segmenter_for(self.src_tokenizer, info.meta, False, cfg.max_source_len)
         }
+        self._tags: dict[str | None, int | None] = {}
+
+    def targets(self) -> list[str]:
+        """The languages this server translates into."""
+        tags = self.info.meta.get("target_tags")
+        return sorted(tags) if tags else [lang for lang in [self.info.target_language] if lang]
+
+    def source_tag(self, target: str | None) -> int | None:
+        """The id before every source of a request for `target` (None: the model needs none; a request
+        without target gets the default); a target the model lacks is a 400 naming the ones it has."""
+        into = f"this server translates into {', '.join(self.targets()) or self.info.target_language}"
+        if not self.info.meta.get("target_tags"):
+            if target is not None and target != self.info.target_language:
+                raise RequestError(400, f"target {target}: {into}")
+            return None
+        target = target or self.info.target_language
+        if target is None:
+            raise RequestError(400, f"target: give one of {', '.join(self.targets())}")
+        if target not in self._tags:
+            try:
+                tag = target_tag(self.info.meta, target)
+            except MtkitError:
+                raise RequestError(400, f"target {target}: {into}") from None
+            self._tags[target] = tag_id(self.src_tokenizer, tag)
+        return self._tags[target]
 
     def segmenter(self, split_sentences: bool) -> Segmenter:
         """How texts are cut into the pieces translated one by one (mtkit.sentences)."""
@@ -145,12 +171,14 @@ class Service:
             raise RequestError(422, f"lenpen {lenpen}: must be at least 0")
         if alignment and self.info.engine != "pytorch":
             raise RequestError(422, "alignment needs a server started with --engine pytorch")
+        if alignment and self.info.meta.get("target_tags"):
+            raise RequestError(422, "alignment is not available for a model that chooses its target by a tag")
         return Options(beam, nbest, lenpen, alignment)
 
     def _build(self) -> None:
         self.translator = self._make_translator()
-        # Requests come cut into pieces of at most the service's max_len: the translator keeps them whole.
-        self.translator.set_segmenter(False, self._segmenters[False].max_len)
+        # Requests come cut into pieces, each with its target's tag: the translator keeps them as they are.
+        self.translator.set_segmenter(False, MAX_SOURCE_TOKENS)
 
     def _translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Any], None]) -> None:
         """On the worker thread: one batch, with its options; each piece's result is delivered as
@@ -194,10 +222,12 @@ class Service:
         return hyps
 
     def jobs(
-        self, texts: Sequence[str], options: Options, split_sentences: bool = False
+        self, texts: Sequence[str], options: Options, split_sentences: bool = False, target: str | None = None
     ) -> tuple[list[Job], list[int], int]:
         """A job per piece of each text (mtkit.sentences: one, unless the text is long or sentences
-        are split), each text's number of pieces, and how many texts were long."""
+        are split), each starting with its target's tag where the model has tags (so that requests for
+        different targets share batches); each text's number of pieces, and how many texts were long."""
+        tag = self.source_tag(target)
         chars = sum(len(t) for t in texts)
         if chars > self.cfg.max_chars:
             raise RequestError(
@@ -221,16 +251,22 @@ class Service:
         jobs = []
         for text, parts in zip(texts, pieces):
             piece_texts = [text] if len(parts) == 1 else self.src_tokenizer.decode_batch(parts)
-            jobs += [Job(Sentence(t, ids), len(ids) + 1, options) for t, ids in zip(piece_texts, parts)]
+            tagged = parts if tag is None else [[tag, *ids] for ids in parts]
+            jobs += [Job(Sentence(t, ids), len(ids) + 1, options) for t, ids in zip(piece_texts, tagged)]
         return jobs, [len(parts) for parts in pieces], sum(len(ids) > segmenter.max_len for ids in encoded)
 
     async def run(
-        self, request, texts: Sequence[str], options: Options, split_sentences: bool | None = None
+        self,
+        request,
+        texts: Sequence[str],
+        options: Options,
+        split_sentences: bool | None = None,
+        target: str | None = None,
     ) -> list[Any]:
         """Queue the texts' pieces and wait for their translations; drop them if the client goes away.
-        split_sentences: None for the server's default."""
+        split_sentences: None for the server's default; target: None for the server's default."""
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
-        jobs, counts, long = self.jobs(texts, options, split)
+        jobs, counts, long = self.jobs(texts, options, split, target)
         request.state.sentences, request.state.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
@@ -264,7 +300,8 @@ class Service:
 
     def warm_up(self) -> Future:
         """Translate one sentence through the batcher; /ready says yes once it is back."""
-        (job,) = self.jobs(["Hello."], self.defaults())[0]
+        target = self.info.target_language or next(iter(self.targets()), None)
+        (job,) = self.jobs(["Hello."], self.defaults(), target=target)[0]
         (future,) = self.batcher.submit([job])
         future.add_done_callback(self._warmed_up)
         return future

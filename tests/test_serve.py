@@ -178,7 +178,19 @@ def test_libretranslate_clients_work_unchanged(server, trained_run, sentences):
         ("/v1/translate", {"json": {"text": "x" * 2001}}, 413, "2,001 characters: the limit is 2,000"),
         ("/v1/translate", {"json": {"text": 5}}, 422, "text"),
         ("/translate", {"json": {"q": "A dog.", "source": "fr", "target": "de"}}, 400, "source fr"),
-        ("/translate", {"json": {"q": "A dog.", "target": "es"}}, 400, "target es"),
+        ("/translate", {"json": {"q": "A dog.", "target": "es"}}, 400, "target es: this server translates into de"),
+        (
+            "/v1/translate",
+            {"json": {"text": "A dog.", "target": "es"}},
+            400,
+            "target es: this server translates into de",
+        ),
+        (
+            "/v1/translate",
+            {"json": {"text": "A dog.", "source": "fr"}},
+            400,
+            "source fr: this server translates from en",
+        ),
         ("/translate", {"json": {"q": "A dog.", "format": "html"}}, 400, "format html"),
         ("/translate", {"json": {"source": "en"}}, 400, "q: Field required"),
         ("/translate", {"content": b"[1]", "headers": {"Content-Type": "application/json"}}, 400, "JSON object"),
@@ -202,6 +214,7 @@ def test_unknown_paths_and_service_endpoints(server, trained_run):
         "engine": "pytorch",
         "source_language": "en",
         "target_language": "de",
+        "target_languages": ["de"],
         "source_vocab_size": model_file.src_tokenizer.vocab_size,
         "target_vocab_size": model_file.tgt_tokenizer.vocab_size,
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
@@ -477,3 +490,38 @@ def test_texts_are_translated_in_pieces_as_translate_translates_them(trained_run
     translated = [record for record in log if record["path"] == "/v1/translate" and record["status"] == 200]
     assert [record.get("long", 0) for record in translated] == [0, 1]
     assert translated[0]["sentences"] == 9 + 1 + 1  # three paragraphs of three sentences, a blank, one sentence
+
+
+def test_a_multilingual_model_serves_each_request_in_its_target(corpus, tmp_path):
+    """A MarianMT model of three targets (>>fra<< ...): concurrent requests for different targets
+    get `translate --tgt-lang`'s lines; a request without a target, or for one the model lacks, 400."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    marian = pytest.importorskip("test_marian")
+    directory = marian.build_marian(tmp_path, corpus, "opus-mt-en-ROMANCE", marian.MULTILINGUAL_TAGS)
+    assert run_mtkit("import", directory, "-o", tmp_path / "mul.pt").returncode == 0
+    lines = (corpus / "test.en").read_text().splitlines()[:6]
+    languages = ["fra", "spa", "por"]
+    expected = {lang: offline(tmp_path / "mul.pt", lines, "--tgt-lang", lang, "--beam", "1") for lang in languages}
+    server = Server(tmp_path / "mul.pt", tmp_path / "serve.log", "--beam", "1")
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            answers = list(
+                pool.map(
+                    lambda lang: server.post("/v1/translate", json={"text": lines, "target": lang}).json(), languages
+                )
+            )
+        assert answers == [{"translations": expected[lang]} for lang in languages]
+        answer = server.post("/translate", json={"q": lines[0], "source": "en", "target": "es"})
+        assert answer.json() == {"translatedText": expected["spa"][0]}
+        missing = server.post("/v1/translate", json={"text": lines[0]})
+        assert missing.status_code == 400 and missing.json()["error"] == "target: give one of fra, por, spa"
+        wrong = server.post("/translate", json={"q": lines[0], "target": "deu"})
+        assert (
+            wrong.status_code == 400
+            and wrong.json()["error"] == "target deu: this server translates into fra, por, spa"
+        )
+        (model,) = httpx.get(f"{server.url}/v1/models").json()["models"]
+        assert model["target_languages"] == ["fra", "por", "spa"]
+    finally:
+        assert server.stop() == 0

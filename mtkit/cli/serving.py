@@ -120,12 +120,13 @@ def _load(
     from mtkit.targets import target_tag
 
     if engine == "ctranslate2":
-        translator = make_translator(
-            engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs, tgt_lang=tgt_lang
-        )
+        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
         meta = translator.meta.get("source", {})
-        target = tgt_lang or meta.get("tgt_lang")
-        info = ModelInfo(model.name, model / "model.bin", engine, meta.get("src_lang"), target, meta)
+        if tgt_lang is not None:
+            target_tag(meta, tgt_lang)  # a wrong --tgt-lang fails now; the service puts the tags in
+        info = ModelInfo(
+            model.name, model / "model.bin", engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta
+        )
         return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
     if engine != "pytorch":
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
@@ -141,12 +142,11 @@ def _load(
     path = resolve_model_path(model, checkpoint)
     model_file = load_model_file(path)
     meta = model_file.meta
-    target_tag(meta, tgt_lang)  # a missing or wrong --tgt-lang fails now, not on the worker
+    if tgt_lang is not None:
+        target_tag(meta, tgt_lang)  # a wrong --tgt-lang fails now; the service puts the tags in
     info = ModelInfo(path.name, path, engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta)
 
     def make() -> Translator:
-        translator = Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
-        translator.set_target(tgt_lang)
-        return translator
+        return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
 
     return make, (model_file.src_tokenizer, model_file.tgt_tokenizer), info
