@@ -11,7 +11,7 @@ from typing import Any
 from mtkit.console import warn
 from mtkit.dynamic_batching import Batcher, Job, QueueFull
 from mtkit.errors import MtkitError
-from mtkit.search import MAX_SOURCE_TOKENS, SearchConfig
+from mtkit.search import SearchConfig
 from mtkit.sentences import Segmenter, require_splitter, segmenter_for
 from mtkit.serve_metrics import Metrics
 from mtkit.targets import tag_id, target_tag
@@ -177,8 +177,7 @@ class Service:
 
     def _build(self) -> None:
         self.translator = self._make_translator()
-        # Requests come cut into pieces, each with its target's tag: the translator keeps them as they are.
-        self.translator.set_segmenter(False, MAX_SOURCE_TOKENS)
+        self.translator.keep_lines_whole()  # requests come cut into pieces, each with its target's tag
 
     def _translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Any], None]) -> None:
         """On the worker thread: one batch, with its options; each piece's result is delivered as

@@ -102,6 +102,11 @@ class TextTranslator:
         translated as one piece (0: the model's training data's length limit)."""
         self._segmenter = segmenter_for(self.src_tokenizer, self.model_meta, split_sentences, max_len)
 
+    def keep_lines_whole(self) -> None:
+        """Translate every line as one piece (of up to MAX_SOURCE_TOKENS subwords, its tag included):
+        for a caller that cuts and tags its lines itself, as a server does."""
+        self._segmenter = Segmenter(self.src_tokenizer, MAX_SOURCE_TOKENS)
+
     def _search(
         self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
     ) -> list[list[Hypothesis]]:
@@ -252,14 +257,17 @@ class Translator(TextTranslator):
         return LineStream(self, deliver)
 
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
-        """Pharaoh-format word alignment of a translation (see mtkit.alignment.word_alignment)."""
+        """Pharaoh-format word alignment of a translation (see mtkit.alignment.word_alignment); none
+        for a line translated in pieces."""
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
         if self.source_tag is not None:
             raise MtkitError("--alignment is not available for a model that chooses its target by a tag")
 
         src_line = line.strip()
-        src_ids = self.src_tokenizer.encode_batch([src_line])[0][:MAX_SOURCE_TOKENS]
+        src_ids = self.src_tokenizer.encode_batch([src_line])[0]
+        if len(src_ids) > self.segmenter.max_len:  # translated in pieces: no one attention to align by
+            return ""
         with autocast(self.device, self.precision):
             weights = attention_weights(self.model, src_ids, hypothesis.tokens)
         tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
