@@ -1,6 +1,6 @@
 """Runaway translations with and without the loop guard, on Multi30k val and test2016.
 
-    python bench/loops.py -m runs/demo/model.pt [--data ../shared/data/multi30k] [--lenpen 1.8] [--beam 5]
+    python bench/loops.py -m runs/demo/model.pt [-m MODEL2 ...] [--data ../shared/data/multi30k] [--lenpen 1.8] [--beam 5]
 
 For each set and each guard setting (off: --loop-ngram 0; on: the defaults, no 4-gram of subwords
 more than twice), the model translates the set with mtkit's search and the table gives BLEU and
@@ -32,7 +32,7 @@ def loops(tokens: list, n: int = 4, most: int = 2) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-m", "--model", type=Path, required=True)
+    parser.add_argument("-m", "--model", type=Path, action="append", required=True, help="repeat for an ensemble")
     parser.add_argument("--data", type=Path, default=DEFAULT_MULTI30K)
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="de")
@@ -40,8 +40,9 @@ def main() -> None:
     parser.add_argument("--lenpen", type=float, default=1.8)
     args = parser.parse_args()
     print(f"conditions: {conditions()}")
-    print(f"model: {args.model}; beam {args.beam}, lenpen {args.lenpen}; a loop: a 4-gram more than twice\n")
-    model_file = load_model_file(args.model)
+    names = " + ".join(map(str, args.model))
+    print(f"model: {names}; beam {args.beam}, lenpen {args.lenpen}; a loop: a 4-gram more than twice\n")
+    model_files = [load_model_file(path) for path in args.model]
     rows, changed = [], []
     for split in ("val", "test2016"):
         sources = (args.data / f"{split}.{args.src}").read_text(encoding="utf-8").splitlines()
@@ -49,7 +50,7 @@ def main() -> None:
         outputs = {}
         for guard, loop_ngram in (("off", 0), ("on", SearchConfig.loop_ngram)):  # on: the defaults
             cfg = SearchConfig(beam=args.beam, lenpen=args.lenpen, loop_ngram=loop_ngram)
-            translator = Translator(model_file, cfg, device="cpu", precision="fp32")
+            translator = Translator(model_files, cfg, device="cpu", precision="fp32")
             started = time.perf_counter()
             nbest = translator.translate_hypotheses(sources)
             seconds = time.perf_counter() - started
