@@ -237,6 +237,22 @@ class TrainingSamples:
         return k * self.pairs, pairs, src_lengths[pairs], tgt_lengths[pairs]
 
 
+def tempered(corpora: list[dict], temperature: float) -> list[dict]:
+    """The corpora with the weights that give corpus i a share of each epoch proportional to
+    (w_i n_i)^(1/T), n_i its pairs and w_i its weight, in an epoch of as many pairs as the weights
+    give (fairseq's temperature sampling, Arivazhagan et al., 2019): T = 1 leaves the weights as they
+    are, a larger T favours the smaller corpora (a multilingual dataset's rarer directions)."""
+    if temperature == 1:
+        return corpora
+    sizes = np.array([corpus["weight"] * corpus["kept"] for corpus in corpora], dtype=np.float64)
+    powered = np.where(sizes > 0, sizes, 0) ** (1 / temperature)
+    shares = powered / powered.sum() if powered.sum() else powered
+    return [
+        {**corpus, "weight": float(share * sizes.sum() / corpus["kept"]) if corpus["kept"] else 0.0}
+        for corpus, share in zip(corpora, shares)
+    ]
+
+
 def weighted_pairs(corpora: list[dict], seed: int, epoch: int) -> np.ndarray | None:
     """An epoch's pairs when the corpora have sampling weights: a corpus of weight w contributes
     every pair floor(w) times and a random fraction w - floor(w) of its pairs once more, drawn anew

@@ -36,7 +36,14 @@ from mtkit.checkpoint import (
     set_rng_state,
 )
 from mtkit.config import Config, resume_config
-from mtkit.data import check_tokenizers_match, dataset_digest, load_tokenizers, open_splits, read_manifest
+from mtkit.data import (
+    check_tokenizers_match,
+    dataset_digest,
+    load_tokenizers,
+    open_splits,
+    read_manifest,
+    tempered,
+)
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.ema import WeightAverage
@@ -71,6 +78,7 @@ class Trainer:
         self.manifest = read_manifest(self.data_dir)  # read once, here; each node may hold its own copy
         self.dist.require_same(dataset_digest(self.manifest), f"the dataset {self.data_dir}")
         self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest)
+        self.train_data.corpora = tempered(self.train_data.corpora, config.train.sampling_temperature)
         self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir, self.manifest)
         torch.manual_seed(self.cfg.seed)
         self.model = Transformer(config.model)

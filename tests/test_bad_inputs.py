@@ -71,6 +71,7 @@ CASES = {
     "train-data-not-a-dataset": ("train -d {root}/dir -o {root}/r", "", "dir: not an mtkit dataset", 1),
     "train-missing-config": ("train -d {data} -o {root}/r -c {root}/none.yaml", "", "none.yaml: no such config file", 1),
     "train-config-wrong-kind": ("train -d {data} -o {root}/r -c {root}/bad_utf8.txt", "", "bad_utf8.txt: not a YAML config (invalid UTF-8", 1),
+    "train-sampling-temperature-0": ("train -d {data} -o {root}/r --set train.sampling_temperature=0", "", "train.sampling_temperature must be more than 0", 1),
     "train-unknown-key": ("train -d {data} -o {root}/r --set train.lrr=1", "", "unknown config key 'train.lrr'", 1),
     "train-negative-patience": ("train -d {data} -o {root}/r --set train.patience=-1", "", "train.patience must not be negative", 1),
     "train-output-is-file": ("train -d {data} -o {root}/run_file " + " ".join(TINY_TRAIN), "", "run_file: exists and is not a directory", 1),

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from mtkit.batching import BatchStream, collate
 from mtkit.cli import app
 from mtkit.config import TrainConfig
-from mtkit.data import ParallelDataset, TrainingSamples, read_manifest, weighted_pairs
+from mtkit.data import ParallelDataset, TrainingSamples, read_manifest, tempered, weighted_pairs
 from mtkit.distributed import Distributed
 from mtkit.errors import MtkitError
 from mtkit.preprocess import Corpus, preprocess
@@ -93,6 +93,22 @@ def test_weights_choose_each_epoch_s_pairs():
     assert weighted_pairs([{"kept": 5, "weight": 1}, {"kept": 3, "weight": 1.0}], 0, 0) is None
 
 
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 5.0])
+def test_temperature_gives_each_corpus_its_share_of_an_epoch(temperature):
+    """Shares of a drawn epoch within 2 points of (weight x pairs)^(1/T), normalised, a corpus 10x
+    smaller than the others and a weighted one among them; the epoch as long as the weights make it."""
+    corpora = [{"kept": 10_000, "weight": 1}, {"kept": 10_000, "weight": 1}, {"kept": 1_000, "weight": 1},
+               {"kept": 4_000, "weight": 0.5}]  # fmt: skip
+    sizes = np.array([corpus["kept"] * corpus["weight"] for corpus in corpora], dtype=np.float64)
+    expected = sizes ** (1 / temperature) / (sizes ** (1 / temperature)).sum()
+    for epoch in range(3):
+        pairs = weighted_pairs(tempered(corpora, temperature), seed=3, epoch=epoch)
+        counts = np.histogram(pairs, bins=np.cumsum([0] + [corpus["kept"] for corpus in corpora]))[0]
+        assert np.abs(counts / counts.sum() - expected).max() < 0.02
+        assert abs(len(pairs) - sizes.sum()) <= len(corpora)
+    assert tempered(corpora, 1.0) == corpora
+
+
 @pytest.mark.parametrize("pack_length", [0, 60])
 def test_an_epoch_s_batches_hold_the_weighted_pairs(joined, pack_length):
     data = TrainingSamples(joined)
@@ -146,3 +162,15 @@ def test_the_preprocess_command_joins_corpora_and_refuses_mistakes(corpora, tagg
         assert refused.exit_code == 1, case
         assert message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, (case, refused.stderr)
         assert not (tmp_path / "refused").exists()
+
+
+def test_training_draws_the_corpora_at_its_sampling_temperature(joined, tmp_path):
+    from mtkit.config import build_config, parse_overrides
+    from mtkit.train import Trainer
+
+    overrides = ["model.preset=transformer-tiny", "train.max_steps=1", "train.sampling_temperature=4"]
+    trainer = Trainer(build_config(parse_overrides(overrides)), joined, tmp_path / "run")
+    assert [corpus["weight"] for corpus in trainer.train_data.corpora] == pytest.approx(
+        [corpus["weight"] for corpus in tempered(read_manifest(joined)["corpora"], 4)]
+    )
+    assert trainer.train_data.corpora[1]["weight"] > 0.5  # the smaller corpus drawn more than its weight alone
