@@ -53,7 +53,7 @@ class CleaningRules:
     langid_min_prob: float = 0.05
     min_script_share: float = 0.0  # drop a pair where a side has fewer of its letters in its language's scripts
     drop_copies: bool = False  # drop a pair whose target is its source (case and spaces aside)
-    check_numbers: bool = False  # drop a pair whose sides write different numbers
+    check_numbers: bool = False  # drop a pair whose sides both write numbers, and different ones
 
     def validate(self, src_lang: str, tgt_lang: str) -> None:
         if self.max_len < 0:
@@ -127,11 +127,18 @@ def _drop_reason(src: list[int], tgt: list[int], rules: CleaningRules) -> str | 
     return None
 
 
+def _numbers_differ(src: str, tgt: str) -> bool:
+    """Both sides write numbers (in digits), and not the same ones: "3 dogs" against "Drei Hunde" is
+    a translation, "3 dogs" against "4 Hunde" is not."""
+    src_numbers, tgt_numbers = numbers(src), numbers(tgt)
+    return bool(src_numbers and tgt_numbers and src_numbers != tgt_numbers)
+
+
 def _noise_reason(texts: tuple[str, str], langs: tuple[str, str], rules: CleaningRules) -> str | None:
     """Why the noise filters drop a pair of texts in languages `langs`, or None (cheapest test first)."""
     if rules.drop_copies and "".join(texts[0].split()).casefold() == "".join(texts[1].split()).casefold():
         return "copy"
-    if rules.check_numbers and numbers(texts[0]) != numbers(texts[1]):
+    if rules.check_numbers and _numbers_differ(*texts):
         return "numbers"
     if rules.min_script_share and min(map(script_share, texts, langs)) < rules.min_script_share:
         return "script"

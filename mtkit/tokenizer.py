@@ -285,6 +285,7 @@ def train_tokenizer(
         raise MtkitError(f"--type {kind}: must be bpe or unigram")
     if max_lines < 0:
         raise MtkitError(f"--max-lines {max_lines}: must be a number of lines, or 0 for all of them")
+    normalization = normalization.lower()  # NFC as well as nfc
     if normalization not in NORMALIZATIONS:
         raise MtkitError(f"--normalization {normalization}: must be one of {', '.join(NORMALIZATIONS)}")
     for path in inputs:

@@ -49,7 +49,7 @@ CASES = {
     "tok-small-vocab": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --vocab-size 10", "", "--vocab-size 10", 1),
     "tok-bad-type": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --type wordpiece", "", "--type wordpiece", 1),
     "tok-unigram-too-small": ("train-tokenizer -i {corpus}/train.en -i {corpus}/train.de -o {root}/t.json --type unigram --vocab-size 300", "", "--vocab-size 300: The vocabulary is not large enough", 1),
-    "tok-bad-normalization": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --normalization nfkd", "", "--normalization nfkd: must be one of nfkc, nfc, none", 1),
+    "tok-bad-normalization": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --normalization NFKD", "", "--normalization nfkd: must be one of nfkc, nfc, none", 1),
     "tok-not-a-number": ("train-tokenizer -i {corpus}/train.en -o {root}/t.json --vocab-size lots", "", "Invalid value for '--vocab-size'", 2),
     # preprocess
     "pre-missing-prefix": ("preprocess -s en -t de --train {root}/nowhere --tokenizer {tok} -o {root}/bin", "", "nowhere.en: no such file", 1),

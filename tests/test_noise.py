@@ -50,6 +50,7 @@ def test_numbers_are_compared_by_value_in_any_digits():
         ("A dog runs on the beach.", "Pes běží po pláži.", "language"),
         ("Un chien court sur la plage.", "Ein Hund läuft am Strand.", "language"),
         ("A dog runs on the beach with 2 balls.", "Ein Hund läuft mit 2 Bällen am Strand.", None),
+        ("Here are 2 moms listening to a toddler.", "Hier sind zwei Mütter, die einem Kind zuhören.", None),
     ],
 )
 def test_each_filter_drops_its_kind_of_noise(src, tgt, reason):

@@ -114,7 +114,7 @@ def preprocess(
     ] = 0.0,
     drop_copies: Annotated[bool, typer.Option(help="Drop training pairs whose target is their source.")] = False,
     check_numbers: Annotated[
-        bool, typer.Option(help="Drop training pairs whose sides write different numbers.")
+        bool, typer.Option(help="Drop training pairs whose sides both write numbers, and different ones.")
     ] = False,
     bpe_dropout: Annotated[
         float, typer.Option(help="Subword regularisation: encode training pairs with BPE-dropout P (0: off).")
@@ -146,7 +146,7 @@ def preprocess(
 
     Noisy (web-crawled) training corpora: --langid drops pairs a side of which is in another language
     (offline, py3langid), --min-script-share pairs with letters in another script, --drop-copies
-    targets that copy their source, --check-numbers pairs whose numbers differ; the report counts each.
+    targets that copy their source, --check-numbers pairs whose digits differ; the report counts each.
 
     Example: [bold]mtkit preprocess -s en -t de --train data/train --valid data/val --tokenizer tokenizer.json -o data-bin[/bold]
     """
