@@ -187,7 +187,8 @@ class TrainingSamples:
     is index k x N + i, so batches, lengths and collation work on it unchanged; epoch e trains on
     sample e mod K (see mtkit.batching.BatchStream). With K = 1 it is the train split itself."""
 
-    def __init__(self, data_dir: Path, manifest: dict | None = None):
+    def __init__(self, data_dir: Path, manifest: dict | None = None, temperature: float = 1.0):
+        """temperature: the corpora's sampling temperature (see tempered)."""
         manifest = manifest if manifest is not None else read_manifest(data_dir)
         self.samples = [ParallelDataset(data_dir, sample_split(k), manifest) for k in range(sample_count(manifest))]
         self.pairs = len(self.samples[0])
@@ -202,7 +203,10 @@ class TrainingSamples:
         )
         self.src_lang, self.tgt_lang = self.samples[0].src_lang, self.samples[0].tgt_lang
         # The corpora the training split joins, in order, with their weights (one, weight 1, before there were several)
-        self.corpora = manifest.get("corpora") or [{"name": "train", "kept": self.pairs, "weight": 1}]
+        self.corpora = tempered(
+            manifest.get("corpora") or [{"name": "train", "kept": self.pairs, "weight": 1}], temperature
+        )
+        self.languages = model_languages(manifest)
 
     def __len__(self) -> int:
         return self.pairs
@@ -271,6 +275,21 @@ def weighted_pairs(corpora: list[dict], seed: int, epoch: int) -> np.ndarray | N
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
+def model_languages(manifest: dict) -> dict:
+    """What a model trained on this dataset says of its languages (its file's meta): a bilingual
+    dataset's pair; a multilingual one's directions and target tags (mtkit.targets), and its source
+    language where every direction has the same one."""
+    if "directions" not in manifest:
+        return {"src_lang": manifest["src_lang"], "tgt_lang": manifest["tgt_lang"]}
+    sources = {s for s, _ in manifest["directions"]}
+    return {
+        "src_lang": next(iter(sources)) if len(sources) == 1 else None,
+        "tgt_lang": None,
+        "target_tags": manifest["target_tags"],
+        "directions": manifest["directions"],
+    }
+
+
 def load_tokenizers(data_dir: Path, manifest: dict | None = None) -> tuple[Tokenizer, Tokenizer]:
     """The source and target tokenizers stored in a dataset (the same object when the vocabulary is joint)."""
     manifest = manifest if manifest is not None else read_manifest(data_dir)
@@ -293,12 +312,12 @@ def check_tokenizers_match(
 
 
 def open_splits(
-    data_dir: Path, model_cfg: ModelConfig, manifest: dict
+    data_dir: Path, model_cfg: ModelConfig, manifest: dict, temperature: float = 1.0
 ) -> tuple[TrainingSamples, ParallelDataset | None]:
-    """The train split (all its samples) and (if any) the valid split of a dataset with this
-    manifest; fills the model's vocabulary sizes in from it."""
+    """The train split (all its samples, its corpora drawn at `temperature`) and (if any) the valid
+    split of a dataset with this manifest; fills the model's vocabulary sizes in from it."""
     model_cfg.src_vocab_size = manifest["src_tokenizer"]["vocab_size"]
     model_cfg.tgt_vocab_size = manifest["tgt_tokenizer"]["vocab_size"]
     model_cfg.joint_vocab = bool(manifest["joint_vocab"])
     valid = ParallelDataset(data_dir, "valid", manifest) if "valid" in manifest["splits"] else None
-    return TrainingSamples(data_dir, manifest), valid
+    return TrainingSamples(data_dir, manifest, temperature), valid

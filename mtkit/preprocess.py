@@ -15,16 +15,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mtkit import __version__, console
+from mtkit.cleaning import DROP_REASONS, CleaningRules, drop_reason, noise_reason
 from mtkit.data import MANIFEST, SentenceWriter, ids_dtype, sample_split
 from mtkit.dedup import DigestSet, pair_digests
 from mtkit.errors import MtkitError
-from mtkit.langid import check_known, numbers, probability, require_langid, script_share
+from mtkit.targets import TARGET_TAG_PREFIX, checked_directions, target_tag_ids
 from mtkit.textio import atomic_directory, iter_lines, line_bytes, progress_size
-from mtkit.tokenizer import Tokenizer
+from mtkit.tokenizer import Tokenizer, tag_token
 
 CHUNK_LINES = 20_000
-DROP_REASONS = ("empty", "too_long", "ratio", "duplicate", "copy", "numbers", "script", "language")
 BACK_TRANSLATION_TAG = "bt"  # the tokenizer's <bt> (train-tokenizer --tag bt) starts back-translated sources
+MULTILINGUAL_SIDES = ("src", "tgt")  # a multilingual dataset's file suffixes: train.src, train.tgt
 
 
 @dataclass
@@ -37,37 +38,6 @@ class Corpus:
     prefix: Path
     weight: float = 1.0
     back_translated: bool = False
-
-
-@dataclass
-class CleaningRules:
-    """What `preprocess` drops from the training split (valid and test keep every line)."""
-
-    strip: bool = True
-    drop_empty: bool = True
-    max_len: int = 250  # subword tokens on either side; 0 = no limit
-    max_ratio: float = 3.0  # longer side / shorter side in subword tokens; 0 = no limit
-    dedup: bool = False
-    # Noise filters (mtkit.langid), each off by default:
-    langid: bool = False  # drop a pair where a side's language has probability below langid_min_prob
-    langid_min_prob: float = 0.05
-    min_script_share: float = 0.0  # drop a pair where a side has fewer of its letters in its language's scripts
-    drop_copies: bool = False  # drop a pair whose target is its source (case and spaces aside)
-    check_numbers: bool = False  # drop a pair whose sides both write numbers, and different ones
-
-    def validate(self, src_lang: str, tgt_lang: str) -> None:
-        if self.max_len < 0:
-            raise MtkitError(f"--max-len {self.max_len}: must not be negative (0: no limit)")
-        if self.max_ratio < 0:
-            raise MtkitError(f"--max-ratio {self.max_ratio:g}: must not be negative (0: off)")
-        if not 0 <= self.min_script_share <= 1:
-            raise MtkitError(f"--min-script-share {self.min_script_share:g}: must be in [0, 1] (0: off)")
-        if not 0 < self.langid_min_prob < 1:
-            raise MtkitError(f"--langid-min-prob {self.langid_min_prob:g}: must be in (0, 1)")
-        if self.langid:
-            require_langid("--langid")
-            for lang in (src_lang, tgt_lang):
-                check_known(lang, f"--langid with language {lang}")
 
 
 @dataclass
@@ -117,36 +87,6 @@ def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[list[tuple[
         yield chunk
 
 
-def _drop_reason(src: list[int], tgt: list[int], rules: CleaningRules) -> str | None:
-    if not src or not tgt:
-        return "empty" if rules.drop_empty else None
-    if rules.max_len and max(len(src), len(tgt)) > rules.max_len:
-        return "too_long"
-    if rules.max_ratio and max(len(src), len(tgt)) / min(len(src), len(tgt)) > rules.max_ratio:
-        return "ratio"
-    return None
-
-
-def _numbers_differ(src: str, tgt: str) -> bool:
-    """Both sides write numbers (in digits), and not the same ones: "3 dogs" against "Drei Hunde" is
-    a translation, "3 dogs" against "4 Hunde" is not."""
-    src_numbers, tgt_numbers = numbers(src), numbers(tgt)
-    return bool(src_numbers and tgt_numbers and src_numbers != tgt_numbers)
-
-
-def _noise_reason(texts: tuple[str, str], langs: tuple[str, str], rules: CleaningRules) -> str | None:
-    """Why the noise filters drop a pair of texts in languages `langs`, or None (cheapest test first)."""
-    if rules.drop_copies and "".join(texts[0].split()).casefold() == "".join(texts[1].split()).casefold():
-        return "copy"
-    if rules.check_numbers and _numbers_differ(*texts):
-        return "numbers"
-    if rules.min_script_share and min(map(script_share, texts, langs)) < rules.min_script_share:
-        return "script"
-    if rules.langid and min(map(probability, texts, langs)) < rules.langid_min_prob:
-        return "language"
-    return None
-
-
 def _encode_split(
     paths: list[Path],
     writers: tuple[SentenceWriter, SentenceWriter],
@@ -155,24 +95,25 @@ def _encode_split(
     description: str,
     raw: list[Path] | None = None,
     samples: list[tuple[tuple[SentenceWriter, SentenceWriter], tuple[Tokenizer, Tokenizer]]] | None = None,
-    tag: int | None = None,
+    tags: list[int] | None = None,
     langs: tuple[str, str] | None = None,
 ) -> SplitReport:
     """Encode one split; `rules` None keeps every line (valid/test). With `raw` (source and target
     paths), the lines are also kept there as plain UTF-8 text, from the same single read. With
     `samples` ((writers, dropout tokenizers) per sample, the first being `writers`), each kept pair
-    is encoded again for every sample; the plain encoding only decides what is kept. With `tag`,
-    every kept source starts with that id (the cleaning rules see the sentence without it). With
-    `langs` (source and target language), the rules' noise filters apply too."""
+    is encoded again for every sample; the plain encoding only decides what is kept. With `tags`,
+    every kept source starts with those ids (the cleaning rules see the sentence without them). With
+    `langs` (source and target language), the rules' noise filters apply too. Raw text is appended
+    to what the files hold (a split of several directions writes them one after the other)."""
     report = SplitReport()
-    tagged = (lambda ids: [[tag, *s] for s in ids]) if tag is not None else (lambda ids: ids)
+    tagged = (lambda ids: [[*tags, *s] for s in ids]) if tags else (lambda ids: ids)
     seen = DigestSet()
     src_writer, tgt_writer = writers
     written = src_writer.sentences, src_writer.tokens, tgt_writer.tokens  # writers a corpus before used
     strip = rules.strip if rules else True
     total = progress_size(paths[0])  # progress by the source file's bytes: every input is read once
     with contextlib.ExitStack() as stack:
-        raw_files = [stack.enter_context(open(p, "w", encoding="utf-8")) for p in raw or []]
+        raw_files = [stack.enter_context(open(p, "a", encoding="utf-8")) for p in raw or []]
         bar = stack.enter_context(console.progress(description, total=total, unit="bytes" if total else ""))
         for chunk in _chunks(_paired_lines(paths[0], paths[1]), CHUNK_LINES):
             for side, out in enumerate(raw_files):
@@ -180,11 +121,9 @@ def _encode_split(
             srcs = [s.strip() if strip else s for s, _ in chunk]
             tgts = [t.strip() if strip else t for _, t in chunk]
             src_ids, tgt_ids = tokenizers[0].encode_batch(srcs), tokenizers[1].encode_batch(tgts)
-            reasons = [_drop_reason(src, tgt, rules) if rules else None for src, tgt in zip(src_ids, tgt_ids)]
+            reasons = [drop_reason(src, tgt, rules) if rules else None for src, tgt in zip(src_ids, tgt_ids)]
             if rules and langs:
-                reasons = [
-                    reason or _noise_reason(pair, langs, rules) for reason, pair in zip(reasons, zip(srcs, tgts))
-                ]
+                reasons = [reason or noise_reason(pair, langs, rules) for reason, pair in zip(reasons, zip(srcs, tgts))]
             if rules and rules.dedup:
                 candidates = [i for i, reason in enumerate(reasons) if reason is None]
                 new = seen.add_new(pair_digests([src_ids[i] for i in candidates], [tgt_ids[i] for i in candidates]))
@@ -231,34 +170,52 @@ def preprocess(
     rules: CleaningRules | None = None,
     force: bool = False,
     sampling: Sampling | None = None,
+    directions: list[tuple[str, str]] | None = None,
 ) -> dict:
     """Build a binarized dataset from `splits` ({"train": PREFIX, "valid": PREFIX, ...}); returns the
-    manifest. The training split may join several corpora ({"train": [Corpus, ...]})."""
+    manifest. The training split may join several corpora ({"train": [Corpus, ...]}).
+
+    With `directions` ([(source, target), ...], in place of src_lang and tgt_lang) the dataset is
+    multilingual: every split holds each direction S-T of each of its prefixes (PREFIX.S and
+    PREFIX.T), one after the other, and every source starts with its target's tag <2T> (Johnson et
+    al., 2017; `train-tokenizer --tag 2T`). Each training corpus becomes one per direction, named
+    NAME.S-T (S-T for an unnamed one), so that weights and the sampling temperature apply to
+    directions."""
     rules = rules or CleaningRules()
-    named = isinstance(splits["train"], list)
-    corpora = splits["train"] if named else [Corpus("train", splits["train"])]  # type: ignore[list-item, arg-type]
+    multilingual = directions is not None
+    directions = checked_directions(directions) if multilingual else [(src_lang, tgt_lang)]
+    file_sides = MULTILINGUAL_SIDES if multilingual else (src_lang, tgt_lang)
+    named = isinstance(splits["train"], list) or multilingual
+    given = splits["train"] if isinstance(splits["train"], list) else [Corpus("train", splits["train"])]  # type: ignore[list-item, arg-type]
     sampling = sampling or Sampling()
     sampling.validate()
-    rules.validate(src_lang, tgt_lang)
-    if src_lang == tgt_lang:
+    for pair in directions:
+        rules.validate(*pair)
+    if not multilingual and src_lang == tgt_lang:
         raise MtkitError(f"source and target language are both {src_lang!r}")
-    _check_corpora(corpora)
-    for prefix in [c.prefix for c in corpora] + [p for name, p in splits.items() if name != "train"]:
-        for lang in (src_lang, tgt_lang):
+    _check_corpora(given)
+    for prefix in [c.prefix for c in given] + [p for name, p in splits.items() if name != "train"]:
+        for lang in dict.fromkeys(lang for pair in directions for lang in pair):
             if not Path(f"{prefix}.{lang}").is_file() and not Path(f"{prefix}.{lang}.gz").is_file():
                 raise MtkitError(f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)")
     src_tok = Tokenizer.load(tokenizer_path)
     tgt_tok = Tokenizer.load(tgt_tokenizer_path) if tgt_tokenizer_path else src_tok
     joint = src_tok.sha256 == tgt_tok.sha256 or src_tok.vocabulary() == tgt_tok.vocabulary()  # one id space
     tag = src_tok.tag_id(BACK_TRANSLATION_TAG)
-    if tag is None and any(c.back_translated for c in corpora):
+    if tag is None and any(c.back_translated for c in given):
         raise MtkitError(
             f"--back-translated: the tokenizer has no <{BACK_TRANSLATION_TAG}> tag "
             f"(train it with mtkit train-tokenizer --tag {BACK_TRANSLATION_TAG})"
         )
+    target_tags = target_tag_ids(src_tok, [t for _, t in directions]) if multilingual else {}
     if sampling.bpe_dropout:
         dropout_toks = (src_tok.with_bpe_dropout(sampling.bpe_dropout), tgt_tok.with_bpe_dropout(sampling.bpe_dropout))
     dtype = ids_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size))
+    corpora = [
+        Corpus(_corpus_name(c.name, (s, t), multilingual, isinstance(splits["train"], list)), c.prefix, c.weight,
+               c.back_translated)
+        for c in given for s, t in (directions if multilingual else [directions[0]])
+    ]  # fmt: skip
     start = time.perf_counter()
     with atomic_directory(output, force) as tmp:
         src_file, tgt_file = (
@@ -266,46 +223,64 @@ def preprocess(
         )
         src_tok.save(tmp / src_file)
         tgt_tok.save(tmp / tgt_file)
-        reports, content, per_corpus = {}, {}, []
+        reports, content, per_corpus, split_directions = {}, {}, [], {}
         for split, prefix in splits.items():
             writers = (
-                SentenceWriter(tmp / f"{split}.{src_lang}", dtype),
-                SentenceWriter(tmp / f"{split}.{tgt_lang}", dtype),
+                SentenceWriter(tmp / f"{split}.{file_sides[0]}", dtype),
+                SentenceWriter(tmp / f"{split}.{file_sides[1]}", dtype),
             )
             # valid/test keep every line, and their raw text too: BLEU is computed against it.
-            raw = None if split == "train" else [tmp / f"{split}.{lang}.txt" for lang in (src_lang, tgt_lang)]
+            raw = None if split == "train" else [tmp / f"{split}.{side}.txt" for side in file_sides]
             samples = None
             if split == "train" and sampling.bpe_dropout:
                 extra = [
-                    tuple(SentenceWriter(tmp / f"{sample_split(k)}.{lang}", dtype) for lang in (src_lang, tgt_lang))
+                    tuple(SentenceWriter(tmp / f"{sample_split(k)}.{side}", dtype) for side in file_sides)
                     for k in range(1, sampling.samples)
                 ]
                 samples = [(w, dropout_toks) for w in [writers, *extra]]
             try:
                 is_train = split == "train"
+                units = (
+                    [(corpus, directions[i % len(directions)] if multilingual else directions[0])
+                     for i, corpus in enumerate(corpora)]
+                    if is_train else [(Corpus(split, prefix), pair) for pair in directions]
+                )  # fmt: skip
                 encoded = []
-                for corpus in corpora if is_train else [Corpus(split, prefix)]:  # type: ignore[arg-type]
-                    paths = [_existing(corpus.prefix, lang) for lang in (src_lang, tgt_lang)]
+                for corpus, (s, t) in units:
+                    paths = [_existing(corpus.prefix, lang) for lang in (s, t)]
                     description = f"train/{corpus.name}" if named and is_train else corpus.name
-                    corpus_tag = tag if corpus.back_translated else None
+                    if multilingual and not is_train:
+                        description = f"{split} {s}-{t}"
+                    tags = ([target_tags[t]] if multilingual else []) + ([tag] if corpus.back_translated else [])
                     cleaning = rules if is_train else None
                     encoded.append(_encode_split(paths, writers, (src_tok, tgt_tok), cleaning, description, raw,
-                                                 samples, corpus_tag, (src_lang, tgt_lang)))  # fmt: skip
+                                                 samples, tags, (s, t)))  # fmt: skip
                 reports[split] = _total(encoded)
                 per_corpus = encoded if is_train else per_corpus
+                if multilingual:
+                    split_directions[split] = [[s, t, report.kept] for (_, (s, t)), report in zip(units, encoded)]
             finally:
                 for sample_writers, _ in samples or [(writers, None)]:
                     for writer in sample_writers:
                         writer.close()
                         content[writer.name] = writer.digest
         if reports.get("train") is not None and reports["train"].read == 0:
-            raise MtkitError(f"{corpora[0].prefix}.{src_lang}: no lines (the training files are empty)")
+            raise MtkitError(f"{given[0].prefix}.{directions[0][0]}: no lines (the training files are empty)")
         if reports.get("train") is not None and reports["train"].kept == 0:
             raise MtkitError(f"the training set is empty after cleaning ({_dropped_summary(reports['train'])})")
         manifest = {
             "mtkit_version": __version__,
-            "src_lang": src_lang,
-            "tgt_lang": tgt_lang,
+            "src_lang": file_sides[0],
+            "tgt_lang": file_sides[1],
+            **(
+                {
+                    "directions": [list(pair) for pair in directions],
+                    "target_tags": {t: tag_token(f"{TARGET_TAG_PREFIX}{t}") for _, t in directions},
+                    "split_directions": split_directions,
+                }
+                if multilingual
+                else {}
+            ),  # fmt: skip
             "joint_vocab": joint,
             "dtype": dtype.name,
             "src_tokenizer": _tokenizer_entry(src_tok, src_file),
@@ -328,6 +303,14 @@ def preprocess(
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _corpus_name(name: str, direction: tuple[str, str], multilingual: bool, named: bool) -> str:
+    """A training corpus's name: its own; in a multilingual dataset, per direction (NAME.en-de, or en-de)."""
+    if not multilingual:
+        return name
+    pair = "-".join(direction)
+    return f"{name}.{pair}" if named else pair
 
 
 def _check_corpora(corpora: list[Corpus]) -> None:

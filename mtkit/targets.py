@@ -1,5 +1,6 @@
 """Which language a model translates into: the one its training data named, or, for a model that
-serves several, the one a tag token at the start of the source chooses (`--tgt-lang`).
+serves several, the one a tag token at the start of the source chooses (`--tgt-lang`): <2de> in a
+dataset of `preprocess --lang-pairs`, >>deu<< in a multilingual MarianMT model.
 
 A model file's meta says which: "tgt_lang" for a bilingual model, "target_tags" ({language: tag
 token}) for one that chooses its target by a tag, as multilingual OPUS-MT models do with `>>fra<<`.
@@ -16,6 +17,7 @@ from mtkit.errors import MtkitError
 from mtkit.tokenizer import Tokenizer
 
 MARIAN_TAG = re.compile(r">>(\w+)<<")
+TARGET_TAG_PREFIX = "2"  # <2de> (train-tokenizer --tag 2de) starts a multilingual dataset's sources into German
 
 
 def marian_target_tags(tokens: list[str]) -> dict[str, str]:
@@ -63,3 +65,33 @@ def tag_id(tokenizer: Tokenizer, tag: str) -> int:
     if found is None:
         raise MtkitError(f"the source vocabulary has no {tag}, which the model file names as a target's tag")
     return found
+
+
+def checked_directions(directions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    if not directions:
+        raise MtkitError("--lang-pairs: give at least one, e.g. en-de,en-fr")
+    for s, t in directions:
+        if s == t:
+            raise MtkitError(f"--lang-pairs {s}-{t}: the source and target language are the same")
+    if len(set(directions)) != len(directions):
+        raise MtkitError("--lang-pairs: a language pair is given twice")
+    return list(directions)
+
+
+def target_tag_ids(tokenizer: Tokenizer, targets: list[str]) -> dict[str, int]:
+    """Each target language's tag id (<2de> for de); a language without one is refused, naming those it has."""
+    tags = {}
+    for lang in dict.fromkeys(targets):
+        found = tokenizer.tag_id(f"{TARGET_TAG_PREFIX}{lang}")
+        if found is None:
+            has = [
+                name.removeprefix(TARGET_TAG_PREFIX)
+                for name in tokenizer.tag_names()
+                if name.startswith(TARGET_TAG_PREFIX)
+            ]
+            raise MtkitError(
+                f"--lang-pairs: the tokenizer has no tag for target language {lang} (it has {', '.join(has) or 'none'}; "
+                f"train it with mtkit train-tokenizer --tag {TARGET_TAG_PREFIX}{lang})"
+            )
+        tags[lang] = found
+    return tags

@@ -152,6 +152,11 @@ class Tokenizer:
         token = tag_token(tag)
         return next((i for i, added in self._hf.get_added_tokens_decoder().items() if added.content == token), None)
 
+    def tag_names(self) -> list[str]:
+        """The names of the tokenizer's tag tokens (train-tokenizer --tag), in id order."""
+        added = sorted(self._hf.get_added_tokens_decoder().items())
+        return [token.content[1:-1] for _, token in added if token.content not in SPECIAL_TOKENS]
+
     def vocabulary(self) -> list[str]:
         """Every token, in id order; an entry this tokenizer never produces (UNPRODUCED) by its name."""
         return [self._hf.id_to_token(i).removeprefix(UNPRODUCED) for i in range(self.vocab_size)]

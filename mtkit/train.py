@@ -36,14 +36,7 @@ from mtkit.checkpoint import (
     set_rng_state,
 )
 from mtkit.config import Config, resume_config
-from mtkit.data import (
-    check_tokenizers_match,
-    dataset_digest,
-    load_tokenizers,
-    open_splits,
-    read_manifest,
-    tempered,
-)
+from mtkit.data import check_tokenizers_match, dataset_digest, load_tokenizers, open_splits, read_manifest
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.ema import WeightAverage
@@ -77,8 +70,8 @@ class Trainer:
             torch.set_num_threads(self.cfg.threads)
         self.manifest = read_manifest(self.data_dir)  # read once, here; each node may hold its own copy
         self.dist.require_same(dataset_digest(self.manifest), f"the dataset {self.data_dir}")
-        self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest)
-        self.train_data.corpora = tempered(self.train_data.corpora, config.train.sampling_temperature)
+        temperature = config.train.sampling_temperature
+        self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest, temperature)
         self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir, self.manifest)
         torch.manual_seed(self.cfg.seed)
         self.model = Transformer(config.model)
@@ -199,8 +192,7 @@ class Trainer:
             return
         weights, step = self.model.state_dict(), self.progress.step
         meta = {"step": step, "epoch": self.progress.epoch, "data_dir": str(self.data_dir.resolve()),
-                "src_lang": self.train_data.src_lang, "tgt_lang": self.train_data.tgt_lang,
-                "max_len": self.manifest.get("cleaning", {}).get("max_len", 0)}  # fmt: skip
+                **self.train_data.languages, "max_len": self.manifest.get("cleaning", {}).get("max_len", 0)}  # fmt: skip
         state = {"config": self.config.to_dict(), "model": weights, "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict() if self.scaler else None, "progress": vars(self.progress),
                  "rng": rng_states, "data_dir": str(self.data_dir.resolve()),

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from mtkit.cli import app
 from mtkit.langid import identify, numbers, script_of, script_share
-from mtkit.preprocess import CleaningRules, _noise_reason
+from mtkit.cleaning import CleaningRules, noise_reason
 
 pytest.importorskip("py3langid")
 
@@ -54,14 +54,14 @@ def test_numbers_are_compared_by_value_in_any_digits():
     ],
 )
 def test_each_filter_drops_its_kind_of_noise(src, tgt, reason):
-    assert _noise_reason((src, tgt), ("en", "de"), ALL_ON) == reason
+    assert noise_reason((src, tgt), ("en", "de"), ALL_ON) == reason
 
 
 @pytest.mark.parametrize(("text", "english"), CJK_PAIRS)
 def test_scripts_without_spaces_pass_every_filter(text, english):
     lang = identify(text)[0]
     assert lang in ("zh", "ja", "th")
-    assert _noise_reason((text, english), (lang, "en"), ALL_ON) is None
+    assert noise_reason((text, english), (lang, "en"), ALL_ON) is None
 
 
 def test_the_report_counts_what_each_filter_dropped(tmp_path, tokenizer_path):

@@ -9,6 +9,7 @@ import typer
 
 from mtkit import console
 from mtkit.cli.app import app, handle_errors
+from mtkit.errors import MtkitError
 
 # --- train-tokenizer -----------------------------------------------------------------------------
 
@@ -81,14 +82,20 @@ def train_tokenizer_command(
 @app.command()
 @handle_errors
 def preprocess(
-    src_lang: Annotated[str, typer.Option("--src-lang", "-s", help="Source language suffix, e.g. en.")],
-    tgt_lang: Annotated[str, typer.Option("--tgt-lang", "-t", help="Target language suffix, e.g. de.")],
     train: Annotated[
         list[str],
         typer.Option(help="Training prefix: reads PREFIX.SRC and PREFIX.TGT; repeat as NAME=PREFIX to join corpora."),
     ],
     tokenizer: Annotated[Path, typer.Option(help="tokenizer.json (the source one when vocabularies are separate).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Dataset directory to create.")],
+    src_lang: Annotated[str | None, typer.Option("--src-lang", "-s", help="Source language suffix, e.g. en.")] = None,
+    tgt_lang: Annotated[str | None, typer.Option("--tgt-lang", "-t", help="Target language suffix, e.g. de.")] = None,
+    lang_pairs: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead of -s/-t, a multilingual dataset: SRC-TGT pairs, e.g. en-de,en-fr (tags <2de> ...)."
+        ),
+    ] = None,
     valid: Annotated[Path | None, typer.Option(help="Validation prefix.")] = None,
     test: Annotated[Path | None, typer.Option(help="Test prefix.")] = None,
     tgt_tokenizer: Annotated[Path | None, typer.Option(help="Target tokenizer.json for separate vocabularies.")] = None,
@@ -160,13 +167,30 @@ def preprocess(
         check_numbers,
     )  # fmt: skip
     sampling = Sampling(bpe_dropout, samples)
-    manifest = run_preprocess(src_lang, tgt_lang, splits, tokenizer, output, tgt_tokenizer, rules, force, sampling)
+    directions = _lang_pairs(lang_pairs) if lang_pairs is not None else None
+    bilingual = src_lang is not None and tgt_lang is not None
+    if (directions is None and not bilingual) or (directions is not None and (src_lang or tgt_lang)):
+        raise MtkitError("give --src-lang and --tgt-lang, or --lang-pairs for a multilingual dataset")
+    manifest = run_preprocess(
+        src_lang or "", tgt_lang or "", splits, tokenizer, output, tgt_tokenizer, rules, force, sampling, directions
+    )
     for corpus in manifest.get("corpora", []):
         what = f"weight {corpus['weight']:g}" + (", back-translated" if corpus["back_translated"] else "")
         console.info(f"train/{corpus['name']} ({what}): {_kept(corpus)}")
     for name, split in manifest["splits"].items():
         console.info(f"{name}: {_kept(split)}")
     console.info(f"wrote {output} in {manifest['seconds']:.1f}s")
+
+
+def _lang_pairs(value: str) -> list[tuple[str, str]]:
+    """--lang-pairs en-de,en-fr as [("en", "de"), ("en", "fr")]."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        source, dash, target = item.partition("-")
+        if not (dash and source and target) or "-" in target:
+            raise MtkitError(f"--lang-pairs {value}: {item!r} is not SRC-TGT (e.g. en-de)")
+        pairs.append((source, target))
+    return pairs
 
 
 def _kept(report: dict) -> str:
@@ -179,7 +203,6 @@ def _kept(report: dict) -> str:
 
 def _training_corpora(train: list[str], weights: list[str], back_translated: list[str]) -> Path | list:
     """--train PREFIX alone, or the named corpora of --train NAME=PREFIX with their --weight and --back-translated."""
-    from mtkit.errors import MtkitError
     from mtkit.preprocess import Corpus
 
     if len(train) == 1 and "=" not in train[0] and not weights and not back_translated:

@@ -1,0 +1,125 @@
+"""A multilingual dataset (preprocess --lang-pairs): each direction of each prefix, every source with
+its target's tag, one corpus per direction; and a model trained on it that needs --tgt-lang."""
+
+import json
+
+import pytest
+import sacrebleu
+from conftest import TINY_TRAIN, run_mtkit, synthetic_pairs, write_lines
+from typer.testing import CliRunner
+
+from mtkit.checkpoint import load_model_file
+from mtkit.cli import app
+from mtkit.data import ParallelDataset, model_languages, read_manifest
+from mtkit.tokenizer import Tokenizer, train_tokenizer
+
+
+def third_language(german: str) -> str:
+    """A made-up target language "xx": German, uppercased, words reversed (a parallel text all the same)."""
+    return " ".join(reversed(german.upper().split()))
+
+
+@pytest.fixture(scope="module")
+def multiway(tmp_path_factory):
+    """train (120 lines) and valid (10) in en, de and xx, line i of each the same sentence; a tokenizer
+    with the tags <2de> and <2xx>."""
+    root = tmp_path_factory.mktemp("multiway")
+    pairs = synthetic_pairs(130, seed=5)
+    for split, chunk in (("train", pairs[:120]), ("valid", pairs[120:])):
+        write_lines(root / f"{split}.en", [en for en, _ in chunk])
+        write_lines(root / f"{split}.de", [de for _, de in chunk])
+        write_lines(root / f"{split}.xx", [third_language(de) for _, de in chunk])
+    inputs = [root / f"train.{lang}" for lang in ("en", "de", "xx")]
+    train_tokenizer(inputs, root / "tok.json", vocab_size=500, tags=["2de", "2xx"])
+    return root
+
+
+def preprocess_args(root, output, *extra):
+    return ["preprocess", "--lang-pairs", "en-de,en-xx", "--train", str(root / "train"), "--valid",
+            str(root / "valid"), "--tokenizer", str(root / "tok.json"), "-o", str(output), *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dataset(multiway):
+    result = CliRunner().invoke(app, preprocess_args(multiway, multiway / "bin"))
+    assert result.exit_code == 0, result.output
+    return multiway / "bin"
+
+
+def test_each_direction_is_stored_with_its_target_s_tag(multiway, dataset):
+    manifest = read_manifest(dataset)
+    tokenizer = Tokenizer.load(multiway / "tok.json")
+    assert manifest["directions"] == [["en", "de"], ["en", "xx"]]
+    assert manifest["target_tags"] == {"de": "<2de>", "xx": "<2xx>"}
+    assert [(c["name"], c["kept"]) for c in manifest["corpora"]] == [("en-de", 120), ("en-xx", 120)]
+    assert manifest["split_directions"]["valid"] == [["en", "de", 10], ["en", "xx", 10]]
+    train = ParallelDataset(dataset, "train")
+    english = (multiway / "train.en").read_text().splitlines()
+    sources = tokenizer.encode_batch(english)
+    for direction, (target, tag) in enumerate((("de", "<2de>"), ("xx", "<2xx>"))):
+        targets = tokenizer.encode_batch((multiway / f"train.{target}").read_text().splitlines())
+        for i in (0, 57, 119):
+            src, tgt = train[direction * 120 + i]
+            assert src.tolist() == [tokenizer.tag_id(tag[1:-1]), *sources[i]]
+            assert tgt.tolist() == targets[i]
+    valid = ParallelDataset(dataset, "valid")
+    expected = (multiway / "valid.de").read_text().splitlines() + (multiway / "valid.xx").read_text().splitlines()
+    assert (
+        valid.raw_lines("tgt") == expected
+        and valid.raw_lines("src") == (multiway / "valid.en").read_text().splitlines() * 2
+    )
+    assert model_languages(manifest) == {
+        "src_lang": "en", "tgt_lang": None, "target_tags": {"de": "<2de>", "xx": "<2xx>"},
+        "directions": [["en", "de"], ["en", "xx"]],
+    }  # fmt: skip
+
+
+def test_a_typed_tag_stays_text(multiway):
+    tokenizer = Tokenizer.load(multiway / "tok.json")
+    ids = tokenizer.encode_batch(["<2de> A dog runs."])[0]
+    assert tokenizer.tag_id("2de") not in ids
+    assert tokenizer.decode_batch([ids]) == ["<2de> A dog runs."]
+
+
+def test_a_target_without_a_tag_and_mixed_options_are_refused(multiway, tmp_path):
+    runner = CliRunner()
+    for split in ("train", "valid"):
+        (multiway / f"{split}.fr").write_text((multiway / f"{split}.xx").read_text())
+    missing = runner.invoke(app, preprocess_args(multiway, tmp_path / "a") + ["--lang-pairs", "en-de,en-fr"])
+    assert missing.exit_code == 1
+    assert "the tokenizer has no tag for target language fr (it has de, xx;" in missing.output
+    both = runner.invoke(app, preprocess_args(multiway, tmp_path / "b", "-s", "en"))
+    assert both.exit_code == 1 and "give --src-lang and --tgt-lang, or --lang-pairs" in both.output
+    same = runner.invoke(app, ["preprocess", "--lang-pairs", "en-en", "--train", str(multiway / "train"),
+                               "--tokenizer", str(multiway / "tok.json"), "-o", str(tmp_path / "c")])  # fmt: skip
+    assert same.exit_code == 1 and "--lang-pairs en-en: the source and target language are the same" in same.output
+    assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_a_multilingual_model_translates_into_the_language_asked_for(dataset, tmp_path):
+    result = run_mtkit("train", "-d", dataset, "-o", tmp_path / "run", *TINY_TRAIN, "--set", "train.max_steps=30",
+                       "--set", "train.save_every=30", "--set", "train.sampling_temperature=2")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    meta = load_model_file(tmp_path / "run").meta
+    assert meta["target_tags"] == {"de": "<2de>", "xx": "<2xx>"} and meta["src_lang"] == "en"
+    stdin = b"A dog runs in the park.\nTwo men wait.\n"
+    refused = run_mtkit("translate", "-m", tmp_path / "run", stdin=stdin)
+    assert refused.returncode == 1
+    assert (
+        "this model translates into several languages: choose one with --tgt-lang (de, xx)" in refused.stderr.decode()
+    )
+    outputs = {}
+    for lang in ("de", "xx"):
+        done = run_mtkit("translate", "-m", tmp_path / "run", "--tgt-lang", lang, "--beam", "2", stdin=stdin)
+        assert done.returncode == 0, done.stderr.decode()
+        outputs[lang] = done.stdout.decode().splitlines()
+        assert len(outputs[lang]) == 2 and not any("<2" in line for line in outputs[lang])
+    valid = dataset.parent / "valid"
+    scored = run_mtkit("evaluate", "-m", tmp_path / "run", "--tgt-lang", "xx", "--src", f"{valid}.en",
+                       "--ref", f"{valid}.xx", "--metrics", "bleu", "--json", "--beam", "2")  # fmt: skip
+    assert scored.returncode == 0, scored.stderr.decode()
+    translated = run_mtkit("translate", "-m", tmp_path / "run", "--tgt-lang", "xx", "--beam", "2", "-i", f"{valid}.en")
+    references = [f"{valid}.xx"]
+    hypotheses = translated.stdout.decode().splitlines()
+    expected = sacrebleu.corpus_bleu(hypotheses, [open(references[0], encoding="utf-8").read().splitlines()]).score
+    assert json.loads(scored.stdout)["bleu"]["score"] == pytest.approx(expected)
