@@ -98,6 +98,9 @@ class TrainConfig:
     flex_attention: bool = False  # packed rows' attention by FlexAttention (no attention dropout; compile on GPUs)
     collective_timeout: float = 600.0  # seconds a process waits for the others in a collective before it stops
     sampling_temperature: float = 1.0  # corpus i's share of an epoch ~ (weight_i x pairs_i)^(1/T); 1 = as weighted
+    valid_direction: str = (
+        ""  # multilingual: the direction (en-de) whose valid_metric picks checkpoints; "" = macro average
+    )
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")
@@ -106,6 +109,10 @@ class TrainConfig:
                 raise MtkitError(f"train.{name} must be at least 1")
         if self.collective_timeout <= 0:
             raise MtkitError("train.collective_timeout must be more than 0 seconds")
+        if self.valid_direction and self.valid_metric == "loss":
+            raise MtkitError(
+                "train.valid_direction needs train.valid_metric bleu or chrf (the loss is the whole set's)"
+            )
         if self.sampling_temperature <= 0:
             raise MtkitError("train.sampling_temperature must be more than 0 (1: the corpora as weighted)")
         not_negative = ("warmup", "clip_norm", "weight_decay", "max_epochs", "max_time", "keep_best", "patience")

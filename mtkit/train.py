@@ -46,7 +46,7 @@ from mtkit.model import Transformer
 from mtkit.rundir import CONFIG_FILE, EMA_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal, prepare_run_dir
 from mtkit.schedule import learning_rate, make_optimizer
 from mtkit.sentence_packing import pairs_of
-from mtkit.validation import validate
+from mtkit.validation import check_valid_direction, metric_key, validate
 
 MAX_CONSECUTIVE_NONFINITE = 32
 COMPILE_BACKEND = "inductor"  # train.compile's; tests trace with "aot_eager", which generates no code
@@ -72,6 +72,7 @@ class Trainer:
         self.dist.require_same(dataset_digest(self.manifest), f"the dataset {self.data_dir}")
         temperature = config.train.sampling_temperature
         self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest, temperature)
+        check_valid_direction(config.train.valid_direction, self.manifest)
         self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir, self.manifest)
         torch.manual_seed(self.cfg.seed)
         self.model = Transformer(config.model)
@@ -270,7 +271,7 @@ class Trainer:
                 metric = None
                 if validated:
                     scores = self._validate()
-                    metric = scores[f"valid_{self.cfg.valid_metric}"]
+                    metric = scores[metric_key(self.cfg)]
                     self.progress.record_validation(metric, self.cfg.valid_metric)
                     if log:
                         log.write({"step": step, **scores})

@@ -17,6 +17,7 @@ from mtkit.config import TrainConfig
 from mtkit.data import ParallelDataset
 from mtkit.device import autocast
 from mtkit.distributed import Distributed
+from mtkit.errors import MtkitError
 from mtkit.evaluate import corpus_scores
 from mtkit.loss import TrainingObjective
 from mtkit.model import Transformer
@@ -73,15 +74,57 @@ def _decoding_scores(
     precision: str,
     dist: Distributed,
 ) -> dict[str, float]:
-    count = min(len(data), cfg.valid_max_sentences) if cfg.valid_max_sentences else len(data)
-    shard = list(range(count))[dist.rank :: dist.world_size]
+    """valid_bleu and valid_chrf; for a multilingual set, each direction's (valid_bleu_en-de, ...) too,
+    and valid_bleu and valid_chrf are their macro averages. valid_max_sentences counts per direction."""
+    segments = direction_segments(data, cfg.valid_max_sentences)
+    chosen = [i for _, indices in segments for i in indices]
+    shard = chosen[dist.rank :: dist.world_size]
     search_cfg = SearchConfig(beam=cfg.valid_beam, lenpen=0.6 if cfg.valid_beam > 1 else 1.0)
     search_cfg = without_line_breaks(search_cfg, tgt_tokenizer)
     hyps = translate_ids(model, [data.src[i] for i in shard], search_cfg, device, precision)
     mine = tgt_tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
-    texts = [""] * count
+    texts: dict[int, str] = {}
     for indices, decoded in zip(dist.gather_objects(shard), dist.gather_objects(mine)):
-        for i, text in zip(indices, decoded):
-            texts[i] = text
-    scores = corpus_scores(texts, [data.raw_lines("tgt")[:count]], ["bleu", "chrf"])
-    return {"valid_bleu": scores["bleu"]["score"], "valid_chrf": scores["chrf"]["score"]}
+        texts.update(zip(indices, decoded))
+    references = data.raw_lines("tgt")
+    result = {}
+    for name, indices in segments:
+        scores = corpus_scores([texts[i] for i in indices], [[references[i] for i in indices]], ["bleu", "chrf"])
+        suffix = f"_{name}" if name else ""
+        result[f"valid_bleu{suffix}"], result[f"valid_chrf{suffix}"] = scores["bleu"]["score"], scores["chrf"]["score"]
+    if len(segments) > 1:  # the macro averages, first
+        per_direction = [f"_{name}" for name, _ in segments]
+        averages = {
+            f"valid_{m}": sum(result[f"valid_{m}{d}"] for d in per_direction) / len(segments) for m in ("bleu", "chrf")
+        }
+        result = {**averages, **result}
+    return result
+
+
+def metric_key(cfg: TrainConfig) -> str:
+    """The score that picks the best checkpoints and stops early: valid_bleu, or valid_bleu_en-de with
+    train.valid_direction en-de."""
+    return f"valid_{cfg.valid_metric}" + (f"_{cfg.valid_direction}" if cfg.valid_direction else "")
+
+
+def check_valid_direction(direction: str, manifest: dict) -> None:
+    """train.valid_direction names one of the dataset's directions, or is empty."""
+    if not direction:
+        return
+    directions = ["-".join(pair) for pair in manifest.get("directions", [])]
+    if direction not in directions:
+        have = f"its directions are {', '.join(directions)}" if directions else "it is not multilingual"
+        raise MtkitError(f"train.valid_direction {direction}: not a direction of the dataset ({have})")
+
+
+def direction_segments(data: ParallelDataset, max_sentences: int = 0) -> list[tuple[str | None, list[int]]]:
+    """The sentences of a valid split to decode, by direction: [(None, indices)] for a bilingual set,
+    [("en-de", indices), ...] for a multilingual one; the first max_sentences of each (0: all)."""
+    directions = data.manifest.get("split_directions", {}).get(data.split)
+    spans = [(f"{s}-{t}", n) for s, t, n in directions] if directions else [(None, len(data))]
+    segments, start = [], 0
+    for name, count in spans:
+        taken = min(count, max_sentences) if max_sentences else count
+        segments.append((name, list(range(start, start + taken))))
+        start += count
+    return segments

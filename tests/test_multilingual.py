@@ -5,10 +5,10 @@ import json
 
 import pytest
 import sacrebleu
-from conftest import TINY_TRAIN, run_mtkit, synthetic_pairs, write_lines
+from conftest import TINY_TRAIN, records, run_mtkit, synthetic_pairs, write_lines
 from typer.testing import CliRunner
 
-from mtkit.checkpoint import load_model_file
+from mtkit.checkpoint import load_model_file, read_index
 from mtkit.cli import app
 from mtkit.data import ParallelDataset, model_languages, read_manifest
 from mtkit.tokenizer import Tokenizer, train_tokenizer
@@ -81,6 +81,14 @@ def test_a_typed_tag_stays_text(multiway):
     assert tokenizer.decode_batch([ids]) == ["<2de> A dog runs."]
 
 
+def test_a_validation_direction_must_be_the_dataset_s(dataset, data_dir, tmp_path):
+    for data, message in ((dataset, "its directions are en-de, en-xx"), (data_dir, "it is not multilingual")):
+        result = run_mtkit("train", "-d", data, "-o", tmp_path / "r", *TINY_TRAIN, "--set", "train.valid_metric=bleu",
+                           "--set", "train.valid_direction=en-fr")  # fmt: skip
+        assert result.returncode == 1
+        assert f"train.valid_direction en-fr: not a direction of the dataset ({message})" in result.stderr.decode()
+
+
 def test_a_target_without_a_tag_and_mixed_options_are_refused(multiway, tmp_path):
     runner = CliRunner()
     for split in ("train", "valid"):
@@ -98,8 +106,20 @@ def test_a_target_without_a_tag_and_mixed_options_are_refused(multiway, tmp_path
 
 def test_a_multilingual_model_translates_into_the_language_asked_for(dataset, tmp_path):
     result = run_mtkit("train", "-d", dataset, "-o", tmp_path / "run", *TINY_TRAIN, "--set", "train.max_steps=30",
-                       "--set", "train.save_every=30", "--set", "train.sampling_temperature=2")  # fmt: skip
+                       "--set", "train.save_every=30", "--set", "train.sampling_temperature=2",
+                       "--set", "train.valid_every=15", "--set", "train.valid_direction=en-xx",
+                       "--set", "train.valid_metric=bleu")  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
+    validations = [r for r in records(tmp_path / "run") if "valid_loss" in r]
+    assert [r["step"] for r in validations] == [15, 30]
+    for r in validations:  # each direction's scores, and their macro averages
+        assert r["valid_bleu"] == pytest.approx((r["valid_bleu_en-de"] + r["valid_bleu_en-xx"]) / 2)
+        assert r["valid_chrf"] == pytest.approx((r["valid_chrf_en-de"] + r["valid_chrf_en-xx"]) / 2)
+    assert "bleu_en-de " in result.stderr.decode() and "chrf_en-xx " in result.stderr.decode()
+    chosen = {
+        entry["step"]: entry["metric"] for entry in read_index(tmp_path / "run") if entry.get("metric") is not None
+    }
+    assert chosen == {r["step"]: pytest.approx(r["valid_bleu_en-xx"]) for r in validations}  # valid_direction's
     meta = load_model_file(tmp_path / "run").meta
     assert meta["target_tags"] == {"de": "<2de>", "xx": "<2xx>"} and meta["src_lang"] == "en"
     stdin = b"A dog runs in the park.\nTwo men wait.\n"

@@ -10,9 +10,9 @@ import pytest
 from conftest import synthetic_pairs, write_lines
 from typer.testing import CliRunner
 
+from mtkit.cleaning import CleaningRules, noise_reason
 from mtkit.cli import app
 from mtkit.langid import identify, numbers, script_of, script_share
-from mtkit.cleaning import CleaningRules, noise_reason
 
 pytest.importorskip("py3langid")
 
