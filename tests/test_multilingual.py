@@ -11,7 +11,10 @@ from typer.testing import CliRunner
 from mtkit.checkpoint import load_model_file, read_index
 from mtkit.cli import app
 from mtkit.data import ParallelDataset, model_languages, read_manifest
+from mtkit.errors import MtkitError
+from mtkit.search import SearchConfig
 from mtkit.tokenizer import Tokenizer, train_tokenizer
+from mtkit.translate import Translator
 
 
 def third_language(german: str) -> str:
@@ -104,42 +107,86 @@ def test_a_target_without_a_tag_and_mixed_options_are_refused(multiway, tmp_path
     assert not any((tmp_path / name).exists() for name in "abc")
 
 
-def test_a_multilingual_model_translates_into_the_language_asked_for(dataset, tmp_path):
-    result = run_mtkit("train", "-d", dataset, "-o", tmp_path / "run", *TINY_TRAIN, "--set", "train.max_steps=30",
+@pytest.fixture(scope="module")
+def run(dataset, tmp_path_factory):
+    """A tiny model trained 30 updates on the dataset, validated per direction at 15 and 30."""
+    run_dir = tmp_path_factory.mktemp("multilingual") / "run"
+    result = run_mtkit("train", "-d", dataset, "-o", run_dir, *TINY_TRAIN, "--set", "train.max_steps=30",
                        "--set", "train.save_every=30", "--set", "train.sampling_temperature=2",
                        "--set", "train.valid_every=15", "--set", "train.valid_direction=en-xx",
                        "--set", "train.valid_metric=bleu")  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
-    validations = [r for r in records(tmp_path / "run") if "valid_loss" in r]
+    return run_dir, result.stderr.decode()
+
+
+def test_a_multilingual_model_translates_into_the_language_asked_for(dataset, run):
+    run_dir, log = run
+    validations = [r for r in records(run_dir) if "valid_loss" in r]
     assert [r["step"] for r in validations] == [15, 30]
     for r in validations:  # each direction's scores, and their macro averages
         assert r["valid_bleu"] == pytest.approx((r["valid_bleu_en-de"] + r["valid_bleu_en-xx"]) / 2)
         assert r["valid_chrf"] == pytest.approx((r["valid_chrf_en-de"] + r["valid_chrf_en-xx"]) / 2)
-    assert "bleu_en-de " in result.stderr.decode() and "chrf_en-xx " in result.stderr.decode()
-    chosen = {
-        entry["step"]: entry["metric"] for entry in read_index(tmp_path / "run") if entry.get("metric") is not None
-    }
+    assert "bleu_en-de " in log and "chrf_en-xx " in log
+    chosen = {entry["step"]: entry["metric"] for entry in read_index(run_dir) if entry.get("metric") is not None}
     assert chosen == {r["step"]: pytest.approx(r["valid_bleu_en-xx"]) for r in validations}  # valid_direction's
-    meta = load_model_file(tmp_path / "run").meta
+    meta = load_model_file(run_dir).meta
     assert meta["target_tags"] == {"de": "<2de>", "xx": "<2xx>"} and meta["src_lang"] == "en"
     stdin = b"A dog runs in the park.\nTwo men wait.\n"
-    refused = run_mtkit("translate", "-m", tmp_path / "run", stdin=stdin)
+    refused = run_mtkit("translate", "-m", run_dir, stdin=stdin)
     assert refused.returncode == 1
     assert (
         "this model translates into several languages: choose one with --tgt-lang (de, xx)" in refused.stderr.decode()
     )
     outputs = {}
     for lang in ("de", "xx"):
-        done = run_mtkit("translate", "-m", tmp_path / "run", "--tgt-lang", lang, "--beam", "2", stdin=stdin)
+        done = run_mtkit("translate", "-m", run_dir, "--tgt-lang", lang, "--beam", "2", stdin=stdin)
         assert done.returncode == 0, done.stderr.decode()
         outputs[lang] = done.stdout.decode().splitlines()
         assert len(outputs[lang]) == 2 and not any("<2" in line for line in outputs[lang])
     valid = dataset.parent / "valid"
-    scored = run_mtkit("evaluate", "-m", tmp_path / "run", "--tgt-lang", "xx", "--src", f"{valid}.en",
+    scored = run_mtkit("evaluate", "-m", run_dir, "--tgt-lang", "xx", "--src", f"{valid}.en",
                        "--ref", f"{valid}.xx", "--metrics", "bleu", "--json", "--beam", "2")  # fmt: skip
     assert scored.returncode == 0, scored.stderr.decode()
-    translated = run_mtkit("translate", "-m", tmp_path / "run", "--tgt-lang", "xx", "--beam", "2", "-i", f"{valid}.en")
+    translated = run_mtkit("translate", "-m", run_dir, "--tgt-lang", "xx", "--beam", "2", "-i", f"{valid}.en")
     references = [f"{valid}.xx"]
     hypotheses = translated.stdout.decode().splitlines()
     expected = sacrebleu.corpus_bleu(hypotheses, [open(references[0], encoding="utf-8").read().splitlines()]).score
     assert json.loads(scored.stdout)["bleu"]["score"] == pytest.approx(expected)
+
+
+SENTENCES = ["A dog runs in the park.", "Two men wait at the beach with a red ball.", "A girl sits."]
+
+
+def greedy(model_file, lang):
+    ours = Translator(model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=12, loop_ngram=0), "cpu", "fp32")
+    ours.set_target(lang)
+    return ours.translate(SENTENCES)
+
+
+def test_the_ctranslate2_export_translates_into_the_language_asked_for(run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from mtkit.ct2 import CTranslate2Translator
+
+    run_dir, _ = run
+    assert run_mtkit("export", "-m", run_dir, "-o", tmp_path / "ct2").returncode == 0
+    model_file = load_model_file(run_dir)
+    engine = CTranslate2Translator(tmp_path / "ct2", SearchConfig(beam=1, max_len_a=0, max_len_b=12, loop_ngram=0))
+    for lang in ("de", "xx"):
+        engine.set_target(lang)
+        assert engine.translate(SENTENCES) == greedy(model_file, lang)
+    with pytest.raises(MtkitError, match="choose one with --tgt-lang"):
+        engine.set_target(None)
+
+
+def test_the_hugging_face_export_takes_the_tag_as_a_special_token(run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    run_dir, _ = run
+    assert run_mtkit("export", "-m", run_dir, "--format", "huggingface", "-o", tmp_path / "hf").returncode == 0
+    model_file = load_model_file(run_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
+    for lang in ("de", "xx"):
+        batch = tokenizer([f"<2{lang}> {line}" for line in SENTENCES], return_tensors="pt", padding=True)
+        assert batch["input_ids"][0][0].item() == model_file.src_tokenizer.tag_id(f"2{lang}")
+        generated = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, forced_eos_token_id=None)
+        assert tokenizer.batch_decode(generated, skip_special_tokens=True) == greedy(model_file, lang)
