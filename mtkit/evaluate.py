@@ -1,4 +1,5 @@
-"""`mtkit evaluate`: corpus BLEU, chrF and TER with sacrebleu, each with its signature."""
+"""`mtkit evaluate`: corpus BLEU, chrF and TER with sacrebleu, each with its signature; per direction
+and their macro average for the test sets of a multilingual model."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 from sacrebleu.metrics import BLEU, CHRF, TER
 
@@ -81,3 +83,39 @@ def report_table(scores: dict[str, Any], title: str) -> Table:
     for name, value in scores.items():
         table.add_row(name.upper() if name != "chrf" else "chrF", f"{round(value['score'], 4):.2f}", value["signature"])
     return table
+
+
+def direction_scores(translator, prefixes: list[Path], pairs, names, lowercase: bool, tokenize: str | None) -> dict:
+    """{direction: (sentences, scores)} for each prefix and SRC-TGT pair: PREFIX.SRC translated into TGT
+    against PREFIX.TGT (named by the pair, and by the prefix where there are several)."""
+    results = {}
+    for prefix in prefixes:
+        for source, target in pairs:
+            paths = Path(f"{prefix}.{source}"), Path(f"{prefix}.{target}")
+            sources, references = (read_lines_checked(path) for path in paths)
+            check_line_counts(dict(zip(paths, (sources, references))))
+            translator.set_target(target)
+            key = f"{source}-{target}" if len(prefixes) == 1 else f"{Path(prefix).name}:{source}-{target}"
+            results[key] = (
+                len(sources),
+                corpus_scores(translator.translate(sources), [references], names, lowercase, tokenize),
+            )
+    return results
+
+
+def print_direction_scores(results: dict, as_json: bool) -> None:
+    """A table per direction and one of the macro averages, or one JSON object {"directions", "macro"}."""
+    names = list(next(iter(results.values()))[1])
+    macro = {
+        name: {"score": sum(scores[name]["score"] for _, scores in results.values()) / len(results),
+               "signature": f"macro average of {len(results)} directions"}
+        for name in names
+    }  # fmt: skip
+    if as_json:
+        directions = {key: {"sentences": n, **scores} for key, (n, scores) in results.items()}
+        print(json.dumps({"directions": directions, "macro": macro}))
+        return
+    out = Console(soft_wrap=False)
+    for key, (n, scores) in results.items():
+        out.print(report_table(scores, f"{key} ({n} sentences)"))
+    out.print(report_table(macro, "macro average"))

@@ -190,3 +190,31 @@ def test_the_hugging_face_export_takes_the_tag_as_a_special_token(run, tmp_path)
         assert batch["input_ids"][0][0].item() == model_file.src_tokenizer.tag_id(f"2{lang}")
         generated = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, forced_eos_token_id=None)
         assert tokenizer.batch_decode(generated, skip_special_tokens=True) == greedy(model_file, lang)
+
+
+def test_evaluate_scores_each_direction_and_their_macro_average(dataset, run):
+    run_dir, _ = run
+    valid = dataset.parent / "valid"
+    result = run_mtkit("evaluate", "-m", run_dir, "--test", valid, "--lang-pairs", "en-de,en-xx", "--beam", "2",
+                       "--metrics", "bleu,chrf", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(result.stdout)
+    for lang in ("de", "xx"):
+        alone = run_mtkit("evaluate", "-m", run_dir, "--tgt-lang", lang, "--src", f"{valid}.en", "--ref",
+                          f"{valid}.{lang}", "--beam", "2", "--metrics", "bleu,chrf", "--json")  # fmt: skip
+        expected = json.loads(alone.stdout)
+        assert report["directions"][f"en-{lang}"]["sentences"] == 10
+        for metric in ("bleu", "chrf"):
+            assert report["directions"][f"en-{lang}"][metric]["score"] == pytest.approx(
+                expected[metric]["score"], abs=1e-4
+            )
+    for metric in ("bleu", "chrf"):
+        per_direction = [report["directions"][d][metric]["score"] for d in ("en-de", "en-xx")]
+        assert report["macro"][metric]["score"] == pytest.approx(sum(per_direction) / 2)
+    table = run_mtkit("evaluate", "-m", run_dir, "--test", valid, "--lang-pairs", "en-de,en-xx", "--beam", "2")
+    assert table.returncode == 0 and "en-xx (10 sentences)" in table.stdout.decode()
+    assert "macro average" in table.stdout.decode()
+    mixed = run_mtkit(
+        "evaluate", "-m", run_dir, "--lang-pairs", "en-de", "--src", f"{valid}.en", "--ref", f"{valid}.de"
+    )
+    assert mixed.returncode == 1 and "--lang-pairs evaluates --test PREFIX with --model" in mixed.stderr.decode()

@@ -9,6 +9,7 @@ import typer
 
 from mtkit import console
 from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import LangPairsOption, parse_lang_pairs
 from mtkit.errors import MtkitError
 
 # --- train-tokenizer -----------------------------------------------------------------------------
@@ -90,12 +91,7 @@ def preprocess(
     output: Annotated[Path, typer.Option("--output", "-o", help="Dataset directory to create.")],
     src_lang: Annotated[str | None, typer.Option("--src-lang", "-s", help="Source language suffix, e.g. en.")] = None,
     tgt_lang: Annotated[str | None, typer.Option("--tgt-lang", "-t", help="Target language suffix, e.g. de.")] = None,
-    lang_pairs: Annotated[
-        str | None,
-        typer.Option(
-            help="Instead of -s/-t, a multilingual dataset: SRC-TGT pairs, e.g. en-de,en-fr (tags <2de> ...)."
-        ),
-    ] = None,
+    lang_pairs: LangPairsOption = None,
     valid: Annotated[Path | None, typer.Option(help="Validation prefix.")] = None,
     test: Annotated[Path | None, typer.Option(help="Test prefix.")] = None,
     tgt_tokenizer: Annotated[Path | None, typer.Option(help="Target tokenizer.json for separate vocabularies.")] = None,
@@ -167,7 +163,7 @@ def preprocess(
         check_numbers,
     )  # fmt: skip
     sampling = Sampling(bpe_dropout, samples)
-    directions = _lang_pairs(lang_pairs) if lang_pairs is not None else None
+    directions = parse_lang_pairs(lang_pairs) if lang_pairs is not None else None
     bilingual = src_lang is not None and tgt_lang is not None
     if (directions is None and not bilingual) or (directions is not None and (src_lang or tgt_lang)):
         raise MtkitError("give --src-lang and --tgt-lang, or --lang-pairs for a multilingual dataset")
@@ -180,17 +176,6 @@ def preprocess(
     for name, split in manifest["splits"].items():
         console.info(f"{name}: {_kept(split)}")
     console.info(f"wrote {output} in {manifest['seconds']:.1f}s")
-
-
-def _lang_pairs(value: str) -> list[tuple[str, str]]:
-    """--lang-pairs en-de,en-fr as [("en", "de"), ("en", "fr")]."""
-    pairs = []
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        source, dash, target = item.partition("-")
-        if not (dash and source and target) or "-" in target:
-            raise MtkitError(f"--lang-pairs {value}: {item!r} is not SRC-TGT (e.g. en-de)")
-        pairs.append((source, target))
-    return pairs
 
 
 def _kept(report: dict) -> str:

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from mtkit.errors import MtkitError
+
 ModelOption = Annotated[
     Path, typer.Option("--model", "-m", help="Model file, or a run directory (its best checkpoint).")
 ]
@@ -37,6 +39,10 @@ SplitSentencesOption = Annotated[
 MaxSourceLenOption = Annotated[
     int,
     typer.Option(help="Translate lines of more subwords in pieces, at sentence ends (0: the model's training limit)."),
+]
+LangPairsOption = Annotated[
+    str | None,
+    typer.Option(help="SRC-TGT pairs, e.g. en-de,en-fr: a multilingual dataset's directions (tags <2de> ...)."),
 ]
 TgtLangOption = Annotated[
     str | None,
@@ -98,3 +104,14 @@ def input_lines(path: Path | None) -> Iterator[str]:
     if path is None:
         return decode_stream(sys.stdin.buffer, "<stdin>")
     return iter_lines(path)
+
+
+def parse_lang_pairs(value: str) -> list[tuple[str, str]]:
+    """--lang-pairs en-de,en-fr as [("en", "de"), ("en", "fr")]."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        source, dash, target = item.partition("-")
+        if not (dash and source and target) or "-" in target:
+            raise MtkitError(f"--lang-pairs {value}: {item!r} is not SRC-TGT (e.g. en-de)")
+        pairs.append((source, target))
+    return pairs

@@ -19,6 +19,7 @@ from mtkit.cli.options import (
     CudaGraphsOption,
     DeviceOption,
     EngineOption,
+    LangPairsOption,
     LenpenOption,
     LoopNgramOption,
     LoopRepeatsOption,
@@ -34,6 +35,7 @@ from mtkit.cli.options import (
     SplitSentencesOption,
     TgtLangOption,
     input_lines,
+    parse_lang_pairs,
     search_config,
 )
 from mtkit.engines import make_translator
@@ -158,13 +160,20 @@ def report_pieces(translator) -> None:
 @app.command()
 @handle_errors
 def evaluate(
-    ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (raw text); repeat for several.")],
+    ref: Annotated[
+        list[Path] | None, typer.Option("--ref", "-r", help="Reference file (raw text); repeat for several.")
+    ] = None,
     model: Annotated[
         list[Path] | None,
         typer.Option("--model", "-m", help="Model file or run directory to translate with; repeat for an ensemble."),
     ] = None,
     src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
     hyp: Annotated[Path | None, typer.Option(help="Score existing translations instead of translating.")] = None,
+    test: Annotated[
+        list[Path] | None,
+        typer.Option(help="With --lang-pairs: PREFIX of PREFIX.SRC and PREFIX.TGT for every pair; repeat for several."),
+    ] = None,
+    lang_pairs: LangPairsOption = None,
     metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf,ter",
     lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
     tokenize: Annotated[str | None, typer.Option(help="sacrebleu BLEU tokenizer (default 13a).")] = None,
@@ -196,7 +205,9 @@ def evaluate(
     from mtkit.evaluate import (
         check_line_counts,
         corpus_scores,
+        direction_scores,
         parse_metrics,
+        print_direction_scores,
         read_lines_checked,
         report_json,
         report_table,
@@ -204,6 +215,19 @@ def evaluate(
     from mtkit.textio import check_output_file
 
     names = parse_metrics(metrics)
+    if lang_pairs is not None:
+        if not (model and test) or src or hyp or ref:
+            raise MtkitError("--lang-pairs evaluates --test PREFIX with --model (not --src, --ref or --hyp)")
+        pairs = parse_lang_pairs(lang_pairs)
+        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
+        translator = make_translator(
+            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
+            max_source_len, pairs[0][1],
+        )  # fmt: skip
+        print_direction_scores(direction_scores(translator, test, pairs, names, lowercase, tokenize), as_json)
+        return
+    if not ref:
+        raise MtkitError("--ref: give the reference translations (or --lang-pairs with --test)")
     if hyp is not None and model:
         raise MtkitError("--model and --hyp exclude each other: --hyp scores existing translations, --model makes them")
     if (hyp is None) == (src is None) or (src is not None and not model):
