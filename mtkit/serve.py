@@ -205,9 +205,10 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
 
 
 def check_source(info, source: str | None) -> None:
-    """A request's source language, where it names one, must be the model's (where the model says it)."""
-    if source is not None and info.source_language is not None and source != info.source_language:
-        raise RequestError(400, f"source {source}: this server translates from {info.source_language}")
+    """A request's source language, where it names one, must be one of the model's (where it says them)."""
+    sources = sorted({s for s, _ in info.meta.get("directions", [])}) or [info.source_language]
+    if source is not None and None not in sources and source not in sources:
+        raise RequestError(400, f"source {source}: this server translates from {', '.join(sources)}")
 
 
 def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
@@ -232,15 +233,22 @@ LANGUAGE_NAMES = {
 
 
 def libretranslate_languages(info, targets: list[str]) -> list[dict[str, Any]]:
-    """LibreTranslate's /languages: the model's source with every target it translates into, and each
-    target (which translates into nothing here); nothing where the model does not name its source."""
-    if not info.source_language or not targets:
-        return []
+    """LibreTranslate's /languages: each source language with every target it translates into (a
+    multilingual model's directions), then each target not also a source (which translates into
+    nothing here); nothing where the model does not name its source."""
+    directions = info.meta.get("directions") or [[info.source_language, target] for target in targets]
+    into: dict[str, list[str]] = {}
+    for source, target in directions:
+        if source and target in targets:
+            into.setdefault(source, []).append(target)
+    for target in targets:
+        if into and target not in into:
+            into[target] = []
 
-    def entry(code: str, into: list[str]) -> dict[str, Any]:
-        return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": into}
+    def entry(code: str) -> dict[str, Any]:
+        return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": into[code]}
 
-    return [entry(info.source_language, targets)] + [entry(code, []) for code in targets]
+    return [entry(code) for code in into]
 
 
 async def _libretranslate_fields(request) -> dict[str, Any]:

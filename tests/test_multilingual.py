@@ -218,3 +218,28 @@ def test_evaluate_scores_each_direction_and_their_macro_average(dataset, run):
         "evaluate", "-m", run_dir, "--lang-pairs", "en-de", "--src", f"{valid}.en", "--ref", f"{valid}.de"
     )
     assert mixed.returncode == 1 and "--lang-pairs evaluates --test PREFIX with --model" in mixed.stderr.decode()
+
+
+def test_the_server_lists_the_directions_and_translates_into_each_request_s_target(run, tmp_path):
+    pytest.importorskip("fastapi")
+    import httpx
+    from test_serve import Server, offline
+
+    run_dir, _ = run
+    expected = {lang: offline(run_dir, SENTENCES, "--tgt-lang", lang, "--beam", "1") for lang in ("de", "xx")}
+    server = Server(run_dir, tmp_path / "serve.log", "--beam", "1")
+    try:
+        languages = server.post("/translate", json={"q": "x", "target": "fr"})
+        assert languages.status_code == 400 and "this server translates into de, xx" in languages.json()["error"]
+        assert httpx.get(f"{server.url}/languages").json() == [
+            {"code": "en", "name": "English", "targets": ["de", "xx"]},
+            {"code": "de", "name": "German", "targets": []},
+            {"code": "xx", "name": "xx", "targets": []},
+        ]
+        for lang in ("de", "xx"):
+            answer = server.post("/v1/translate", json={"text": SENTENCES, "source": "en", "target": lang})
+            assert answer.json() == {"translations": expected[lang]}
+        wrong_source = server.post("/v1/translate", json={"text": SENTENCES, "source": "de", "target": "xx"})
+        assert wrong_source.status_code == 400 and "source de: this server translates from en" in wrong_source.text
+    finally:
+        assert server.stop() == 0
