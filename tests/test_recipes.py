@@ -231,3 +231,31 @@ def test_wmt14_recipe_runs_end_to_end_on_a_local_folder_of_three_corpora(tmp_pat
     again = subprocess.run(["bash", RECIPES / "wmt14_en_de/run.sh", "base", tmp_path / "out"], env=env,
                            capture_output=True, timeout=900)  # fmt: skip
     assert again.returncode == 0, again.stderr.decode()[-3000:]  # rerun: the run is continued, not refused
+
+
+def test_multilingual_recipe_runs_end_to_end_and_scores_every_direction(tmp_path):
+    """recipes/multi30k_multilingual on a generated multi-way corpus (German and two made-up
+    languages as fr and cs), a tiny model: one tokenizer with the three targets' tags, a dataset of
+    the three directions, the lenpen of the best macro-average val BLEU, and test2016 per direction."""
+    (tmp_path / "data").mkdir()
+    data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
+    for split in ("train", "val", "test2016"):
+        german = (data / f"{split}.de").read_text().splitlines()
+        (data / f"{split}.fr").write_text("".join(line.upper() + "\n" for line in german))
+        (data / f"{split}.cs").write_text("".join(" ".join(reversed(line.split())) + "\n" for line in german))
+    out = tmp_path / "out"
+    command = ["bash", RECIPES / "multi30k_multilingual/run.sh", "--out", out, "--temperature", "2", *tiny_training(40)]
+    result = subprocess.run(command, env=recipe_env(data, "0.6 2.2"), capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert Tokenizer.load(out / "tokenizer.json").tag_names() == ["2cs", "2de", "2fr"]
+    manifest = json.loads((out / "data-bin" / "manifest.json").read_text())
+    assert manifest["directions"] == [["en", "de"], ["en", "fr"], ["en", "cs"]]
+    rows = [line.split("\t") for line in (out / "val_lenpen.tsv").read_text().splitlines()]
+    best = max(rows, key=lambda row: float(row[1]))[0]
+    assert f"lenpen {best}: the best macro-average val BLEU" in result.stderr.decode()
+    report = json.loads((out / "test2016.json").read_text())
+    assert list(report["directions"]) == ["en-de", "en-fr", "en-cs"]
+    shown = run_mtkit("evaluate", "-m", out / "model.pt", "--tgt-lang", "fr", "--src", data / "test2016.en",
+                      "--ref", data / "test2016.fr", "--lenpen", best, "--json")  # fmt: skip
+    assert report["directions"]["en-fr"]["bleu"]["score"] == pytest.approx(json.loads(shown.stdout)["bleu"]["score"])
+    assert f"test2016 en-cs: BLEU {report['directions']['en-cs']['bleu']['score']:.2f}" in result.stdout.decode()
