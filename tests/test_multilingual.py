@@ -243,3 +243,18 @@ def test_the_server_lists_the_directions_and_translates_into_each_request_s_targ
         assert wrong_source.status_code == 400 and "source de: this server translates from en" in wrong_source.text
     finally:
         assert server.stop() == 0
+
+
+def test_a_bilingual_model_grows_into_a_multilingual_one_with_the_same_tokenizer(multiway, dataset, tmp_path):
+    args = ["preprocess", "-s", "en", "-t", "de", "--train", str(multiway / "train"), "--tokenizer",
+            str(multiway / "tok.json"), "-o", str(tmp_path / "en-de")]  # fmt: skip
+    assert CliRunner().invoke(app, args).exit_code == 0
+    first = run_mtkit("train", "-d", tmp_path / "en-de", "-o", tmp_path / "bilingual", *TINY_TRAIN, "--set",
+                      "train.max_steps=5", "--set", "train.save_every=5")  # fmt: skip
+    assert first.returncode == 0, first.stderr.decode()
+    assert load_model_file(tmp_path / "bilingual").meta["tgt_lang"] == "de"
+    grown = run_mtkit("train", "-d", dataset, "-o", tmp_path / "grown", "--init-from", tmp_path / "bilingual",
+                      "--set", "train.max_steps=5", "--set", "train.save_every=5")  # fmt: skip
+    assert grown.returncode == 0, grown.stderr.decode()
+    meta = load_model_file(tmp_path / "grown").meta
+    assert meta["target_tags"] == {"de": "<2de>", "xx": "<2xx>"} and meta["tgt_lang"] is None
