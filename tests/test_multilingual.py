@@ -239,6 +239,11 @@ def test_the_server_lists_the_directions_and_translates_into_each_request_s_targ
         for lang in ("de", "xx"):
             answer = server.post("/v1/translate", json={"text": SENTENCES, "source": "en", "target": lang})
             assert answer.json() == {"translations": expected[lang]}
+        from libretranslatepy import LibreTranslateAPI
+
+        client = LibreTranslateAPI(server.url)
+        assert [entry["code"] for entry in client.languages()] == ["en", "de", "xx"]
+        assert [client.translate(line, "en", "xx") for line in SENTENCES] == expected["xx"]
         wrong_source = server.post("/v1/translate", json={"text": SENTENCES, "source": "de", "target": "xx"})
         assert wrong_source.status_code == 400 and "source de: this server translates from en" in wrong_source.text
     finally:
