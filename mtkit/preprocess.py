@@ -185,8 +185,9 @@ def preprocess(
     multilingual = directions is not None
     directions = checked_directions(directions) if multilingual else [(src_lang, tgt_lang)]
     file_sides = MULTILINGUAL_SIDES if multilingual else (src_lang, tgt_lang)
-    named = isinstance(splits["train"], list) or multilingual
-    given = splits["train"] if isinstance(splits["train"], list) else [Corpus("train", splits["train"])]  # type: ignore[list-item, arg-type]
+    named_corpora = isinstance(splits["train"], list)
+    named = named_corpora or multilingual
+    given = splits["train"] if named_corpora else [Corpus("train", splits["train"])]  # type: ignore[list-item, arg-type]
     sampling = sampling or Sampling()
     sampling.validate()
     for pair in directions:
@@ -194,10 +195,7 @@ def preprocess(
     if not multilingual and src_lang == tgt_lang:
         raise MtkitError(f"source and target language are both {src_lang!r}")
     _check_corpora(given)
-    for prefix in [c.prefix for c in given] + [p for name, p in splits.items() if name != "train"]:
-        for lang in dict.fromkeys(lang for pair in directions for lang in pair):
-            if not Path(f"{prefix}.{lang}").is_file() and not Path(f"{prefix}.{lang}.gz").is_file():
-                raise MtkitError(f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)")
+    _check_inputs([c.prefix for c in given] + [p for name, p in splits.items() if name != "train"], directions)
     src_tok = Tokenizer.load(tokenizer_path)
     tgt_tok = Tokenizer.load(tgt_tokenizer_path) if tgt_tokenizer_path else src_tok
     joint = src_tok.sha256 == tgt_tok.sha256 or src_tok.vocabulary() == tgt_tok.vocabulary()  # one id space
@@ -212,9 +210,8 @@ def preprocess(
         dropout_toks = (src_tok.with_bpe_dropout(sampling.bpe_dropout), tgt_tok.with_bpe_dropout(sampling.bpe_dropout))
     dtype = ids_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size))
     corpora = [
-        Corpus(_corpus_name(c.name, (s, t), multilingual, isinstance(splits["train"], list)), c.prefix, c.weight,
-               c.back_translated)
-        for c in given for s, t in (directions if multilingual else [directions[0]])
+        Corpus(_corpus_name(c.name, (s, t), multilingual, named_corpora), c.prefix, c.weight, c.back_translated)
+        for c in given for s, t in directions
     ]  # fmt: skip
     start = time.perf_counter()
     with atomic_directory(output, force) as tmp:
@@ -240,9 +237,8 @@ def preprocess(
                 samples = [(w, dropout_toks) for w in [writers, *extra]]
             try:
                 is_train = split == "train"
-                units = (
-                    [(corpus, directions[i % len(directions)] if multilingual else directions[0])
-                     for i, corpus in enumerate(corpora)]
+                units = (  # (corpus, its direction): corpora are each given one's, direction by direction
+                    [(corpus, directions[i % len(directions)]) for i, corpus in enumerate(corpora)]
                     if is_train else [(Corpus(split, prefix), pair) for pair in directions]
                 )  # fmt: skip
                 encoded = []
@@ -303,6 +299,14 @@ def preprocess(
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _check_inputs(prefixes: list, directions: list[tuple[str, str]]) -> None:
+    """Every prefix has a file (plain or .gz) for every language of the directions."""
+    for prefix in prefixes:
+        for lang in dict.fromkeys(lang for pair in directions for lang in pair):
+            if not Path(f"{prefix}.{lang}").is_file() and not Path(f"{prefix}.{lang}.gz").is_file():
+                raise MtkitError(f"{prefix}.{lang}: no such file (nor {prefix}.{lang}.gz)")
 
 
 def _corpus_name(name: str, direction: tuple[str, str], multilingual: bool, named: bool) -> str:
