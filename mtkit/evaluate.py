@@ -111,9 +111,13 @@ def print_direction_scores(results: dict, as_json: bool) -> None:
                "signature": f"macro average of {len(results)} directions"}
         for name in names
     }  # fmt: skip
-    if as_json:
-        directions = {key: {"sentences": n, **scores} for key, (n, scores) in results.items()}
-        print(json.dumps({"directions": directions, "macro": macro}))
+    if as_json:  # scores to 4 decimals, as report_json gives them
+
+        def rounded(scores: dict) -> dict:
+            return {name: {**value, "score": round(value["score"], 4)} for name, value in scores.items()}
+
+        directions = {key: {"sentences": n, **rounded(scores)} for key, (n, scores) in results.items()}
+        print(json.dumps({"directions": directions, "macro": rounded(macro)}))
         return
     out = Console(soft_wrap=False)
     for key, (n, scores) in results.items():

@@ -38,6 +38,7 @@ class Corpus:
     prefix: Path
     weight: float = 1.0
     back_translated: bool = False
+    pairs: list[tuple[str, str]] | None = None  # a multilingual dataset's directions it holds (None: all)
 
 
 @dataclass
@@ -195,7 +196,11 @@ def preprocess(
     if not multilingual and src_lang == tgt_lang:
         raise MtkitError(f"source and target language are both {src_lang!r}")
     _check_corpora(given)
-    _check_inputs([c.prefix for c in given] + [p for name, p in splits.items() if name != "train"], directions)
+    for corpus in given:
+        if corpus.pairs and (not multilingual or set(corpus.pairs) - set(directions)):
+            raise MtkitError(f"--pairs {corpus.name}: give directions of --lang-pairs ({_pairs_text(directions)})")
+        _check_inputs([corpus.prefix], corpus.pairs or directions)
+    _check_inputs([p for name, p in splits.items() if name != "train"], directions)
     src_tok = Tokenizer.load(tokenizer_path)
     tgt_tok = Tokenizer.load(tgt_tokenizer_path) if tgt_tokenizer_path else src_tok
     joint = src_tok.sha256 == tgt_tok.sha256 or src_tok.vocabulary() == tgt_tok.vocabulary()  # one id space
@@ -209,9 +214,9 @@ def preprocess(
     if sampling.bpe_dropout:
         dropout_toks = (src_tok.with_bpe_dropout(sampling.bpe_dropout), tgt_tok.with_bpe_dropout(sampling.bpe_dropout))
     dtype = ids_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size))
-    corpora = [
-        Corpus(_corpus_name(c.name, (s, t), multilingual, named_corpora), c.prefix, c.weight, c.back_translated)
-        for c in given for s, t in directions
+    corpora = [  # one per direction of each given corpus
+        Corpus(_corpus_name(c.name, (s, t), multilingual, named_corpora), c.prefix, c.weight, c.back_translated, [(s, t)])
+        for c in given for s, t in (c.pairs or directions)
     ]  # fmt: skip
     start = time.perf_counter()
     with atomic_directory(output, force) as tmp:
@@ -237,8 +242,8 @@ def preprocess(
                 samples = [(w, dropout_toks) for w in [writers, *extra]]
             try:
                 is_train = split == "train"
-                units = (  # (corpus, its direction): corpora are each given one's, direction by direction
-                    [(corpus, directions[i % len(directions)]) for i, corpus in enumerate(corpora)]
+                units = (  # (corpus, its direction)
+                    [(corpus, corpus.pairs[0]) for corpus in corpora]
                     if is_train else [(Corpus(split, prefix), pair) for pair in directions]
                 )  # fmt: skip
                 encoded = []
@@ -299,6 +304,10 @@ def preprocess(
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _pairs_text(directions: list[tuple[str, str]]) -> str:
+    return ",".join(f"{s}-{t}" for s, t in directions)
 
 
 def _check_inputs(prefixes: list, directions: list[tuple[str, str]]) -> None:

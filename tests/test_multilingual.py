@@ -263,3 +263,23 @@ def test_a_bilingual_model_grows_into_a_multilingual_one_with_the_same_tokenizer
     assert grown.returncode == 0, grown.stderr.decode()
     meta = load_model_file(tmp_path / "grown").meta
     assert meta["target_tags"] == {"de": "<2de>", "xx": "<2xx>"} and meta["tgt_lang"] is None
+
+
+def test_a_corpus_may_hold_only_some_of_the_directions(multiway, tmp_path):
+    """A low-resource direction from a corpus of its own: --pairs NAME=en-xx."""
+    (tmp_path / "cut").mkdir()
+    for lang in ("en", "xx"):
+        lines = (multiway / f"train.{lang}").read_text().splitlines()[:30]
+        write_lines(tmp_path / "cut" / f"train.{lang}", lines)
+    args = ["preprocess", "--lang-pairs", "en-de,en-xx", "--train", f"main={multiway / 'train'}", "--train",
+            f"cut={tmp_path / 'cut' / 'train'}", "--pairs", "main=en-de", "--pairs", "cut=en-xx", "--tokenizer",
+            str(multiway / "tok.json"), "-o", str(tmp_path / "bin")]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(tmp_path / "bin")
+    assert [(c["name"], c["kept"]) for c in manifest["corpora"]] == [("main.en-de", 120), ("cut.en-xx", 30)]
+    tokenizer = Tokenizer.load(multiway / "tok.json")
+    train = ParallelDataset(tmp_path / "bin", "train")
+    assert train[120][0][0] == tokenizer.tag_id("2xx") and train[119][0][0] == tokenizer.tag_id("2de")
+    wrong = CliRunner().invoke(app, [*args[:-2], "-o", str(tmp_path / "bin2"), "--pairs", "cut=en-fr"])
+    assert wrong.exit_code == 1 and "--pairs cut: give directions of --lang-pairs (en-de,en-xx)" in wrong.output

@@ -233,7 +233,8 @@ def test_wmt14_recipe_runs_end_to_end_on_a_local_folder_of_three_corpora(tmp_pat
     assert again.returncode == 0, again.stderr.decode()[-3000:]  # rerun: the run is continued, not refused
 
 
-def test_multilingual_recipe_runs_end_to_end_and_scores_every_direction(tmp_path):
+@pytest.mark.parametrize("low_resource", [False, True])
+def test_multilingual_recipe_runs_end_to_end_and_scores_every_direction(tmp_path, low_resource):
     """recipes/multi30k_multilingual on a generated multi-way corpus (German and two made-up
     languages as fr and cs), a tiny model: one tokenizer with the three targets' tags, a dataset of
     the three directions, the lenpen of the best macro-average val BLEU, and test2016 per direction."""
@@ -245,11 +246,21 @@ def test_multilingual_recipe_runs_end_to_end_and_scores_every_direction(tmp_path
         (data / f"{split}.cs").write_text("".join(" ".join(reversed(line.split())) + "\n" for line in german))
     out = tmp_path / "out"
     command = ["bash", RECIPES / "multi30k_multilingual/run.sh", "--out", out, "--temperature", "2", *tiny_training(40)]
+    command += ["--low-resource", "cs=0.1"] if low_resource else []
     result = subprocess.run(command, env=recipe_env(data, "0.6 2.2"), capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert Tokenizer.load(out / "tokenizer.json").tag_names() == ["2cs", "2de", "2fr"]
     manifest = json.loads((out / "data-bin" / "manifest.json").read_text())
     assert manifest["directions"] == [["en", "de"], ["en", "fr"], ["en", "cs"]]
+    corpora = [(corpus["name"], corpus["kept"]) for corpus in manifest["corpora"]]
+    if low_resource:  # en-cs from the first 30 of the 300 pairs, a corpus of its own, the bilingual recipe's DATA
+        assert corpora == [("main.en-de", 300), ("main.en-fr", 300), ("cs.en-cs", 30)]
+        assert (out / "raw-cs" / "train.cs").read_text() == "".join(
+            (data / "train.cs").read_text().splitlines(True)[:30]
+        )
+        assert (out / "raw-cs" / "test2016.cs").read_text() == (data / "test2016.cs").read_text()
+    else:
+        assert corpora == [("en-de", 300), ("en-fr", 300), ("en-cs", 300)]
     rows = [line.split("\t") for line in (out / "val_lenpen.tsv").read_text().splitlines()]
     best = max(rows, key=lambda row: float(row[1]))[0]
     assert f"lenpen {best}: the best macro-average val BLEU" in result.stderr.decode()

@@ -132,6 +132,10 @@ def preprocess(
             "each epoch; 0: none)."
         ),
     ] = None,
+    pairs: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=en-cs,...: with --lang-pairs, corpus NAME holds only these directions (default: all)."),
+    ] = None,
     back_translated: Annotated[
         list[str] | None,
         typer.Option(help="NAME: corpus NAME's sources are back-translations; they start with the tokenizer's <bt>."),
@@ -156,7 +160,7 @@ def preprocess(
     from mtkit.preprocess import CleaningRules, Sampling
     from mtkit.preprocess import preprocess as run_preprocess
 
-    training = _training_corpora(train, weight or [], back_translated or [])
+    training = _training_corpora(train, weight or [], back_translated or [], pairs or [])
     splits = {"train": training} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
     rules = CleaningRules(
         strip, drop_empty, max_len, max_ratio, dedup, langid, langid_min_prob, min_script_share, drop_copies,
@@ -186,11 +190,14 @@ def _kept(report: dict) -> str:
     )
 
 
-def _training_corpora(train: list[str], weights: list[str], back_translated: list[str]) -> Path | list:
-    """--train PREFIX alone, or the named corpora of --train NAME=PREFIX with their --weight and --back-translated."""
+def _training_corpora(
+    train: list[str], weights: list[str], back_translated: list[str], pairs: list[str]
+) -> Path | list:
+    """--train PREFIX alone, or the named corpora of --train NAME=PREFIX with their --weight,
+    --back-translated and --pairs."""
     from mtkit.preprocess import Corpus
 
-    if len(train) == 1 and "=" not in train[0] and not weights and not back_translated:
+    if len(train) == 1 and "=" not in train[0] and not weights and not back_translated and not pairs:
         return Path(train[0])
     corpora = {}
     for value in train:
@@ -203,6 +210,11 @@ def _training_corpora(train: list[str], weights: list[str], back_translated: lis
             corpora[name].weight = float(number)
         except (KeyError, ValueError):
             raise MtkitError(f"--weight {value}: give NAME=W for a corpus of --train ({', '.join(corpora)})") from None
+    for value in pairs:
+        name, _, directions = value.partition("=")
+        if name not in corpora or not directions:
+            raise MtkitError(f"--pairs {value}: give NAME=SRC-TGT,... for a corpus of --train ({', '.join(corpora)})")
+        corpora[name].pairs = parse_lang_pairs(directions)
     for name in back_translated:
         if name not in corpora:
             raise MtkitError(f"--back-translated {name}: not a corpus of --train ({', '.join(corpora)})")

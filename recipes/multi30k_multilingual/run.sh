@@ -3,7 +3,7 @@
 # --many-to-many, all 12 directions between en, de, fr and cs), raw text to BLEU per direction.
 #
 #   DATA=/path/to/multi30k recipes/multi30k_multilingual/run.sh [--quick] [--out DIR] [--many-to-many]
-#                                                              [--temperature T] [--set KEY=VALUE ...]
+#                    [--temperature T] [--low-resource LANG=FRACTION] [--set KEY=VALUE ...]
 #
 # DATA holds train/val/test2016 in .en .de .fr .cs (Multi30k is multi-way parallel: line i of every
 # language is the same caption). The tokenizer is one joint BPE over the four languages with a tag
@@ -12,23 +12,28 @@
 # on 2 cores; --quick: 8 minutes), its directions drawn at --temperature (default 1: as they come,
 # here all the same size). The length penalty is the one of LENPENS with the best macro-average
 # val BLEU; test2016 is evaluated once, per direction, with sacrebleu's signatures.
+# --low-resource cs=0.1 trains English->Czech on the first 10% of the pairs only (a corpus of its
+# own, DIR/raw-cs, with val and test2016 beside it, so that DATA=DIR/raw-cs ../multi30k_en_de/run.sh
+# --src en --tgt cs trains the bilingual model to compare with).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="runs/multi30k_multilingual"
 quick=0
 pairs="en-de,en-fr,en-cs"
 temperature=1
+low=""
 extra=()
 lenpens=(${LENPENS:-0.6 1.0 1.4 1.8 2.2})
 while [ $# -gt 0 ]; do
-  case "$1" in --out|--temperature|--set) [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;; esac
+  case "$1" in --out|--temperature|--low-resource|--set) [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;; esac
   case "$1" in
     --quick) quick=1 ;;
     --out) out="$2"; shift ;;
     --many-to-many) pairs="en-de,en-fr,en-cs,de-en,de-fr,de-cs,fr-en,fr-de,fr-cs,cs-en,cs-de,cs-fr" ;;
     --temperature) temperature="$2"; shift ;;
+    --low-resource) low="$2"; shift ;;
     --set) extra+=(--set "$2"); shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -51,10 +56,30 @@ fi
 average_last=$(( quick ? 5 : 15 ))
 targets=$(tr ',' '\n' <<< "$pairs" | cut -d- -f2 | sort -u)
 tags=(); for lang in $targets; do tags+=(--tag "2$lang"); done
-inputs=(); for lang in en de fr cs; do inputs+=(-i "$DATA/train.$lang"); done
+train_args=(--train "$DATA/train")
+if [ -n "$low" ]; then  # LANG=FRACTION: en-LANG from the first FRACTION of the pairs, a corpus of its own
+  lang="${low%%=*}"; fraction="${low#*=}"
+  grep -qx "en-$lang" <<< "$(tr ',' '\n' <<< "$pairs")" && [ "$pairs" = en-de,en-fr,en-cs ] \
+    || { echo "run.sh: --low-resource needs a direction en-LANG of the default pairs ($pairs)" >&2; exit 2; }
+  cut="$out/raw-$lang"
+  mkdir -p "$cut"
+  lines=$(python3 -c "import sys; n = sum(1 for _ in open(sys.argv[1])); print(max(1, round(n * float(sys.argv[2]))))" \
+    "$DATA/train.en" "$fraction")
+  for l in en "$lang"; do
+    head -n "$lines" "$DATA/train.$l" > "$cut/train.$l"
+    for split in val test2016; do ln -sf "$(cd "$DATA" && pwd)/$split.$l" "$cut/$split.$l"; done
+  done
+  others=$(tr ',' '\n' <<< "$pairs" | grep -vx "en-$lang" | paste -sd, -)
+  train_args=(--train "main=$DATA/train" --pairs "main=$others" --train "$lang=$cut/train" --pairs "$lang=en-$lang")
+  echo "run.sh: en-$lang trains on $lines pairs ($cut)" >&2
+fi
+inputs=()  # the tokenizer learns from the text the model trains on (the cut side's, with --low-resource)
+for l in en de fr cs; do
+  if [ -n "$low" ] && [ "$l" = "$lang" ]; then inputs+=(-i "$cut/train.$l"); else inputs+=(-i "$DATA/train.$l"); fi
+done
 
 mtkit train-tokenizer "${inputs[@]}" -o "$out/tokenizer.json" --vocab-size 16000 --split-punctuation "${tags[@]}"
-mtkit preprocess --lang-pairs "$pairs" --train "$DATA/train" --valid "$DATA/val" --test "$DATA/test2016" \
+mtkit preprocess --lang-pairs "$pairs" "${train_args[@]}" --valid "$DATA/val" --test "$DATA/test2016" \
   --tokenizer "$out/tokenizer.json" -o "$out/data-bin" --force
 mtkit train -d "$out/data-bin" -o "$out/run" -c "$here/../multi30k_en_de/config.yaml" --force "${settings[@]}" "${extra[@]}"
 kept=$(find "$out/run/checkpoints" -name 'step_*.pt' | wc -l)
