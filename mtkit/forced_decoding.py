@@ -18,7 +18,7 @@ from mtkit.checkpoint import ModelFile
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.model import Transformer
 from mtkit.search import length_penalty
-from mtkit.targets import tag_id, target_tag
+from mtkit.targets import source_tag_id
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -59,8 +59,7 @@ class Scorer:
         tgt_lang: str | None = None,
     ):
         """tgt_lang: the target language, for a model that chooses it by a tag (mtkit.targets)."""
-        tag = target_tag(model_file.meta, tgt_lang)
-        self.source_tag = None if tag is None else tag_id(model_file.src_tokenizer, tag)
+        self.source_tag = source_tag_id(model_file.meta, model_file.src_tokenizer, tgt_lang)
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.model = model_file.build_model(self.device)

@@ -59,6 +59,12 @@ def target_tag(meta: dict, tgt_lang: str | None) -> str | None:
     raise MtkitError(f"--tgt-lang {tgt_lang}: this model translates into {languages}")
 
 
+def source_tag_id(meta: dict, tokenizer: Tokenizer, tgt_lang: str | None) -> int | None:
+    """The id to put before every source for --tgt-lang (target_tag's, in the source vocabulary), or None."""
+    tag = target_tag(meta, tgt_lang)
+    return None if tag is None else tag_id(tokenizer, tag)
+
+
 def tag_id(tokenizer: Tokenizer, tag: str) -> int:
     """The source vocabulary's id of a tag token."""
     found = tokenizer.entry_id(tag)

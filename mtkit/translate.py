@@ -21,7 +21,7 @@ from mtkit.model import Transformer
 from mtkit.packed import cast_linear_weights, pack_linear_layers
 from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
 from mtkit.sentences import Segmenter, segmenter_for
-from mtkit.targets import tag_id, target_tag
+from mtkit.targets import source_tag_id
 from mtkit.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 
 
@@ -76,7 +76,6 @@ class TextTranslator:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     model_meta: dict[str, Any] = {}  # the model file's meta: its languages and training lengths
-    warn_long_lines = True
     lines_in_pieces = 0  # lines longer than the segmenter's max_len, so far
     source_tag: int | None = None  # the id that starts every source: the target's tag (mtkit.targets)
     _segmenter: Segmenter | None = None
@@ -84,8 +83,7 @@ class TextTranslator:
     def set_target(self, tgt_lang: str | None) -> None:
         """The language to translate into (--tgt-lang): its tag starts every source, where the model
         has tags; a bilingual model takes only its own target (mtkit.targets)."""
-        tag = target_tag(self.model_meta, tgt_lang)
-        self.source_tag = None if tag is None else tag_id(self.src_tokenizer, tag)
+        self.source_tag = source_tag_id(self.model_meta, self.src_tokenizer, tgt_lang)
 
     def tagged(self, rows: list[list[int]]) -> list[list[int]]:
         return rows if self.source_tag is None else [[self.source_tag, *row] for row in rows]
@@ -141,11 +139,10 @@ class TextTranslator:
         for i, row, parts in zip(wanted, ids, pieces):
             if len(row) > segmenter.max_len:
                 self.lines_in_pieces += 1
-                if self.warn_long_lines:
-                    warn(
-                        f"line {first_line + i}: {len(row):,} subwords, more than {segmenter.max_len:,}: "
-                        f"translated in {len(parts)} pieces"
-                    )
+                warn(
+                    f"line {first_line + i}: {len(row):,} subwords, more than {segmenter.max_len:,}: "
+                    f"translated in {len(parts)} pieces"
+                )
         owner = [j for j, parts in enumerate(pieces) for _ in parts]  # the j-th non-blank line of each piece
         starts = [0]  # the first piece of each non-blank line
         for parts in pieces:
