@@ -1,6 +1,8 @@
 """Off-target translations of a multilingual model: for each direction of a test set, the share of
 outputs that the language identifier (py3langid, offline) puts in the requested language, beside
-BLEU and chrF.
+BLEU and chrF. Twice: among all the languages the identifier knows (142), and among the model's own languages
+only (the question a user asks: did I get the language I asked for, or another of the model's?),
+with the identifier's own rate on the references beside them (its error, not the model's).
 
     python bench/off_target.py -m runs/multi30k_multilingual/model.pt --test ../shared/data/multi30k/test2016 \
         --lang-pairs en-de,en-fr,en-cs [--lenpen 1.0] [--beam 5]
@@ -31,6 +33,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"conditions: {conditions()}")
     translator = Translator(load_model_file(args.model), SearchConfig(beam=args.beam, lenpen=args.lenpen), "cpu")
+    languages = sorted({lang for pair in args.lang_pairs.split(",") for lang in pair.split("-")})
+    among_model_s = identifier_among(languages)
     rows = []
     for pair in args.lang_pairs.split(","):
         source, target = pair.split("-")
@@ -41,13 +45,30 @@ def main() -> None:
         outputs = translator.translate(sources)
         seconds = time.perf_counter() - started
         scores = corpus_scores(outputs, [references], ["bleu", "chrf"])
-        on_target = sum(identify(text)[0] == target for text in outputs)
         rows.append(
             [pair, round(scores["bleu"]["score"], 2), round(scores["chrf"]["score"], 2),
-             f"{100 * on_target / len(outputs):.1f}%", round(seconds, 1)]
+             share(outputs, target, identify), share(outputs, target, among_model_s),
+             share(references, target, identify), share(references, target, among_model_s), round(seconds, 1)]
         )  # fmt: skip
-    print(f"\n{args.model}, {args.test}, beam {args.beam}, lenpen {args.lenpen}:")
-    print_table(["direction", "BLEU", "chrF", "in the requested language", "seconds"], rows)
+    print(f"\n{args.model}, {args.test}, beam {args.beam}, lenpen {args.lenpen}; the model's languages: {languages}")
+    print_table(
+        ["direction", "BLEU", "chrF", "outputs in the requested language (of 142)", "(of the model's)",
+         "references (of 142)", "(of the model's)", "seconds"],
+        rows,
+    )  # fmt: skip
+
+
+def identifier_among(languages: list[str]):
+    """identify() restricted to `languages` (py3langid's set_languages, on an identifier of its own)."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    identifier.set_languages(languages)
+    return lambda text: identifier.classify(text)
+
+
+def share(texts: list[str], lang: str, identify_fn) -> str:
+    return f"{100 * sum(identify_fn(text)[0] == lang for text in texts) / len(texts):.1f}%"
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ class Dropout(nn.Dropout):
     """nn.Dropout with a cheaper mask on a CPU, where torch draws one Bernoulli number per element
     (about a tenth of a 2-core training step). Here each 64-bit draw decides four elements with 16
     bits each, so p is rounded to a multiple of 1/65536 and kept values are scaled by exactly
-    1 / (1 - that p). Other devices use torch's own kernel."""
+    1 / (1 - that p). Other devices, and compiled code, use torch's own kernel."""
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0 or x.device.type != "cpu":
@@ -36,6 +36,8 @@ class Dropout(nn.Dropout):
 
 
 def cpu_dropout(x: Tensor, p: float) -> Tensor:
+    if torch.compiler.is_compiling():  # Dynamo cannot trace random_; compiled code draws torch's mask cheaply
+        return F.dropout(x, p)
     dropped = round(p * 65536)  # of the 65,536 values a 16-bit lane can take
     if dropped >= 65536:
         return x * 0.0

@@ -4,6 +4,7 @@ process, ranks that agree on their data, a rank that dies, and restarts that con
 Two "nodes" are two torchrun launches on this machine that meet at a c10d rendezvous store this
 test hosts on a port the system chose (no free-port race), one process each."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +48,19 @@ def finish(launch: subprocess.Popen) -> subprocess.CompletedProcess:
         os.killpg(launch.pid, signal.SIGKILL)
         raise
     return subprocess.CompletedProcess(launch.args, launch.returncode, out, err)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (command name)": state, ppid, ...
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue  # ended meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def two_nodes(*per_node: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
@@ -219,7 +234,10 @@ def test_a_rank_that_hangs_stops_the_others_within_the_timeout(tmp_path, data_di
             lines.append(line.decode())
             if line.startswith(b"error:"):
                 break
-    finally:  # SIGTERM: torchrun stops its workers, which run in sessions of their own, before it exits
+    finally:  # SIGTERM: torchrun stops its workers, which run in sessions of their own, before it exits;
+        for worker in children(hung.pid):  # the hung one ignores it (torchrun would wait 30 s): SIGKILL
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
         for launch in (survivor, hung):
             os.killpg(launch.pid, signal.SIGTERM)
         for launch in (survivor, hung):

@@ -28,7 +28,6 @@ from mtkit.cli.options import (
     TgtLangOption,
     search_config,
 )
-from mtkit.engines import make_translator
 from mtkit.errors import MtkitError
 
 
@@ -116,6 +115,7 @@ def _load(
 ):
     """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
     model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
+    from mtkit.engines import make_translator
     from mtkit.service import ModelInfo
     from mtkit.targets import target_tag
 

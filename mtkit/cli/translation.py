@@ -38,7 +38,6 @@ from mtkit.cli.options import (
     parse_lang_pairs,
     search_config,
 )
-from mtkit.engines import make_translator
 from mtkit.errors import MtkitError
 
 
@@ -94,6 +93,7 @@ def translate(
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
+    from mtkit.engines import make_translator
     from mtkit.output import paired_with_prefixes, write_translations
     from mtkit.textio import atomic_path, check_input_file, check_output_file, progress_size
 
@@ -215,6 +215,8 @@ def evaluate(
     from mtkit.textio import check_output_file
 
     names = parse_metrics(metrics)
+    if lang_pairs is not None or hyp is None:  # a model translates
+        from mtkit.engines import make_translator
     if lang_pairs is not None:
         if not (model and test) or src or hyp or ref:
             raise MtkitError("--lang-pairs evaluates --test PREFIX with --model (not --src, --ref or --hyp)")
