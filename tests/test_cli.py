@@ -108,6 +108,30 @@ def test_tokenizer_and_preprocess_commands(tmp_path, corpus):
     assert again.returncode == 1 and "already exists (use --force" in again.stderr.decode()
 
 
+WITHOUT_TORCH = """
+import sys
+from mtkit.cli import main
+try:
+    main()
+except SystemExit as end:
+    print(end.code, "torch" in sys.modules)
+"""
+
+
+def test_commands_that_need_no_model_start_without_torch(tmp_path, corpus):
+    """train-tokenizer, preprocess and evaluate --hyp never load torch (2 of a CLI call's 2.5 s)."""
+    commands = [
+        ["train-tokenizer", "-i", corpus / "train.en", "-o", tmp_path / "tok.json", "--vocab-size", "300"],
+        ["preprocess", "-s", "en", "-t", "de", "--train", corpus / "train", "--tokenizer", tmp_path / "tok.json",
+         "-o", tmp_path / "bin"],
+        ["evaluate", "--hyp", corpus / "valid.de", "--ref", corpus / "valid.de", "--json"],
+        ["--help"],
+    ]  # fmt: skip
+    for args in commands:
+        result = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *map(str, args)], capture_output=True)
+        assert result.stdout.decode().splitlines()[-1] == "0 False", (args, result.stderr.decode()[-2000:])
+
+
 @pytest.mark.parametrize("split", [True, False])
 def test_train_tokenizer_split_punctuation_option(tmp_path, corpus, split):
     from mtkit.tokenizer import Tokenizer
