@@ -45,6 +45,7 @@ LEVERS = {
     "packed+compile": [PACKED, "train.compile=true"],
     "packed+graphs": [PACKED, "train.compile=true", "train.cuda_graphs=true"],
     "packed+flex+graphs": [PACKED, "train.compile=true", "train.cuda_graphs=true", "train.flex_attention=true"],
+    "packed+graphs+fp8": [PACKED, "train.compile=true", "train.cuda_graphs=true", "train.precision=fp8"],
 }
 
 

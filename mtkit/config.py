@@ -77,7 +77,7 @@ class TrainConfig:
     max_steps: int = 100_000
     max_epochs: int = 0  # 0 = no limit
     max_time: float = 0.0  # seconds of training wall-clock; 0 = no limit
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"  # fp8: GPUs from Ada/Hopper on (mtkit.float8)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 1
     log_every: int = 100

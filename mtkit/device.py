@@ -52,8 +52,9 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def autocast_dtype(precision: str) -> torch.dtype:
-    """The lower precision that autocast computes in for bf16 or fp16."""
-    return torch.bfloat16 if precision == "bf16" else torch.float16
+    """The lower precision that autocast computes in for bf16 or fp16 (and fp8 training, whose other
+    operations are bf16's)."""
+    return torch.float16 if precision == "fp16" else torch.bfloat16
 
 
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:

@@ -37,10 +37,11 @@ from mtkit.checkpoint import (
 )
 from mtkit.config import Config, resume_config
 from mtkit.data import check_tokenizers_match, dataset_digest, load_tokenizers, open_splits, read_manifest
-from mtkit.device import autocast, resolve_device, resolve_precision
+from mtkit.device import autocast, resolve_device
 from mtkit.distributed import Distributed, init_distributed, shutdown_distributed
 from mtkit.ema import WeightAverage
 from mtkit.errors import MtkitError
+from mtkit.float8 import resolve_training_precision, to_training_precision
 from mtkit.loss import TrainingObjective, compile_objective
 from mtkit.model import Transformer
 from mtkit.rundir import CONFIG_FILE, EMA_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal, prepare_run_dir
@@ -61,7 +62,7 @@ class Trainer:
         self.config, self.cfg = config, config.train
         self.data_dir, self.run_dir = Path(data_dir), Path(run_dir)
         self.device = resolve_device(self.cfg.device)
-        self.precision = resolve_precision(self.cfg.precision, self.device)
+        self.precision = resolve_training_precision(self.cfg.precision, self.device)
         self.dist: Distributed = init_distributed(self.device.type, self.cfg.collective_timeout)
         if self.device.type == "cuda":
             self.device = torch.device("cuda", self.dist.local_rank)
@@ -80,7 +81,7 @@ class Trainer:
             self.model.load_state_dict(init_weights)
         if config.model.output_vocab == "target" and not resume:
             self._score_training_targets(fine_tuning=init_weights is not None)
-        self.model.to(self.device)
+        to_training_precision(self.model.to(self.device), self.precision)  # before DDP and compile wrap it
         self.objective: nn.Module = TrainingObjective(
             self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha, fused=self.cfg.compile
         )
