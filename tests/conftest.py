@@ -23,12 +23,6 @@ from mtkit.model import Transformer
 torch.set_num_threads(1)  # tiny models gain nothing from more threads, and CI has two cores
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked slow first: pytest -n hands them out while every worker is busy, so none is left
-    running one alone at the end while the other workers wait."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", REPO.parent / "shared" / "data" / "multi30k"))
 

@@ -42,7 +42,6 @@ def test_the_fused_loss_equals_the_chunked_one_and_its_gradient(rows, vocab, eps
     assert not nll_b.requires_grad
 
 
-@pytest.mark.slow
 def test_the_compiled_objective_gives_the_eager_loss_and_gradients():
     model = tiny_model(vocab=30).train()
     for module in model.modules():  # no dropout: both passes must see the same function
@@ -75,7 +74,6 @@ def traced(monkeypatch):
     torch._dynamo.reset()
 
 
-@pytest.mark.slow
 def test_compiled_training_logs_the_eager_losses_and_resumes_exactly(tmp_path, data_dir, traced):
     settings_ = ("train.max_tokens=300", "train.precision=fp32")
     train(tiny_config("train.max_steps=8", *settings_), data_dir, tmp_path / "eager")

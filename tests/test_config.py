@@ -31,7 +31,7 @@ def test_unknown_key_names_the_valid_ones():
     [
         ("train.max_steps=ten", "train.max_steps: expected int"),
         ("model.norm=middle", "model.norm: 'middle' is not one of post, pre"),
-        ("train.precision=fp8", "train.precision: 'fp8' is not one of"),
+        ("train.precision=fp4", "train.precision: 'fp4' is not one of auto, fp32, bf16, fp16, fp8"),
         ("model.preset=huge", "model.preset: 'huge' is not one of transformer-base"),
         ("model.heads=3", "divisible by model.heads"),
         ("train.lr", "expected section.key=value"),

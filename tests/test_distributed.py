@@ -130,7 +130,6 @@ def test_two_processes_match_one_process(one_process, two_process_run):
     assert_same_training(one_process, two_process_run)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 def test_torchrun_restarts_after_a_killed_rank_continue_exactly(tmp_path, data_dir, two_process_run, rank):
     """`torchrun --max-restarts 1 ... mtkit train ... --auto-resume`: one rank is killed after its
@@ -147,7 +146,6 @@ def test_torchrun_restarts_after_a_killed_rank_continue_exactly(tmp_path, data_d
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[1])
 
 
-@pytest.mark.slow
 def test_two_nodes_each_with_its_own_copy_of_the_data_match_one_process(tmp_path, data_dir, one_process):
     """Multi-node torchrun (c10d rendezvous, gloo): two machines, one process each, no shared copy of
     the dataset, train the weights of one process with update_freq 2."""
@@ -158,7 +156,6 @@ def test_two_nodes_each_with_its_own_copy_of_the_data_match_one_process(tmp_path
     assert_same_training(one_process, run)
 
 
-@pytest.mark.slow
 def test_nodes_with_different_data_refuse_to_train(tmp_path, corpus, tokenizer_path, data_dir):
     """The ranks compare their datasets' digests before the first update. The other node's corpus has
     two lines swapped: the same sentences, counts and token totals, another order."""
@@ -207,7 +204,6 @@ def test_a_torchrun_worker_ends_as_the_command_does_without_finalizing(tmp_path,
     assert worker.returncode == (0 if args == ["--version"] else 1 if args[1] == "-d" else 2)
 
 
-@pytest.mark.slow
 def test_a_rank_that_dies_stops_the_others_with_one_line(tmp_path, data_dir):
     """Node 1's process is killed (SIGKILL) after its third update; node 0's process, waiting for it
     in the next gradient all-reduce, exits at once with one line that says so, not a hang."""
@@ -222,7 +218,6 @@ def test_a_rank_that_dies_stops_the_others_with_one_line(tmp_path, data_dir):
     assert not re.search(r'File "[^"]*mtkit/[^"]*", line', survivor.stderr.decode())  # no traceback of mtkit's
 
 
-@pytest.mark.slow
 def test_a_rank_that_hangs_stops_the_others_within_the_timeout(tmp_path, data_dir):
     """Node 1's process stops after its third update without dying; node 0's process, waiting for it
     in the next all-reduce, gives up after train.collective_timeout with one line, not a hang."""

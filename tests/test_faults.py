@@ -6,7 +6,6 @@ import json
 import random
 import signal
 
-import pytest
 from conftest import TINY_TRAIN, losses, run_mtkit, start_mtkit, write_corpus
 
 KILLS = 10
@@ -19,7 +18,6 @@ def killed_at(point: str, *args) -> bool:
     return result.returncode == -signal.SIGKILL
 
 
-@pytest.mark.slow
 def test_training_killed_at_drawn_moments_resumes_to_the_uninterrupted_losses(tmp_path, data_dir):
     """Kills land while Python starts, after updates, and while checkpoints, the state and the
     index are half written (their temporary file made, or written and not yet renamed)."""
@@ -43,7 +41,6 @@ def test_training_killed_at_drawn_moments_resumes_to_the_uninterrupted_losses(tm
     assert losses(run) == losses(tmp_path / "reference")  # bitwise, every step from 1 to 150
 
 
-@pytest.mark.slow
 def test_preprocess_average_export_killed_while_writing_leave_nothing_then_succeed(
     tmp_path, tokenizer_path, trained_run
 ):

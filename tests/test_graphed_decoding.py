@@ -80,7 +80,6 @@ def run_stream(decoder, cfg, schedule, prefixes):
     return results
 
 
-@pytest.mark.slow
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     joins=st.lists(st.tuples(st.integers(0, 90), st.integers(1, 24)), min_size=1, max_size=12),

@@ -78,7 +78,6 @@ def assert_output_has_the_shape_shown(shown: str, output: str, command: str) -> 
         position = found + len(segment)
 
 
-@pytest.mark.slow
 def test_every_readme_command_runs_and_prints_what_the_readme_shows(tour_dir):
     env = {
         **os.environ,
@@ -108,7 +107,6 @@ def test_every_readme_command_runs_and_prints_what_the_readme_shows(tour_dir):
             assert_output_has_the_shape_shown(shown, output, command)
 
 
-@pytest.mark.slow
 def test_the_tour_data_steps_print_exactly_what_the_readme_shows_on_multi30k(multi30k, tmp_path):
     """On the real corpus, the tokenizer and preprocessing steps are deterministic: the README's
     counts must be today's, word for word (only the seconds taken may differ)."""

@@ -72,7 +72,6 @@ def made_up_data(tmp_path_factory, tokenizer_path):
     return root / "bin"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("config", ["wmt14_en_de/base.yaml", "wmt14_en_de/big.yaml", "iwslt14_de_en/config.yaml"])
 def test_paper_recipes_take_training_steps_on_cpu(config, made_up_data, tmp_path):
     result = run_mtkit(
@@ -125,7 +124,6 @@ def tiny_training(steps: int) -> list[str]:
     ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("models", [1, 2])
 def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenpen_on_val(tmp_path, models):
     """The whole script on a generated corpus with a tiny model (or an ensemble of two trained at once,
@@ -180,7 +178,6 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
     assert scores["bleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-4)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "steps", "keep_last", "label_smoothing", "averaged_steps"),
     [(["--quick"], 40, 5, 0.1, range(20, 41, 5)), ([], 30, 15, 0.2, range(5, 31, 5))],
@@ -212,7 +209,6 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
     assert (fewer in result.stderr.decode()) == (keep_last > len(averaged_steps))
 
 
-@pytest.mark.slow
 def test_wmt14_recipe_runs_end_to_end_on_a_local_folder_of_three_corpora(tmp_path):
     """run.sh on a WMT-shaped folder (three training corpora as prepare_data.sh leaves them, valid and
     test), torchrun with one CPU process, the base config shrunk by TRAIN_ARGS: the tokenizer, the
@@ -237,7 +233,6 @@ def test_wmt14_recipe_runs_end_to_end_on_a_local_folder_of_three_corpora(tmp_pat
     assert again.returncode == 0, again.stderr.decode()[-3000:]  # rerun: the run is continued, not refused
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("low_resource", [False, True])
 def test_multilingual_recipe_runs_end_to_end_and_scores_every_direction(tmp_path, low_resource):
     """recipes/multi30k_multilingual on a generated multi-way corpus (German and two made-up

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_lines
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mtkit.tokenizer import Tokenizer, train_tokenizer
@@ -106,9 +106,14 @@ CJK_AND_THAI = st.one_of(st.sampled_from(NO_SPACE_CHARACTERS), st.sampled_from(M
 
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(CJK_AND_THAI, min_size=1, max_size=120))
+@example(text="゛")  # NFKC: a space and the combining mark
+@example(text="か゛き")
 def test_any_run_of_han_kana_thai_lao_khmer_or_myanmar_gives_short_pre_tokens(script_tokenizer, text):
     pieces = script_tokenizer.pre_tokens(text)
-    assert "".join(pieces) == "▁" + script_tokenizer.normalize(text)
+    # NFKC writes some spacing marks as a space and a combining one (゛ -> " \u3099"): spaces become
+    # "▁", and a text that starts with one gets no second "▁" (as SentencePiece writes it)
+    spaced = script_tokenizer.normalize(text).replace(" ", "▁")
+    assert "".join(pieces) == (spaced if spaced.startswith("▁") else "▁" + spaced)
     assert max(len(piece) for piece in pieces) <= 32
 
 

@@ -248,7 +248,6 @@ def test_metrics_count_the_requests_made(server, sentences):
 LONG_SEARCH = ("--min-len", "1000", "--max-len-b", "1000", "--beam", "12")
 
 
-@pytest.mark.slow
 def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_run, sentences, tmp_path):
     """A long search runs; sentences with other options wait in the queue (30 sentences) until it
     drains, so the queue stays full meanwhile."""
@@ -293,7 +292,6 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
         assert server.stop() == 0
 
 
-@pytest.mark.slow
 def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path):
     expected = offline(trained_run, sentences[:8], *LONG_SEARCH)
     server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000")
