@@ -9,12 +9,10 @@ DEMO_OUT ?= runs/demo
 
 .PHONY: setup test demo clean
 
-# --no-compile: Python compiles a module when it is first imported; compiling every installed one
-# (transformers alone has thousands) would add a third to the set-up time.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --no-compile "$(TORCH)"
-	$(VENV)/bin/pip install --quiet --no-compile -e ".[dev]"
+	$(VENV)/bin/pip install --quiet "$(TORCH)"
+	$(VENV)/bin/pip install --quiet -e ".[dev]"
 	touch $@
 
 setup: $(VENV)/.installed
