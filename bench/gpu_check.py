@@ -228,13 +228,14 @@ def check_translation(model: Path, text: Path, device: str) -> None:
 
 
 def check_fp8(data: Path, work: Path, device: str) -> None:
-    from mtkit.float8 import fp8_refusal, require_torchao
+    from mtkit.errors import MtkitError
+    from mtkit.float8 import resolve_training_precision
 
-    refusal = fp8_refusal(torch.device(device))
-    if refusal:
+    try:  # what mtkit train checks: FP8 tensor cores and torchao
+        resolve_training_precision("fp8", torch.device(device))
+    except MtkitError as refusal:
         print(f"skip  fp8: {refusal}", flush=True)
         return
-    require_torchao()
     big = ["model.preset=transformer-big", "train.max_tokens=8192", "train.max_steps=300", "train.warmup=100",
            "train.lr=5e-4", "train.pack_length=128", "train.compile=true", "train.cuda_graphs=true"]  # fmt: skip
     curves, speeds = {}, {}

@@ -33,8 +33,11 @@ def main() -> None:
     args = parser.parse_args()
     print(f"conditions: {conditions()}")
     translator = Translator(load_model_file(args.model), SearchConfig(beam=args.beam, lenpen=args.lenpen), "cpu")
-    languages = sorted({lang for pair in args.lang_pairs.split(",") for lang in pair.split("-")})
-    among_model_s = identifier_among(languages)
+    languages = tuple(sorted({lang for pair in args.lang_pairs.split(",") for lang in pair.split("-")}))
+
+    def among_model_s(text: str) -> tuple[str, float]:
+        return identify(text, among=languages)
+
     rows = []
     for pair in args.lang_pairs.split(","):
         source, target = pair.split("-")
@@ -50,21 +53,14 @@ def main() -> None:
              share(outputs, target, identify), share(outputs, target, among_model_s),
              share(references, target, identify), share(references, target, among_model_s), round(seconds, 1)]
         )  # fmt: skip
-    print(f"\n{args.model}, {args.test}, beam {args.beam}, lenpen {args.lenpen}; the model's languages: {languages}")
+    print(
+        f"\n{args.model}, {args.test}, beam {args.beam}, lenpen {args.lenpen}; the model's languages: {', '.join(languages)}"
+    )
     print_table(
         ["direction", "BLEU", "chrF", "outputs in the requested language (of 142)", "(of the model's)",
          "references (of 142)", "(of the model's)", "seconds"],
         rows,
     )  # fmt: skip
-
-
-def identifier_among(languages: list[str]):
-    """identify() restricted to `languages` (py3langid's set_languages, on an identifier of its own)."""
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-    identifier.set_languages(languages)
-    return lambda text: identifier.classify(text)
 
 
 def share(texts: list[str], lang: str, identify_fn) -> str:

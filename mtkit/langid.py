@@ -44,10 +44,14 @@ def require_langid(option: str) -> None:
 
 
 @functools.cache
-def _identifier():
+def _identifier(among: tuple[str, ...] | None = None):
+    """py3langid's identifier, over every language it knows or only those `among` (one each, loaded once)."""
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    if among is not None:
+        identifier.set_languages(list(among))
+    return identifier
 
 
 def known_languages() -> list[str]:
@@ -62,9 +66,9 @@ def check_known(lang: str, option: str) -> None:
         )
 
 
-def identify(text: str) -> tuple[str, float]:
-    """The likeliest language of a text, and its probability."""
-    lang, probability = _identifier().classify(text)
+def identify(text: str, among: tuple[str, ...] | None = None) -> tuple[str, float]:
+    """The likeliest language of a text (of all, or of those `among`), and its probability."""
+    lang, probability = _identifier(among).classify(text)
     return lang, float(probability)
 
 

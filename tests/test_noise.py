@@ -64,6 +64,14 @@ def test_scripts_without_spaces_pass_every_filter(text, english):
     assert noise_reason((text, english), (lang, "en"), ALL_ON) is None
 
 
+def test_identification_among_given_languages_takes_the_likeliest_of_them():
+    czech = "Malý chlapec skáče do vody."  # a Multi30k caption: Slovak, by a little, among every language
+    assert identify(czech)[0] == "sk"
+    lang, probability = identify(czech, among=("cs", "de", "en", "fr"))
+    assert lang == "cs" and probability > 0.99
+    assert identify(czech)[0] == "sk"  # the restricted identifier is one of its own
+
+
 def test_the_report_counts_what_each_filter_dropped(tmp_path, tokenizer_path):
     clean = synthetic_pairs(60, seed=3)
     noise = [
