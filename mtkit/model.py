@@ -55,16 +55,12 @@ class Embedding(nn.Module):
         if length > self.positions.size(0):
             self.positions = sinusoidal_positions(2 * length, self.positions.size(1)).to(self.positions.device)
 
-    def forward(self, ids: Tensor, start: int | Tensor = 0, positions: Tensor | None = None) -> Tensor:
-        """ids (B, L) at positions start.. start + L - 1; or, with start a (B,) tensor, one id per
-        row (L = 1) at each row's own position; or at `positions` (B, L): packed rows' (each below
-        L), or positions the caller covered (cover())."""
-        end = (int(start.max()) if isinstance(start, Tensor) else start) + ids.size(1)
+    def forward(self, ids: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """ids (B, L) at positions start.. start + L - 1; or at `positions` (B, L): packed rows'
+        (each below L), or positions the caller covered (cover())."""
+        end = start + ids.size(1)
         self.cover(end)
-        if positions is not None:
-            encoding = self.positions[positions]
-        else:
-            encoding = self.positions[start][:, None] if isinstance(start, Tensor) else self.positions[start:end]
+        encoding = self.positions[positions] if positions is not None else self.positions[start:end]
         return self.dropout(self.tokens(ids) * self.scale + encoding)
 
 
@@ -267,7 +263,12 @@ class Transformer(nn.Module):
     @torch.no_grad()  # inference only: the cache is written in place
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """Feed one token per row (B,) at position state.step; returns next-token logits (B, V)."""
-        x = self.tgt_embed(tokens[:, None], start=state.positions())
+        positions = state.positions()
+        if isinstance(positions, Tensor):  # each row at its own position, none past state.step
+            self.tgt_embed.cover(state.step + 1)
+            x = self.tgt_embed(tokens[:, None], positions=positions[:, None])
+        else:
+            x = self.tgt_embed(tokens[:, None], start=positions)
         self_mask = state.self_attention_mask()
         for layer, cache in zip(self.decoder_layers, state.layers):
             x = layer(x, (cache.cross_k, cache.cross_v), state.src_mask, cache, state.beams, self_mask)

@@ -11,6 +11,7 @@ import torch
 
 from mtkit.alignment import attention_weights, pharaoh, word_alignment
 from mtkit.batching import length_batches, pad_batch
+from mtkit.beam import BeamStream
 from mtkit.checkpoint import ModelFile
 from mtkit.console import warn
 from mtkit.device import autocast, autocast_dtype, resolve_device, resolve_precision
@@ -19,7 +20,7 @@ from mtkit.errors import MtkitError
 from mtkit.graphed_decoding import GraphedDecoder, check_device
 from mtkit.model import Transformer
 from mtkit.packed import cast_linear_weights, pack_linear_layers
-from mtkit.search import MAX_SOURCE_TOKENS, BeamStream, Hypothesis, OnDone, SearchConfig, search
+from mtkit.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, search
 from mtkit.sentences import Segmenter, segmenter_for
 from mtkit.targets import source_tag_id
 from mtkit.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
@@ -275,7 +276,7 @@ NbestList = list[tuple[Hypothesis, str]]
 
 
 class LineStream:
-    """Raw lines joining one running beam search (mtkit.search.BeamStream), for a server:
+    """Raw lines joining one running beam search (mtkit.beam.BeamStream), for a server:
     add(keys, lines) between steps; each step() calls deliver(key, line, n-best) for every line
     it finished. A blank line is delivered at once, with no hypotheses; a line is translated from
     its first MAX_SOURCE_TOKENS subwords. Beam 1 runs as a beam of one, which finds what greedy

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtkit.batching import pad_batch
+from mtkit.beam import BeamStream
 from mtkit.graphed_decoding import POSITION_BUCKET, GraphedDecoder, Shape
-from mtkit.search import BeamStream, SearchConfig, prefix_tensor, search
+from mtkit.search import SearchConfig, prefix_tensor, search
 from mtkit.tokenizer import EOS_ID
 
 VOCAB = 40

@@ -6,12 +6,11 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 from mtkit.batching import pad_batch
+from mtkit.beam import BeamStream, beam_search
 from mtkit.errors import MtkitError
 from mtkit.search import (
     MAX_OUTPUT_TOKENS,
-    BeamStream,
     SearchConfig,
-    beam_search,
     greedy_search,
     length_penalty,
     max_output_length,

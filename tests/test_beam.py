@@ -1,0 +1,126 @@
+"""Beam search with its bookkeeping on the device (mtkit.beam): a stream that lets the host read only
+every few steps finds what one that reads every step finds, and a step between reads asks the
+device nothing."""
+
+import pytest
+import torch
+from conftest import tiny_model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
+
+from mtkit.batching import pad_batch
+from mtkit.beam import BeamStream
+from mtkit.graphed_decoding import GraphedDecoder
+from mtkit.search import SearchConfig, max_output_length, prefix_tensor
+from mtkit.tokenizer import EOS_ID
+
+VOCAB = 40
+CPU = torch.device("cpu")
+# What makes the host wait for a GPU: copies to the host, and operations whose result's size or
+# Python value depends on the data.
+HOST_READS = {"tolist", "item", "cpu", "numpy", "nonzero", "__bool__", "__int__", "__float__", "__index__"}
+
+
+class DeviceReads(TorchFunctionMode):
+    """Records every host read of a tensor made inside it (boolean-mask indexing included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        boolean_index = name == "__getitem__" and isinstance(args[1], torch.Tensor) and args[1].dtype == torch.bool
+        if name in HOST_READS or boolean_index:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(vocab=VOCAB, seed=1)
+
+
+def sources(lengths: list[int], seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(4, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+
+
+def run_stream(decoder, cfg, schedule, prefixes, sync_every):
+    """Sentences joining a running search at the steps `schedule` gives: name -> (n-best, the step
+    at which the stream returned it)."""
+    stream, results, step = BeamStream(decoder, cfg, CPU, sync_every=sync_every), {}, 0
+    while step <= max(schedule) or len(stream):
+        for name, src_ids in schedule.get(step, []):
+            forced = prefix_tensor([prefixes.get(name, [])], 1, CPU)
+            stream.add(pad_batch([src_ids], suffix=EOS_ID), [name], forced)
+        results.update((name, (hyps, step)) for name, hyps in (stream.step() if len(stream) else []))
+        step += 1
+    return results
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    joins=st.lists(st.tuples(st.integers(0, 30), st.integers(1, 12)), min_size=1, max_size=8),
+    beam=st.integers(1, 4),
+    sync_every=st.integers(2, 9),
+    constrained=st.booleans(),
+    graphed=st.booleans(),
+    seed=st.integers(0, 20),
+)
+def test_reading_every_few_steps_finds_what_reading_every_step_finds(
+    model, joins, beam, sync_every, constrained, graphed, seed
+):
+    """Sentences joining at drawn steps, one with a target prefix, with or without a minimum length
+    and n-gram bans, in the dynamic cache or the static buffers: every sentence gets the n-best of
+    a stream that reads every step, and is returned at most sync_every - 1 steps later."""
+    extra = {"min_len": 3, "no_repeat_ngram": 2, "loop_ngram": 2, "loop_repeats": 1} if constrained else {}
+    cfg = SearchConfig(beam=beam, nbest=beam, max_len_a=1.0, max_len_b=6, lenpen=0.6, **extra)
+    srcs = sources([length for _, length in joins], seed)
+    schedule: dict[int, list] = {}
+    for name, ((step, _), src_ids) in enumerate(zip(joins, srcs)):
+        schedule.setdefault(step, []).append((name, src_ids))
+    prefixes = {0: srcs[0][:2]}
+    decoder = GraphedDecoder(model, capture=False) if graphed else model
+    every_step = run_stream(decoder, cfg, schedule, prefixes, sync_every=1)
+    deferred = run_stream(decoder, cfg, schedule, prefixes, sync_every=sync_every)
+    assert sorted(deferred) == sorted(every_step) == list(range(len(joins)))
+    for name, (hyps, step) in every_step.items():
+        found, returned = deferred[name]
+        assert [(h.tokens, h.ended) for h in found] == [(h.tokens, h.ended) for h in hyps]
+        assert [h.score for h in found] == pytest.approx([h.score for h in hyps], abs=1e-5)
+        assert [h.log_prob for h in found] == pytest.approx([h.log_prob for h in hyps], abs=1e-5)
+        assert step <= returned < step + sync_every
+
+
+@pytest.mark.parametrize("graphed", [False, True])
+def test_the_host_reads_only_every_few_steps_and_at_length_limits(model, graphed):
+    """With sync_every 4, the only steps that read the device are every fourth and those where a
+    sentence takes its last step (its length limit), with a prefix, bans and a sentence joining
+    (no </s> before 100 tokens: every sentence runs to its limit)."""
+    cfg = SearchConfig(beam=3, max_len_a=1.0, max_len_b=9, min_len=100, no_repeat_ngram=2, banned=((5, 6),))
+    decoder = GraphedDecoder(model, capture=False) if graphed else model
+    stream = BeamStream(decoder, cfg, CPU, sync_every=4)
+    first, late = sources([4, 3], seed=3)
+    stream.add(pad_batch([first], suffix=EOS_ID), ["first"], prefix_tensor([first[:2]], 1, CPU))
+    limits = {"first": max_output_length(4, cfg) - 1}  # the step of its last token
+    reading, returned, step = [], {}, 0
+    while len(stream):
+        if step == 2:
+            stream.add(pad_batch([late], suffix=EOS_ID), ["late"])
+            limits["late"] = 2 + max_output_length(3, cfg) - 1
+        with DeviceReads() as reads:
+            returned.update((name, step) for name, _ in stream.step())
+        if reads.seen:
+            reading.append(step)
+        step += 1
+    assert limits == {"first": 12, "late": 13}
+    assert reading == [3, 7, 11, 12, 13]
+    assert returned == limits
+
+
+def test_a_gpu_search_reads_every_eighth_step_and_a_cpu_search_every_step(model):
+    assert BeamStream(model, SearchConfig(), CPU).sync_every == 1
+    assert BeamStream(model, SearchConfig(), torch.device("cuda")).sync_every == 8
+    assert BeamStream(model, SearchConfig(), CPU, sync_every=3).sync_every == 3
