@@ -15,7 +15,8 @@ On a CUDA machine it checks, and prints a PASS/FAIL line for each:
   5. greedy translations of a test slice on the GPU (fp32) equal the CPU's;
   6. on a GPU with FP8 tensor cores (compute capability 8.9 on, torchao installed), transformer-big
      trains 300 updates of 32,768 tokens (packed, graphed) in fp8 with the loss curve of bf16 within
-     1% (means of 10 updates), and the two runs' throughput after 100 updates;
+     1% (means of 10 updates), and the two runs' throughput after 100 updates (--fp8-runs
+     bf16,bf16:2 measures the gap between two bf16 runs of different seeds instead);
 and prints tables: training throughput and model FLOPs utilisation (MFU) of transformer-base and
 transformer-big in bf16 at max_tokens 8192 and 16384, the share of a training step the GPU waits
 for the host (torch.profiler), and decoding sentences/s, greedy and beam 5, PyTorch (also with
@@ -227,32 +228,41 @@ def check_translation(model: Path, text: Path, device: str) -> None:
     check("greedy translation equals the CPU's", same == len(outputs["cpu"]), f"{same} of {len(outputs['cpu'])} lines identical")  # fmt: skip
 
 
-def check_fp8(data: Path, work: Path, device: str) -> None:
+def check_fp8(data: Path, work: Path, device: str, runs: list[str]) -> None:
+    """Trains each run of `runs` ("PRECISION" or "PRECISION:SEED"; the first is the reference) and
+    compares its loss curve with the first's: fp8 against bf16, and bf16 with another seed against
+    bf16, the gap that training noise alone makes."""
     from mtkit.errors import MtkitError
     from mtkit.float8 import resolve_training_precision
 
-    try:  # what mtkit train checks: FP8 tensor cores and torchao
-        resolve_training_precision("fp8", torch.device(device))
-    except MtkitError as refusal:
-        print(f"skip  fp8: {refusal}", flush=True)
-        return
+    if any(run.startswith("fp8") for run in runs):
+        try:  # what mtkit train checks: FP8 tensor cores and torchao
+            resolve_training_precision("fp8", torch.device(device))
+        except MtkitError as refusal:
+            print(f"skip  fp8: {refusal}", flush=True)
+            return
     big = ["model.preset=transformer-big", "train.max_tokens=32768", "train.max_steps=300", "train.warmup=100",
            "train.lr=5e-4", "train.pack_length=128", "train.compile=true", "train.cuda_graphs=true"]  # fmt: skip
     curves, speeds = {}, {}
-    for precision in ("bf16", "fp8"):
-        run = work / f"fp8-check-{precision}"
-        train(data, run, device, *big, f"train.precision={precision}")
-        curves[precision] = losses(run)
-        speeds[precision] = throughput_after(metrics_records(run), 100)[0]
+    for name in runs:
+        precision, _, seed = name.partition(":")
+        run = work / f"fp8-check-{precision}-{seed or 1}"
+        train(data, run, device, *big, f"train.precision={precision}", f"train.seed={seed or 1}")
+        curves[name] = losses(run)
+        speeds[name] = throughput_after(metrics_records(run), 100)[0]
 
     def means(values: list[float]) -> list[float]:
         return [sum(values[i : i + 10]) / 10 for i in range(0, len(values) - 9, 10)]
 
-    gaps = [abs(f - b) / b for b, f in zip(means(curves["bf16"]), means(curves["fp8"]))]
-    check("fp8 follows bf16", len(curves["fp8"]) == 300 and max(gaps) <= 0.01,
-          f"transformer-big, 300 updates: largest gap {100 * max(gaps):.2f}% (means of 10 updates); loss "
-          f"{means(curves['fp8'])[-1]:.3f} against {means(curves['bf16'])[-1]:.3f}; target tok/s after 100 updates: "
-          f"fp8 {speeds['fp8']:,.0f}, bf16 {speeds['bf16']:,.0f} ({speeds['fp8'] / speeds['bf16']:.2f}x)")  # fmt: skip
+    reference = runs[0]
+    for name in runs[1:]:
+        gaps = [abs(f - b) / b for b, f in zip(means(curves[reference]), means(curves[name]))]
+        check(f"{name} follows {reference}", len(curves[name]) == 300 and max(gaps) <= 0.01,
+              f"transformer-big, 300 updates: largest gap {100 * max(gaps):.2f}% (means of 10 updates), at update "
+              f"{10 * gaps.index(max(gaps)) + 10}; last 10 updates {means(curves[name])[-1]:.3f} against "
+              f"{means(curves[reference])[-1]:.3f}; target tok/s after 100 updates: {name} {speeds[name]:,.0f}, "
+              f"{reference} {speeds[reference]:,.0f} ({speeds[name] / speeds[reference]:.2f}x)")  # fmt: skip
+    print("means of 10 updates:", json.dumps({name: [round(v, 4) for v in means(curves[name])] for name in runs}))
 
 
 def throughput(data: Path, work: Path, device: str, peak: float, presets: list[str], budgets: list[int]) -> None:
@@ -362,6 +372,9 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None, help="translate and decode with this model file")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run (default: all)")
     parser.add_argument("--profile-set", action="append", default=[], help="a KEY=VALUE setting for the profiled run")
+    parser.add_argument(
+        "--fp8-runs", default="bf16,fp8", help="the fp8 section's runs, PRECISION[:SEED], the first the reference"
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     if not only <= set(SECTIONS):
@@ -396,7 +409,7 @@ def main() -> None:
         if "translation" in only and on_gpu:
             check_translation(decode_model(), text, args.device)
         if "fp8" in only:
-            check_fp8(data, work, args.device)
+            check_fp8(data, work, args.device, args.fp8_runs.split(","))
         presets = ["transformer-base", "transformer-big"] if on_gpu else ["transformer-tiny"]
         if "throughput" in only:
             print(f"\ntraining throughput, bf16 (MFU against {peak:g} TFLOPS):")

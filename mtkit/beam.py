@@ -90,6 +90,30 @@ class EndedHypotheses:
         return out
 
 
+class AllDoneSignal:
+    """On a GPU, a copy of "every sentence is done" that travels to pinned host memory behind the
+    steps, so that the host sees it a step or two later without waiting for the device; on other
+    devices, never raised (a CPU reads every step)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda, self.in_flight, self.flag, self.event = device.type == "cuda", False, None, None
+
+    def send(self, done: Tensor) -> None:
+        if self.cuda and not self.in_flight:
+            if self.flag is None:
+                self.flag, self.event = torch.zeros((), dtype=torch.bool, pin_memory=True), torch.cuda.Event()
+            self.flag.copy_(done.all(), non_blocking=True)
+            self.event.record()
+            self.in_flight = True
+
+    def arrived(self) -> bool:
+        """Whether a copy sent earlier has arrived, saying that every sentence was done."""
+        if not (self.in_flight and self.event.query()):
+            return False
+        self.in_flight = False
+        return bool(self.flag)
+
+
 class BeamStream:
     """Beam search over a changing set of sentences: add() sources between steps, and each step()
     advances every sentence by one token and returns the ones it finished, with their n-best (on
@@ -110,6 +134,7 @@ class BeamStream:
         self.started: list[int] = []  # the clock when each sentence joined
         self.last_steps: list[int] = []  # the step at which each sentence reaches its length limit
         self.next_read = self.sync_every - 1  # the step at which the host reads next
+        self.all_done = AllDoneSignal(device)  # or earlier, once it sees every sentence done
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -171,16 +196,21 @@ class BeamStream:
         next_scores = next_scores.masked_fill(self.done[:, None], float("-inf"))
         next_beam, next_token = top_beam.gather(1, pick), top_token.gather(1, pick)
         now, self.clock = self.clock, self.clock + 1
-        if now < self.next_read:
+        all_done_seen = self.all_done.arrived()
+        self.all_done.send(self.done)
+        if now < self.next_read and not all_done_seen:
             self._advance(next_beam, next_token, next_scores)
             return []
         results, kept = self._read_done(now)
+        if len(kept) == n_alive:
+            self._advance(next_beam, next_token, next_scores)
+            return results
         if not kept:
             self.state, self.ids, self.next_read = None, [], self.clock + self.sync_every - 1
             return results
         keep = torch.tensor(kept, dtype=torch.long, device=self.device)
         rows = (keep[:, None] * k + next_beam[keep]).flatten()
-        self.state.select(rows, keep if len(kept) < n_alive else None)
+        self.state.select(rows, keep)
         width = max(now - start for start in self.started) + 1  # the longest history still searching
         history = self.history.index_select(0, rows)[:, self.history.size(1) - (width - 1) :]
         self.history = torch.cat([history, next_token[keep].reshape(-1, 1)], dim=1)

@@ -124,3 +124,64 @@ def test_a_gpu_search_reads_every_eighth_step_and_a_cpu_search_every_step(model)
     assert BeamStream(model, SearchConfig(), CPU).sync_every == 1
     assert BeamStream(model, SearchConfig(), torch.device("cuda")).sync_every == 8
     assert BeamStream(model, SearchConfig(), CPU, sync_every=3).sync_every == 3
+
+
+class SignalAt:
+    """Stands in for a GPU's AllDoneSignal: says "every sentence done" at the given steps."""
+
+    def __init__(self, steps: set[int]):
+        self.steps, self.step = steps, -1
+
+    def send(self, done) -> None:
+        pass
+
+    def arrived(self) -> bool:
+        self.step += 1
+        return self.step in self.steps
+
+
+def test_the_host_reads_when_the_signal_says_every_sentence_is_done(model):
+    """Between the every-few-steps reads, the host also reads at a step where the copy of "every
+    sentence done" has arrived (a GPU's, sent behind the steps)."""
+    cfg = SearchConfig(beam=2, max_len_a=0.0, max_len_b=30, min_len=100)
+    stream = BeamStream(model, cfg, CPU, sync_every=10)
+    stream.all_done = SignalAt({4, 15})
+    stream.add(pad_batch(sources([3, 5], seed=1), suffix=EOS_ID), ["a", "b"])
+    reading, step = [], 0
+    while len(stream):
+        with DeviceReads() as reads:
+            stream.step()
+        if reads.seen:
+            reading.append(step)
+        step += 1
+    assert reading == [4, 14, 15, 25, 29]  # the signal at 4 and 15, 10 steps after a read, the limit (29)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the signal travels from a GPU")
+def test_a_gpu_search_ends_soon_after_every_sentence_is_done_without_waiting_for_the_device():
+    """Every sentence ends at step 3 (</s> made likely; min_len 3), the limit is 60 steps and the host
+    reads only every 100: the copy of "every sentence done" ends the search a few steps later, and
+    no step before it makes the host wait for the GPU."""
+    model = tiny_model(vocab=VOCAB, seed=1).cuda()
+    with torch.no_grad():
+        model.tgt_embed.tokens.weight[EOS_ID] *= 50  # tied output layer: </s> scores highest
+    cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=60, min_len=3)
+    cuda = torch.device("cuda")
+    stream = BeamStream(model, cfg, cuda, sync_every=100)
+    stream.add(pad_batch(sources([4, 7, 2], seed=2), suffix=EOS_ID).to(cuda), [0, 1, 2])
+    results, steps = {}, 0
+    while len(stream):
+        finishing = stream.step()
+        results.update(finishing)
+        steps += 1
+    assert sorted(results) == [0, 1, 2] and all(
+        hyps[0].tokens and len(hyps[0].tokens) == 3 for hyps in results.values()
+    )
+    assert steps < 20
+    torch.cuda.set_sync_debug_mode("error")  # a second search: no step waits until the one that reads
+    try:
+        stream.add(pad_batch(sources([4, 7, 2], seed=2), suffix=EOS_ID).to(cuda), [0, 1, 2])
+        for _ in range(3):
+            assert stream.step() == []
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
