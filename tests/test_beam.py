@@ -162,9 +162,9 @@ def test_a_gpu_search_ends_soon_after_every_sentence_is_done_without_waiting_for
     """Every sentence ends at step 3 (</s> made likely; min_len 3), the limit is 60 steps and the host
     reads only every 100: the copy of "every sentence done" ends the search a few steps later, and
     no step before it makes the host wait for the GPU."""
-    model = tiny_model(vocab=VOCAB, seed=1).cuda()
+    model = tiny_model(vocab=VOCAB, seed=1, output_bias=True).cuda()
     with torch.no_grad():
-        model.tgt_embed.tokens.weight[EOS_ID] *= 50  # tied output layer: </s> scores highest
+        model.output.bias[EOS_ID] = 30.0  # </s> wherever min_len allows it
     cfg = SearchConfig(beam=3, max_len_a=0.0, max_len_b=60, min_len=3)
     cuda = torch.device("cuda")
     stream = BeamStream(model, cfg, cuda, sync_every=100)
