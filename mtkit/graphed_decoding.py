@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.search import MAX_POSITIONS
+from mtkit.search_rules import MAX_POSITIONS
 
 SOURCE_BUCKET = 16  # source capacity: a multiple of this
 POSITION_BUCKET = 64  # cached positions: a multiple of this, grown when a search reaches the end

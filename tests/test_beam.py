@@ -11,6 +11,7 @@ from torch.overrides import TorchFunctionMode
 
 from mtkit.batching import pad_batch
 from mtkit.beam import BeamStream
+from mtkit.ensemble import Ensemble
 from mtkit.graphed_decoding import GraphedDecoder
 from mtkit.search import SearchConfig, max_output_length, prefix_tensor
 from mtkit.tokenizer import EOS_ID
@@ -120,24 +121,30 @@ def test_the_host_reads_only_every_few_steps_and_at_length_limits(model, graphed
     assert returned == limits
 
 
-def test_a_gpu_search_reads_every_eighth_step_and_a_cpu_search_every_step(model):
-    assert BeamStream(model, SearchConfig(), CPU).sync_every == 1
-    assert BeamStream(model, SearchConfig(), torch.device("cuda")).sync_every == 8
+def test_steps_replayed_as_cuda_graphs_read_every_eighth_step_and_others_every_step(model):
+    cuda, graphed = torch.device("cuda"), GraphedDecoder(model, capture=False)
+    assert BeamStream(graphed, SearchConfig(), cuda).sync_every == 8
+    assert BeamStream(Ensemble([graphed, graphed]), SearchConfig(), cuda).sync_every == 8
+    assert BeamStream(model, SearchConfig(), cuda).sync_every == 1  # eager steps
+    assert BeamStream(Ensemble([graphed, model]), SearchConfig(), cuda).sync_every == 1
+    assert BeamStream(graphed, SearchConfig(), CPU).sync_every == 1
     assert BeamStream(model, SearchConfig(), CPU, sync_every=3).sync_every == 3
 
 
 class SignalAt:
     """Stands in for a GPU's AllDoneSignal: says "every sentence done" at the given steps."""
 
-    def __init__(self, steps: set[int]):
-        self.steps, self.step = steps, -1
+    def __init__(self, stream: BeamStream, steps: set[int]):
+        self.stream, self.steps = stream, steps
 
     def send(self, done) -> None:
         pass
 
+    def forget(self) -> None:
+        pass
+
     def arrived(self) -> bool:
-        self.step += 1
-        return self.step in self.steps
+        return self.stream.clock - 1 in self.steps  # the step being taken
 
 
 def test_the_host_reads_when_the_signal_says_every_sentence_is_done(model):
@@ -145,7 +152,7 @@ def test_the_host_reads_when_the_signal_says_every_sentence_is_done(model):
     sentence done" has arrived (a GPU's, sent behind the steps)."""
     cfg = SearchConfig(beam=2, max_len_a=0.0, max_len_b=30, min_len=100)
     stream = BeamStream(model, cfg, CPU, sync_every=10)
-    stream.all_done = SignalAt({4, 15})
+    stream.all_done = SignalAt(stream, {4, 15})
     stream.add(pad_batch(sources([3, 5], seed=1), suffix=EOS_ID), ["a", "b"])
     reading, step = [], 0
     while len(stream):
