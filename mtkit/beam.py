@@ -30,11 +30,9 @@ SYNC_EVERY_WITH_GRAPHS = 8  # steps between the host's reads, for steps replayed
 
 
 def host_reads_every(model: Transformer, device: torch.device) -> int:
-    """Steps between the host's reads: 8 for steps replayed as CUDA graphs, where the GPU would
-    otherwise wait for the host (test2016 on an H100: fp32 1,286 -> 1,485 sentences/s); every step on
-    a CPU, where reading costs nothing, and for eager steps on a GPU, whose hundreds of kernel
-    launches a step keep the host the slower side anyway (there reads every 8 steps measured 15-20%
-    slower)."""
+    """Steps between the host's reads: 8 for steps replayed as CUDA graphs (on an H100, reading every
+    step made them 20-40% slower), every step on a CPU, where reading costs nothing, and for eager
+    steps on a GPU (there reading every 8 steps measured 10-20% slower; docs/RESULTS.md)."""
     graphed = all(isinstance(member, GraphedDecoder) for member in getattr(model, "models", [model]))  # an Ensemble's
     return SYNC_EVERY_WITH_GRAPHS if device.type == "cuda" and graphed else 1
 

@@ -21,7 +21,7 @@ from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
 from mtkit.output_layer import export_logit_bias
-from mtkit.search import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
+from mtkit.search_rules import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import PAD, Tokenizer
 from mtkit.translate import TextTranslator, without_line_breaks

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig
+from mtkit.search_rules import SearchConfig
 from mtkit.sentences import require_splitter
 from mtkit.translate import TextTranslator, Translator
 

@@ -17,7 +17,7 @@ from mtkit.batching import length_batches, pad_batch
 from mtkit.checkpoint import ModelFile
 from mtkit.device import autocast, resolve_device, resolve_precision
 from mtkit.model import Transformer
-from mtkit.search import length_penalty
+from mtkit.search_rules import length_penalty
 from mtkit.targets import source_tag_id
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 

@@ -25,7 +25,7 @@ from mtkit.config import ModelConfig
 from mtkit.errors import MtkitError
 from mtkit.model import sinusoidal_positions
 from mtkit.output_layer import export_logit_bias
-from mtkit.search import MAX_OUTPUT_TOKENS, MAX_POSITIONS, MAX_SOURCE_TOKENS
+from mtkit.search_rules import MAX_OUTPUT_TOKENS, MAX_POSITIONS, MAX_SOURCE_TOKENS
 from mtkit.textio import atomic_directory
 from mtkit.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK
 

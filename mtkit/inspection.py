@@ -11,7 +11,7 @@ import torch
 from mtkit.alignment import KINDS, attention_weights
 from mtkit.checkpoint import ModelFile
 from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig
+from mtkit.search_rules import SearchConfig
 from mtkit.translate import translate_ids, without_line_breaks
 
 FORMATS = ("png", "svg", "html", "json")

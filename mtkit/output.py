@@ -10,7 +10,7 @@ from typing import TextIO
 
 from mtkit import console
 from mtkit.errors import MtkitError
-from mtkit.search import Hypothesis
+from mtkit.search_rules import Hypothesis
 from mtkit.textio import iter_lines, line_bytes
 from mtkit.translate import NbestList, TextTranslator
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from mtkit.console import warn
 from mtkit.errors import MtkitError
-from mtkit.search import MAX_SOURCE_TOKENS, Hypothesis
+from mtkit.search_rules import MAX_SOURCE_TOKENS, Hypothesis
 from mtkit.tokenizer import Tokenizer
 
 # The fewest subwords a piece may be limited to: a character unseen in training is up to 4 byte tokens.

@@ -11,7 +11,7 @@ from typing import Any
 from mtkit.console import warn
 from mtkit.dynamic_batching import Batcher, Job, QueueFull
 from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig
+from mtkit.search_rules import SearchConfig
 from mtkit.sentences import Segmenter, require_splitter, segmenter_for
 from mtkit.serve_metrics import Metrics
 from mtkit.targets import tag_id, target_tag

@@ -21,7 +21,7 @@ from mtkit.errors import MtkitError
 from mtkit.evaluate import corpus_scores
 from mtkit.loss import TrainingObjective
 from mtkit.model import Transformer
-from mtkit.search import SearchConfig
+from mtkit.search_rules import SearchConfig
 from mtkit.tokenizer import Tokenizer
 from mtkit.translate import translate_ids, without_line_breaks
 

@@ -76,7 +76,7 @@ def search_config(
     top_p: float = 1.0,
     seed: int = 0,
 ):
-    from mtkit.search import SearchConfig
+    from mtkit.search_rules import SearchConfig
 
     cfg = SearchConfig(
         beam=beam,
