@@ -64,11 +64,12 @@ class EndedHypotheses:
             pad = self.history.new_full((*self.history.shape[:2], missing + 15), PAD_ID)
             self.history = torch.cat([pad, self.history], dim=2)
 
-    def keep(self, sentences: Tensor) -> None:
-        """Only these sentences (the columns stay: no sentence reads further left than its length)."""
+    def keep(self, sentences: Tensor, width: int) -> None:
+        """Only these sentences, and of the history columns at most the last `width` (the longest
+        history still searching; a hypothesis is the last of them, as long as its own history)."""
         self.log_prob, self.token = self.log_prob[sentences], self.token[sentences]
         self.length, self.count = self.length[sentences], self.count[sentences]
-        self.history = self.history[sentences]
+        self.history = self.history[sentences][:, :, max(0, self.history.size(2) - width) :].contiguous()
 
     def record(self, ends: Tensor, log_probs: Tensor, tokens: Tensor, lengths: Tensor, histories: Tensor) -> None:
         """ends (n, k): which of each sentence's k best candidates end, with their log-probabilities,
@@ -228,7 +229,7 @@ class BeamStream:
         width = max(now - start for start in self.started) + 1  # the longest history still searching
         history = self.history.index_select(0, rows)[:, self.history.size(1) - (width - 1) :]
         self.history = torch.cat([history, next_token[keep].reshape(-1, 1)], dim=1)
-        self.ended.keep(keep)
+        self.ended.keep(keep, width)
         self.tokens = self.history[:, -1]
         self.steps = self.steps[keep] + 1
         self.scores, self.max_lens, self.forced = next_scores[keep], self.max_lens[keep], self.forced[keep]

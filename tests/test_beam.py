@@ -192,3 +192,17 @@ def test_a_gpu_search_ends_soon_after_every_sentence_is_done_without_waiting_for
             assert stream.step() == []
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_the_ended_hypotheses_keep_no_more_history_than_the_longest_search_still_running(model):
+    """A 40-step sentence among 5-step ones: once it has finished, the histories kept for ended
+    hypotheses shrink back to what the short ones need."""
+    cfg = SearchConfig(beam=2, max_len_a=1.0, max_len_b=4, min_len=100)  # every sentence runs to its limit
+    stream, widths = BeamStream(model, cfg, CPU), []
+    stream.add(pad_batch(sources([36], seed=4), suffix=EOS_ID), ["long"])
+    for step, src_ids in enumerate(sources([1] * 60, seed=5)):
+        stream.add(pad_batch([src_ids], suffix=EOS_ID), [step])
+        stream.step()
+        widths.append(stream.ended.history.size(2))
+    assert max(widths) >= 39  # the long sentence's history
+    assert max(widths[45:]) <= 5 + 16  # room is made 16 columns at a time

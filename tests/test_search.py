@@ -226,12 +226,14 @@ def test_a_search_that_sentences_keep_joining_keeps_a_bounded_cache(model):
     """A new sentence every step for 60 steps: positions that no sentence still searching can see
     are dropped, so the cache never holds more than the longest search needs."""
     cfg = SearchConfig(beam=2, max_len_a=0, max_len_b=4)
-    stream, finished, longest = BeamStream(model, cfg, torch.device("cpu")), [], 0
+    stream, finished, longest, ended = BeamStream(model, cfg, torch.device("cpu")), [], 0, 0
     for step in range(60):
         stream.add(pad_batch([SOURCES[step % len(SOURCES)]], suffix=EOS_ID), [step])
         finished += [name for name, _ in stream.step()]
         longest = max(longest, stream.state.step if stream.state else 0, stream.history.size(1))
+        ended = max(ended, stream.ended.history.size(2))  # the ended hypotheses' histories
     assert longest <= 4  # a sentence takes at most 4 steps
+    assert ended <= 4 + 16  # room is made 16 columns at a time
     while len(stream):
         finished += [name for name, _ in stream.step()]
     assert sorted(finished) == list(range(60))
