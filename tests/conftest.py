@@ -231,6 +231,32 @@ def trained_run(data_dir: Path, tmp_path_factory) -> Path:
     return run_dir
 
 
+def random_sources(lengths: list[int], vocab: int, seed: int = 0) -> list[list[int]]:
+    """Source id sequences of these lengths, drawn from the words (ids 4 on) of a vocabulary."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(4, vocab, (n,), generator=generator).tolist() for n in lengths]
+
+
+def run_joining_stream(decoder, cfg, schedule: dict, prefixes: dict, sync_every: int | None = None) -> dict:
+    """Sentences joining a running beam search (mtkit.beam.BeamStream, on the CPU) at the steps
+    `schedule` gives ({step: [(name, source ids)]}), some with target prefixes ({name: ids}):
+    name -> (n-best, the step at which the stream returned it)."""
+    from mtkit.batching import pad_batch
+    from mtkit.beam import BeamStream
+    from mtkit.search import prefix_tensor
+    from mtkit.tokenizer import EOS_ID
+
+    cpu = torch.device("cpu")
+    stream, results, step = BeamStream(decoder, cfg, cpu, sync_every=sync_every), {}, 0
+    while step <= max(schedule) or len(stream):
+        for name, src_ids in schedule.get(step, []):
+            forced = prefix_tensor([prefixes.get(name, [])], 1, cpu)
+            stream.add(pad_batch([src_ids], suffix=EOS_ID), [name], forced)
+        results.update((name, (hyps, step)) for name, hyps in (stream.step() if len(stream) else []))
+        step += 1
+    return results
+
+
 def tiny_model(vocab: int = 12, seed: int = 0, **overrides) -> Transformer:
     """A randomly initialised tiny model over a vocabulary of `vocab` ids, in eval mode."""
     torch.manual_seed(seed)

@@ -4,7 +4,7 @@ device nothing."""
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import random_sources, run_joining_stream, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
@@ -44,21 +44,7 @@ def model():
 
 
 def sources(lengths: list[int], seed: int) -> list[list[int]]:
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(4, VOCAB, (n,), generator=generator).tolist() for n in lengths]
-
-
-def run_stream(decoder, cfg, schedule, prefixes, sync_every):
-    """Sentences joining a running search at the steps `schedule` gives: name -> (n-best, the step
-    at which the stream returned it)."""
-    stream, results, step = BeamStream(decoder, cfg, CPU, sync_every=sync_every), {}, 0
-    while step <= max(schedule) or len(stream):
-        for name, src_ids in schedule.get(step, []):
-            forced = prefix_tensor([prefixes.get(name, [])], 1, CPU)
-            stream.add(pad_batch([src_ids], suffix=EOS_ID), [name], forced)
-        results.update((name, (hyps, step)) for name, hyps in (stream.step() if len(stream) else []))
-        step += 1
-    return results
+    return random_sources(lengths, VOCAB, seed)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -84,8 +70,8 @@ def test_reading_every_few_steps_finds_what_reading_every_step_finds(
         schedule.setdefault(step, []).append((name, src_ids))
     prefixes = {0: srcs[0][:2]}
     decoder = GraphedDecoder(model, capture=False) if graphed else model
-    every_step = run_stream(decoder, cfg, schedule, prefixes, sync_every=1)
-    deferred = run_stream(decoder, cfg, schedule, prefixes, sync_every=sync_every)
+    every_step = run_joining_stream(decoder, cfg, schedule, prefixes, sync_every=1)
+    deferred = run_joining_stream(decoder, cfg, schedule, prefixes, sync_every=sync_every)
     assert sorted(deferred) == sorted(every_step) == list(range(len(joins)))
     for name, (hyps, step) in every_step.items():
         found, returned = deferred[name]

@@ -6,14 +6,14 @@ import contextlib
 
 import pytest
 import torch
-from conftest import run_mtkit, tiny_model
+from conftest import random_sources, run_joining_stream, run_mtkit, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtkit.batching import pad_batch
 from mtkit.beam import BeamStream
 from mtkit.graphed_decoding import POSITION_BUCKET, GraphedDecoder, Shape
-from mtkit.search import SearchConfig, prefix_tensor, search
+from mtkit.search import SearchConfig, search
 from mtkit.tokenizer import EOS_ID
 
 VOCAB = 40
@@ -26,8 +26,7 @@ def model():
 
 
 def sources(lengths: list[int], seed: int = 0) -> list[list[int]]:
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(4, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+    return random_sources(lengths, VOCAB, seed)
 
 
 def assert_same(found, expected):
@@ -69,18 +68,6 @@ def test_static_buffers_find_what_the_dynamic_cache_finds(model, cfg):
     assert min(sentences) < 8 or cfg.max_len_b < POSITION_BUCKET  # a smaller bucket once sentences finished
 
 
-def run_stream(decoder, cfg, schedule, prefixes):
-    """Sentences joining a running beam search at the steps `schedule` gives: name -> n-best."""
-    stream, results, step = BeamStream(decoder, cfg, CPU), {}, 0
-    while step <= max(schedule) or len(stream):
-        for name, src_ids in schedule.get(step, []):
-            forced = prefix_tensor([prefixes.get(name, [])], 1, CPU)
-            stream.add(pad_batch([src_ids], suffix=EOS_ID), [name], forced)
-        results.update(stream.step() if len(stream) else [])
-        step += 1
-    return results
-
-
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     joins=st.lists(st.tuples(st.integers(0, 90), st.integers(1, 24)), min_size=1, max_size=12),
@@ -98,10 +85,10 @@ def test_sentences_joining_a_running_search_find_what_the_dynamic_cache_finds(mo
     for name, ((step, _), src_ids) in enumerate(zip(joins, srcs)):
         schedule.setdefault(step, []).append((name, src_ids))
     prefixes = {0: srcs[0][:2]}
-    graphed = run_stream(GraphedDecoder(model, capture=False), cfg, schedule, prefixes)
-    dynamic = run_stream(model, cfg, schedule, prefixes)
+    graphed = run_joining_stream(GraphedDecoder(model, capture=False), cfg, schedule, prefixes)
+    dynamic = run_joining_stream(model, cfg, schedule, prefixes)
     assert sorted(graphed) == sorted(dynamic) == list(range(len(joins)))
-    assert_same([graphed[name] for name in sorted(graphed)], [dynamic[name] for name in sorted(dynamic)])
+    assert_same([graphed[name][0] for name in sorted(graphed)], [dynamic[name][0] for name in sorted(dynamic)])
 
 
 def test_a_search_that_sentences_keep_joining_keeps_bounded_buffers(model):
