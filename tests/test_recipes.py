@@ -124,6 +124,22 @@ def tiny_training(steps: int) -> list[str]:
     ]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--gpu"], "run.sh: --gpu needs a CUDA GPU, and torch sees none here"),
+        (["--gpu", "--quick"], "run.sh: --quick and --gpu are two modes; choose one"),
+    ],
+)
+def test_the_gpu_recipe_is_refused_in_one_line_before_it_writes_anything(tmp_path, options, message):
+    out = tmp_path / "out"
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", *options, "--out", out]
+    result = subprocess.run(command, env=recipe_env(tmp_path, "1.0"), capture_output=True, timeout=120)
+    assert (result.returncode, result.stderr.decode(), result.stdout) == (2, message + "\n", b"")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("models", [1, 2])
 def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenpen_on_val(tmp_path, models):
     """The whole script on a generated corpus with a tiny model (or an ensemble of two trained at once,
