@@ -7,7 +7,8 @@ sentences as fast as answers come, for a fixed time. The table gives
 requests/s, sentences/s, latency percentiles and the mean batch size (from the server's /metrics: sentences
 per decoding step with the PyTorch engine's continuous batching, sentences per batch otherwise),
 and compares with offline translation (the same engine and options, in one process) of the same
-sentences.
+sentences. "server CPU" and "clients CPU": the cores that the server process and the load generator
+kept busy (CPU seconds per second); a server near 1.0 is held by one Python thread.
 
   python bench/serve_load.py -m runs/multi30k/model.pt [--src en] [--seconds 30] [--clients 1,8,32]
       [--threads N]
@@ -75,24 +76,33 @@ def batch_totals(httpx, url: str) -> tuple[float, float]:
     return float(values["mtkit_batch_sentences_sum"]), float(values["mtkit_batch_sentences_count"])
 
 
-def load(port: int, sentences: list[str], clients: int, seconds: float, processes: int) -> list[float]:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used so far, its threads included (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def load(port: int, sentences: list[str], clients: int, seconds: float, processes: int) -> tuple[list[float], float]:
     """Latencies (s) of the requests answered within `seconds`, the clients spread over `processes`
-    that start together."""
+    that start together, and the CPU seconds the clients used meanwhile."""
     start_at = time.time() + 1.0 + 0.2 * processes  # every process started and its threads ready
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
     with concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
-        parts = pool.map(client_threads, [port] * processes, [sentences[i::processes] for i in range(processes)],
-                         shares, [start_at] * processes, [seconds] * processes)  # fmt: skip
-        return [latency for part in parts for latency in part]
+        parts = list(pool.map(client_threads, [port] * processes, [sentences[i::processes] for i in range(processes)],
+                              shares, [start_at] * processes, [seconds] * processes))  # fmt: skip
+    return [latency for part, _ in parts for latency in part], sum(cpu for _, cpu in parts)
 
 
-def client_threads(port: int, sentences: list[str], clients: int, start_at: float, seconds: float) -> list[float]:
-    """Latencies (s) of the requests answered between start_at and start_at + seconds (wall clock):
-    one thread per client, each with its own keep-alive connection (the standard library's client,
-    lighter on the CPU than httpx)."""
+def client_threads(
+    port: int, sentences: list[str], clients: int, start_at: float, seconds: float
+) -> tuple[list[float], float]:
+    """Latencies (s) of the requests answered between start_at and start_at + seconds (wall clock),
+    and this process's CPU seconds over that time: one thread per client, each with its own
+    keep-alive connection (the standard library's client, lighter on the CPU than httpx)."""
     latencies: list[float] = []
     counter = itertools.count()
     time.sleep(max(0.0, start_at - time.time()))
+    cpu_before = time.process_time()
     deadline = time.monotonic() + seconds
 
     def client() -> None:
@@ -114,7 +124,7 @@ def client_threads(port: int, sentences: list[str], clients: int, start_at: floa
         thread.start()
     for thread in threads:
         thread.join()
-    return latencies
+    return latencies, time.process_time() - cpu_before
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -169,16 +179,17 @@ def main() -> None:
                     sys.exit(f"the server did not start: {' '.join(command + options)}")
                 time.sleep(0.2)
             for clients in client_counts:
-                before = batch_totals(httpx, url)
+                before, server_cpu = batch_totals(httpx, url), cpu_seconds(server.pid)
                 processes = args.client_processes or min(max(1, (os.cpu_count() or 2) // 2), -(-clients // 32))
-                latencies = load(port, sentences, clients, args.seconds, processes)
-                after = batch_totals(httpx, url)
+                latencies, clients_cpu = load(port, sentences, clients, args.seconds, processes)
+                after, server_cpu = batch_totals(httpx, url), cpu_seconds(server.pid) - server_cpu
                 rate = len(latencies) / args.seconds
                 rates[name, clients] = rate
                 mean_batch = (after[0] - before[0]) / max(1.0, after[1] - before[1])
                 rows.append(
                     [name, clients, rate, rate, 1000 * percentile(latencies, 0.5), 1000 * percentile(latencies, 0.95),
-                     1000 * percentile(latencies, 0.99), mean_batch, "--cuda-graphs" in options]
+                     1000 * percentile(latencies, 0.99), mean_batch, server_cpu / args.seconds,
+                     clients_cpu / args.seconds, "--cuda-graphs" in options]
                 )  # fmt: skip
                 print(f"{name}, {clients} clients: {rate:.1f} sentences/s", file=sys.stderr)
         finally:
@@ -202,6 +213,8 @@ def main() -> None:
         "p95 ms",
         "p99 ms",
         "mean batch",
+        "server CPU",
+        "clients CPU",
         "of offline",
     ]
     print_table(headers, rows)
