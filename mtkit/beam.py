@@ -23,7 +23,7 @@ from mtkit.constraints import constrain
 from mtkit.graphed_decoding import GraphedDecoder
 from mtkit.kv_cache import DecoderState, pad_to_common_length
 from mtkit.model import Transformer
-from mtkit.search_rules import Hypothesis, OnDone, Pin, SearchConfig, length_penalty, max_output_length
+from mtkit.search_rules import Hypothesis, OnDone, Pin, SearchConfig, length_penalty, output_limits
 from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 SYNC_EVERY_WITH_GRAPHS = 8  # steps between the host's reads, for steps replayed as CUDA graphs
@@ -173,8 +173,7 @@ class BeamStream:
         self.scores = torch.cat([self.scores, scores])
         self.history = torch.cat([self.history, self.history.new_full((batch * k, self.history.size(1)), PAD_ID)])
         self.tokens = torch.cat([self.tokens, self.tokens.new_full((batch * k,), BOS_ID)])
-        source_tokens = ((src != PAD_ID).sum(dim=1) - 1).tolist()  # without </s>
-        limits = [max_output_length(n, self.cfg) for n in source_tokens]
+        limits = output_limits(src, self.cfg)
         self.max_lens = torch.cat([self.max_lens, torch.tensor(limits, device=device)])
         self.steps = torch.cat([self.steps, self.steps.new_zeros(batch)])  # tokens chosen so far
         self.done = torch.cat([self.done, self.done.new_zeros(batch)])
@@ -224,7 +223,7 @@ class BeamStream:
             self.state, self.ids, self.next_read = None, [], self.clock + self.sync_every - 1
             return results
         keep = torch.tensor(kept, dtype=torch.long, device=self.device)
-        rows = (keep[:, None] * k + next_beam[keep]).flatten()
+        rows = self._rows(keep, next_beam[keep])
         self.state.select(rows, keep)
         width = max(now - start for start in self.started) + 1  # the longest history still searching
         history = self.history.index_select(0, rows)[:, self.history.size(1) - (width - 1) :]
@@ -236,9 +235,13 @@ class BeamStream:
         self.done = self.done[keep]
         return results
 
+    def _rows(self, sentences: Tensor, beams: Tensor) -> Tensor:
+        """The batch rows of each sentence's chosen beams (sentences (n,), beams (n, b)): (n * b,)."""
+        return (sentences[:, None] * self.k + beams).flatten()
+
     def _advance(self, beams: Tensor, tokens: Tensor, scores: Tensor) -> None:
         """A step the host does not read: every sentence goes on, done ones frozen."""
-        rows = (torch.arange(len(self.ids), device=self.device)[:, None] * self.k + beams).flatten()
+        rows = self._rows(torch.arange(len(self.ids), device=self.device), beams)
         self.state.select(rows, None)
         self.history = torch.cat([self.history.index_select(0, rows), tokens.reshape(-1, 1)], dim=1)
         self.tokens = self.history[:, -1]
@@ -247,7 +250,7 @@ class BeamStream:
     def _record_ended(self, scores: Tensor, beams: Tensor, tokens: Tensor, last_step: Tensor) -> None:
         """An </s> among a sentence's k best candidates ends a hypothesis; at the last step, all k do."""
         ends = ((tokens == EOS_ID) | last_step[:, None]) & torch.isfinite(scores) & ~self.done[:, None]
-        rows = (torch.arange(tokens.size(0), device=self.device)[:, None] * self.k + beams).flatten()
+        rows = self._rows(torch.arange(tokens.size(0), device=self.device), beams)
         self.ended.make_room(self.history.size(1))
         self.ended.record(ends, scores, tokens, self.steps, self.history.index_select(0, rows))
 

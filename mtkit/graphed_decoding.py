@@ -13,10 +13,10 @@ state lives in static buffers (StepBuffers) of a few bucketed shapes:
 - sentences that finish are moved to the front (the search drops them); the rows after the live
   ones are computed and ignored, until few enough remain for a smaller bucket.
 
-The search (mtkit.search, mtkit.beam) is the same for both: GraphedDecoder offers the decoding interface of one
-Transformer, as mtkit.ensemble.Ensemble does. With capture off (CPUs, and the tests) the same
-static steps run eagerly, so their translations can be compared with the dynamic cache's
-(mtkit.kv_cache). One search at a time per GraphedDecoder: its states share the buffers.
+The search (mtkit.search, mtkit.beam) is the same for both: GraphedDecoder offers the decoding
+interface of one Transformer, as mtkit.ensemble.Ensemble does. With capture off (CPUs, and the
+tests) the same static steps run eagerly, so their translations can be compared with the dynamic
+cache's (mtkit.kv_cache). One search at a time per GraphedDecoder: its states share the buffers.
 """
 
 from __future__ import annotations

@@ -94,9 +94,14 @@ def max_output_length(source_tokens: int, cfg: SearchConfig) -> int:
     return min(MAX_OUTPUT_TOKENS, max(1, int(cfg.max_len_a * source_tokens + cfg.max_len_b)))
 
 
-def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
+def output_limits(src: Tensor, cfg: SearchConfig) -> list[int]:
+    """max_output_length of each source of a batch (B, S), read on the host."""
     source_tokens = (src != PAD_ID).sum(dim=1) - 1  # without </s>
-    return torch.tensor([max_output_length(n, cfg) for n in source_tokens.tolist()], device=src.device)
+    return [max_output_length(n, cfg) for n in source_tokens.tolist()]
+
+
+def max_output_lengths(src: Tensor, cfg: SearchConfig) -> Tensor:
+    return torch.tensor(output_limits(src, cfg), device=src.device)
 
 
 def prefix_tensor(prefixes: list[list[int]] | None, batch: int, device: torch.device) -> Tensor | None:
