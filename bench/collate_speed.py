@@ -1,4 +1,4 @@
-"""Host time to collate training batches: the array gather (mtkit.batching.collate) against padding
+"""Host time to collate training batches: the array gather (mtkit.data.batching.collate) against padding
 one sentence at a time, on a preprocessed dataset.
 
     python bench/collate_speed.py -d DATA_BIN [--max-tokens 8192,32768] [--batches 50]
@@ -20,9 +20,9 @@ import numpy as np
 from common import REPO, conditions, print_table
 
 sys.path.insert(0, str(REPO))
-from mtkit.batching import collate, make_batches, pad_batch  # noqa: E402
-from mtkit.data import TrainingSamples  # noqa: E402
-from mtkit.tokenizer import BOS_ID, EOS_ID  # noqa: E402
+from mtkit.data.batching import collate, make_batches, pad_batch  # noqa: E402
+from mtkit.data.dataset import TrainingSamples  # noqa: E402
+from mtkit.text.tokenizer import BOS_ID, EOS_ID  # noqa: E402
 
 
 def sentence_by_sentence(dataset, indices: np.ndarray) -> None:

@@ -81,8 +81,8 @@ def throughput_after(records: list[dict], skip: int) -> tuple[float, float]:
 
 def flops_per_target_token(preset: str, vocab: int, src_per_tgt: float) -> float:
     """6 x (encoder parameters x source tokens per target token + decoder and output parameters)."""
-    from mtkit.config import build_config
-    from mtkit.model import Transformer
+    from mtkit.core.config import build_config
+    from mtkit.model.transformer import Transformer
 
     cfg = build_config({"model": {"preset": preset}}).model
     cfg.src_vocab_size = cfg.tgt_vocab_size = vocab
@@ -91,3 +91,34 @@ def flops_per_target_token(preset: str, vocab: int, src_per_tgt: float) -> float
     encoder = sum(p.numel() for p in model.encoder_layers.parameters())
     decoder = sum(p.numel() for p in model.decoder_layers.parameters())
     return 6.0 * (encoder * src_per_tgt + decoder + model.tgt_embed.tokens.weight.numel())
+
+
+def prepare(data: Path, work: Path, lines: int) -> tuple[Path, Path]:
+    """A joint 8k BPE (or smaller for a CPU check) and the dataset, from the first `lines` training pairs."""
+    text = work / "text"
+    if (work / "bin" / "manifest.json").exists():  # made by an earlier call with the same --work
+        return work / "bin", text
+    text.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", lines), ("val", 200), ("test2016", 1000)):
+        for lang in ("en", "de"):
+            kept = (data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
+            (text / f"{split}.{lang}").write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    vocab = 8000 if lines > 5000 else 1000
+    run_measured(mtkit_command("train-tokenizer", "-i", text / "train.en", "-i", text / "train.de",
+                               "-o", work / "tok.json", "--vocab-size", vocab))  # fmt: skip
+    run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", text / "train", "--valid", text / "val",
+                               "--tokenizer", work / "tok.json", "-o", work / "bin"))  # fmt: skip
+    return work / "bin", text
+
+
+# Dense bf16 peak TFLOPS by device name (NVIDIA data sheets); --peak-tflops for others.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100": 312.0,
+                    "L40S": 362.0, "L4": 121.0, "A10": 125.0}  # fmt: skip
+
+
+def gpu_peak_tflops(given: float = 0.0) -> float:
+    """The GPU's dense bf16 peak: `given`, or by the device's name (989, an H100's, for one not listed)."""
+    import torch
+
+    name = torch.cuda.get_device_name(0)
+    return given or next((peak for key, peak in PEAK_BF16_TFLOPS.items() if key in name), 989.0)

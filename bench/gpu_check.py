@@ -1,4 +1,4 @@
-"""One command that proves the GPU paths: precisions, resume, torchrun/nccl, decoding, throughput and MFU.
+"""One command that proves the GPU paths: precisions, resume, torchrun/nccl, translation, FP8, and decoding speed.
 
     python bench/gpu_check.py [--data ../shared/data/multi30k] [--steps 200] [--work DIR]
 
@@ -17,9 +17,8 @@ On a CUDA machine it checks, and prints a PASS/FAIL line for each:
      trains 300 updates of 32,768 tokens (packed, graphed) in fp8 with the loss curve of bf16 within
      1% (means of 10 updates), and the two runs' throughput after 100 updates (--fp8-runs
      bf16,bf16:2 measures the gap between two bf16 runs of different seeds instead);
-and prints tables: training throughput and model FLOPs utilisation (MFU) of transformer-base and
-transformer-big in bf16 at max_tokens 8192 and 16384, the share of a training step the GPU waits
-for the host (torch.profiler), and decoding sentences/s, greedy and beam 5, PyTorch (also with
+and prints tables: the share of a training step the GPU waits for the host (torch.profiler), and
+decoding sentences/s, greedy and beam 5, PyTorch (also with
 --cuda-graphs, checked to give the same translations) and CTranslate2.
 `--device cpu` runs the same code on a CPU with small sizes, to check the script itself.
 `--only precisions,norms,...` runs some of the sections (all of SECTIONS by default); with `--work DIR`
@@ -44,17 +43,14 @@ import torch
 from common import (
     DEFAULT_MULTI30K,
     conditions,
-    flops_per_target_token,
     metrics_records,
     mtkit_command,
+    prepare,
     print_table,
     run_measured,
     throughput_after,
 )
 
-# Dense bf16 peak TFLOPS by device name (NVIDIA data sheets); --peak-tflops for others.
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100": 312.0,
-                    "L40S": 362.0, "L4": 121.0, "A10": 125.0}  # fmt: skip
 RESULTS: list[tuple[str, bool, str]] = []
 SECTIONS = (
     "precisions",
@@ -64,7 +60,6 @@ SECTIONS = (
     "torchrun",
     "translation",
     "fp8",
-    "throughput",
     "profile",
     "decoding",
 )
@@ -86,24 +81,6 @@ def train(data: Path, run: Path, device: str, *settings: str, launcher: list[str
         args += ["--set", setting]
     command = (launcher or [sys.executable]) + ["-m", "mtkit", *map(str, args)]
     run_measured(command)
-
-
-def prepare(data: Path, work: Path, lines: int) -> tuple[Path, Path]:
-    """A joint 8k BPE (or smaller for a CPU check) and the dataset, from the first `lines` training pairs."""
-    text = work / "text"
-    if (work / "bin" / "manifest.json").exists():  # made by an earlier call with the same --work
-        return work / "bin", text
-    text.mkdir(parents=True, exist_ok=True)
-    for split, count in (("train", lines), ("val", 200), ("test2016", 1000)):
-        for lang in ("en", "de"):
-            kept = (data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
-            (text / f"{split}.{lang}").write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    vocab = 8000 if lines > 5000 else 1000
-    run_measured(mtkit_command("train-tokenizer", "-i", text / "train.en", "-i", text / "train.de",
-                               "-o", work / "tok.json", "--vocab-size", vocab))  # fmt: skip
-    run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", text / "train", "--valid", text / "val",
-                               "--tokenizer", work / "tok.json", "-o", work / "bin"))  # fmt: skip
-    return work / "bin", text
 
 
 def train_precision(data: Path, work: Path, device: str, steps: int, small: list[str], precision: str) -> Path:
@@ -134,12 +111,12 @@ def check_precisions(data: Path, work: Path, device: str, steps: int, small: lis
 
 
 def check_gradient_norms(data: Path, device: str) -> None:
-    from mtkit.batching import collate, make_batches
-    from mtkit.config import build_config
-    from mtkit.data import ParallelDataset, read_manifest
-    from mtkit.device import autocast
-    from mtkit.loss import TrainingObjective
-    from mtkit.model import Transformer
+    from mtkit.core.config import build_config
+    from mtkit.core.device import autocast
+    from mtkit.data.batching import collate, make_batches
+    from mtkit.data.dataset import ParallelDataset, read_manifest
+    from mtkit.model.transformer import Transformer
+    from mtkit.training.loss import TrainingObjective
 
     manifest = read_manifest(data)
     cfg = build_config({"model": {"preset": "transformer-small", "dropout": 0.0}}).model
@@ -209,7 +186,8 @@ def check_torchrun(data: Path, work: Path, device: str, small: list[str]) -> Non
         return
     train(data, work / "torchrun2", device, *settings, launcher=[*torchrun, "--nproc_per_node=2"])
     train(data, work / "accumulated", device, *settings, "train.update_freq=2")
-    from mtkit.checkpoint import STATE_FORMAT, load_payload
+    from mtkit.model.files import load_payload
+    from mtkit.training.checkpoints import STATE_FORMAT
 
     two = load_payload(work / "torchrun2" / "state.pt", STATE_FORMAT)["model"]
     one = load_payload(work / "accumulated" / "state.pt", STATE_FORMAT)["model"]
@@ -232,8 +210,8 @@ def check_fp8(data: Path, work: Path, device: str, runs: list[str]) -> None:
     """Trains each run of `runs` ("PRECISION" or "PRECISION:SEED"; the first is the reference) and
     compares its loss curve with the first's: fp8 against bf16, and bf16 with another seed against
     bf16, the gap that training noise alone makes."""
-    from mtkit.errors import MtkitError
-    from mtkit.float8 import resolve_training_precision
+    from mtkit.core.errors import MtkitError
+    from mtkit.training.float8 import resolve_training_precision
 
     if any(run.startswith("fp8") for run in runs):
         try:  # what mtkit train checks: FP8 tensor cores and torchao
@@ -265,27 +243,13 @@ def check_fp8(data: Path, work: Path, device: str, runs: list[str]) -> None:
     print("means of 10 updates:", json.dumps({name: [round(v, 4) for v in means(curves[name])] for name in runs}))
 
 
-def throughput(data: Path, work: Path, device: str, peak: float, presets: list[str], budgets: list[int]) -> None:
-    vocab = json.loads((data / "manifest.json").read_text())["src_tokenizer"]["vocab_size"]
-    rows = []
-    for preset in presets:
-        for max_tokens in budgets:
-            run = work / f"speed-{preset}-{max_tokens}"
-            train(data, run, device, f"model.preset={preset}", f"train.max_tokens={max_tokens}", "train.max_steps=60",
-                  "train.precision=bf16")  # fmt: skip
-            tok_s, src_per_tgt = throughput_after(metrics_records(run), 20)
-            achieved = flops_per_target_token(preset, vocab, src_per_tgt) * tok_s / 1e12
-            rows.append([preset, max_tokens, tok_s, f"{achieved:.1f}", f"{100 * achieved / peak:.1f}%"])
-    print_table(["model", "max_tokens", "target tok/s", "TFLOPS", "MFU (bf16 peak)"], rows)
-
-
 def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens: int, settings: list[str]) -> None:
     """Profile 20 updates after 10 of warm-up (30 with `settings` that compile); the GPU's idle share =
     1 - (union of kernel time) / wall time."""
     from torch.profiler import ProfilerActivity, profile
 
-    from mtkit.config import build_config, merge_trees, parse_overrides
-    from mtkit.train import Trainer
+    from mtkit.core.config import build_config, merge_trees, parse_overrides
+    from mtkit.training.trainer import Trainer
 
     tree = {"model": {"preset": preset}, "train": {"max_tokens": max_tokens, "precision": "bf16", "device": device,
                                                    "max_steps": 10**6}}  # fmt: skip
@@ -367,7 +331,6 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_MULTI30K)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--peak-tflops", type=float, default=0.0, help="the GPU's dense bf16 peak (default: by name)")
     parser.add_argument("--work", type=Path, default=None, help="keep runs here (default: a temporary folder)")
     parser.add_argument("--model", type=Path, default=None, help="translate and decode with this model file")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run (default: all)")
@@ -381,8 +344,6 @@ def main() -> None:
         parser.error(f"--only: unknown section(s) {', '.join(sorted(only - set(SECTIONS)))}; choose from {', '.join(SECTIONS)}")  # fmt: skip
     on_gpu = args.device == "cuda"
     print(f"conditions: {conditions()}\n", flush=True)
-    name = torch.cuda.get_device_name(0) if on_gpu else "cpu"
-    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), 989.0)
     if on_gpu:
         small = ["model.preset=transformer-small", "train.max_tokens=4096"]
     else:  # a check of the script itself
@@ -410,12 +371,9 @@ def main() -> None:
             check_translation(decode_model(), text, args.device)
         if "fp8" in only:
             check_fp8(data, work, args.device, args.fp8_runs.split(","))
-        presets = ["transformer-base", "transformer-big"] if on_gpu else ["transformer-tiny"]
-        if "throughput" in only:
-            print(f"\ntraining throughput, bf16 (MFU against {peak:g} TFLOPS):")
-            throughput(data, work, args.device, peak, presets, [8192, 16384] if on_gpu else [1024])
         if "profile" in only:
-            host_wait_share(data, work, args.device, presets[-1], 32768 if on_gpu else 1024, args.profile_set)
+            preset = "transformer-big" if on_gpu else "transformer-tiny"
+            host_wait_share(data, work, args.device, preset, 32768 if on_gpu else 1024, args.profile_set)
         if "decoding" in only:
             what = args.model or "the fp32 run above, a few hundred updates: for speed, not quality"
             print(f"\ndecoding test2016 (model: {what}):")

@@ -19,9 +19,9 @@ from pathlib import Path
 import sacrebleu
 from common import DEFAULT_MULTI30K, conditions, print_table
 
-from mtkit.checkpoint import load_model_file
-from mtkit.search import SearchConfig
-from mtkit.translate import Translator
+from mtkit.decoding.search import SearchConfig
+from mtkit.model.files import load_model_file
+from mtkit.translation.translate import Translator
 
 
 def loops(tokens: list, n: int = 4, most: int = 2) -> bool:

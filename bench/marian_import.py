@@ -63,10 +63,10 @@ def main() -> None:
     import transformers
 
     sys.path.insert(0, str(REPO))
-    from mtkit.checkpoint import load_model_file
-    from mtkit.search import SearchConfig
-    from mtkit.tokenizer import BOS_ID, EOS_ID, UNPRODUCED
-    from mtkit.translate import Translator
+    from mtkit.decoding.search import SearchConfig
+    from mtkit.model.files import load_model_file
+    from mtkit.text.tokenizer import BOS_ID, EOS_ID, UNPRODUCED
+    from mtkit.translation.translate import Translator
 
     print(f"conditions: {conditions()}")
     rows = []

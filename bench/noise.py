@@ -54,8 +54,8 @@ KINDS = ["clean", "French as German", "Czech as German", "sides swapped", "sourc
 
 
 def kept_pairs(dataset: Path) -> list[tuple[str, str]]:
-    from mtkit.data import ParallelDataset
-    from mtkit.tokenizer import Tokenizer
+    from mtkit.data.dataset import ParallelDataset
+    from mtkit.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.load(dataset / "tokenizer.json")
     data = ParallelDataset(dataset, "train")
@@ -72,8 +72,8 @@ def main() -> None:
     parser.add_argument("--per-kind", type=int, default=500)
     args = parser.parse_args()
     print(f"conditions: {conditions()}")
-    from mtkit.langid import identify
-    from mtkit.tokenizer import Tokenizer
+    from mtkit.text.langid import identify
+    from mtkit.text.tokenizer import Tokenizer
 
     pairs = noisy_corpus(args.data, args.clean, args.per_kind)
     kinds = KINDS

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from common import conditions, print_table
 
-from mtkit.checkpoint import load_model_file
-from mtkit.evaluate import corpus_scores
-from mtkit.langid import identify
-from mtkit.search import SearchConfig
-from mtkit.translate import Translator
+from mtkit.decoding.search import SearchConfig
+from mtkit.model.files import load_model_file
+from mtkit.text.langid import identify
+from mtkit.translation.evaluate import corpus_scores
+from mtkit.translation.translate import Translator
 
 
 def main() -> None:

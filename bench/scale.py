@@ -4,7 +4,7 @@ its wall time and peak memory, for each corpus size:
 
   train-tokenizer   a 32k joint BPE, learned from a sample of --max-lines lines (mtkit's default)
   preprocess        with --dedup
-  batch plan        one epoch's batches (mtkit.batching.make_batches) over the dataset's lengths,
+  batch plan        one epoch's batches (mtkit.data.batching.make_batches) over the dataset's lengths,
                     and the anonymous memory (not file-backed pages) the dataset and the plan take
   train             from start to the first update, transformer-tiny (so the model costs little),
                     and `train --resume` from there to the next update
@@ -69,8 +69,8 @@ def write_corpus(prefix: Path, pairs: int, seed: int = 0) -> None:
 BATCH_PLAN = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from mtkit.batching import make_batches
-from mtkit.data import TrainingSamples
+from mtkit.data.batching import make_batches
+from mtkit.data.dataset import TrainingSamples
 
 def anonymous_mib():
     # Anonymous: memory that is this process's own. Private_Clean also counts the pages of the

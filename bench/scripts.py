@@ -59,7 +59,7 @@ def train(corpus: Path, output: Path, vocab_size: int, split_scripts: bool) -> t
 
 
 def per_script_rows(tokenizer_path: Path, held_out: dict[str, list[str]]) -> list[list[object]]:
-    from mtkit.tokenizer import Tokenizer
+    from mtkit.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.load(tokenizer_path)
     rows = []

@@ -58,8 +58,8 @@ def free_port() -> int:
 def offline_rate(model: Path, sentences: list[str], beam: int, engine: str, cuda_graphs: bool) -> float:
     """Sentences/s of `mtkit translate` on these sentences, the model already loaded."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from mtkit.engines import make_translator
-    from mtkit.search import SearchConfig
+    from mtkit.decoding.search import SearchConfig
+    from mtkit.interop.engines import make_translator
 
     translator = make_translator(
         engine, [model], "best", SearchConfig(beam=beam, lenpen=0.6), "auto", "auto", 128, 8192, cuda_graphs

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtkit.config import build_config
-from mtkit.model import Transformer
+from mtkit.core.config import build_config
+from mtkit.model.transformer import Transformer
 
 torch.set_num_threads(1)  # tiny models gain nothing from more threads, and CI has two cores
 
@@ -118,7 +118,7 @@ def corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tokenizer_path(corpus: Path, tmp_path_factory) -> Path:
-    from mtkit.tokenizer import train_tokenizer
+    from mtkit.text.tokenizer import train_tokenizer
 
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     train_tokenizer([corpus / "train.en", corpus / "train.de"], path, vocab_size=500)
@@ -127,7 +127,7 @@ def tokenizer_path(corpus: Path, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def data_dir(corpus: Path, tokenizer_path: Path, tmp_path_factory) -> Path:
-    from mtkit.preprocess import preprocess
+    from mtkit.data.preprocess import preprocess
 
     out = tmp_path_factory.mktemp("data") / "bin"
     splits = {"train": corpus / "train", "valid": corpus / "valid", "test": corpus / "test"}
@@ -138,7 +138,7 @@ def data_dir(corpus: Path, tokenizer_path: Path, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sampled(corpus: Path, tokenizer_path: Path, tmp_path_factory) -> Path:
     """The corpus with 3 BPE-dropout (0.2) samples of its training pairs, and its valid split."""
-    from mtkit.preprocess import Sampling, preprocess
+    from mtkit.data.preprocess import Sampling, preprocess
 
     out = tmp_path_factory.mktemp("sampled") / "bin"
     splits = {"train": corpus / "train", "valid": corpus / "valid"}
@@ -238,13 +238,13 @@ def random_sources(lengths: list[int], vocab: int, seed: int = 0) -> list[list[i
 
 
 def run_joining_stream(decoder, cfg, schedule: dict, prefixes: dict, sync_every: int | None = None) -> dict:
-    """Sentences joining a running beam search (mtkit.beam.BeamStream, on the CPU) at the steps
+    """Sentences joining a running beam search (mtkit.decoding.beam.BeamStream, on the CPU) at the steps
     `schedule` gives ({step: [(name, source ids)]}), some with target prefixes ({name: ids}):
     name -> (n-best, the step at which the stream returned it)."""
-    from mtkit.batching import pad_batch
-    from mtkit.beam import BeamStream
-    from mtkit.search import prefix_tensor
-    from mtkit.tokenizer import EOS_ID
+    from mtkit.data.batching import pad_batch
+    from mtkit.decoding.beam import BeamStream
+    from mtkit.decoding.search import prefix_tensor
+    from mtkit.text.tokenizer import EOS_ID
 
     cpu = torch.device("cpu")
     stream, results, step = BeamStream(decoder, cfg, cpu, sync_every=sync_every), {}, 0

@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import run_mtkit, tiny_model
 
-from mtkit.alignment import attention_weights, recording, word_alignment, word_starts
-from mtkit.errors import MtkitError
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.core.errors import MtkitError
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.translation.alignment import attention_weights, recording, word_alignment, word_starts
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -141,7 +141,7 @@ def test_plot_of_a_tiny_run(trained_run, tmp_path):
 
 
 def test_without_matplotlib_the_message_says_how_to_install(monkeypatch, tmp_path):
-    from mtkit.plots import pyplot
+    from mtkit.translation.plots import pyplot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(MtkitError, match=r"pip install 'mtkit\[plot\]'"):

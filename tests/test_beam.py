@@ -1,4 +1,4 @@
-"""Beam search with its bookkeeping on the device (mtkit.beam): a stream that lets the host read only
+"""Beam search with its bookkeeping on the device (mtkit.decoding.beam): a stream that lets the host read only
 every few steps finds what one that reads every step finds, and a step between reads asks the
 device nothing."""
 
@@ -9,12 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
-from mtkit.batching import pad_batch
-from mtkit.beam import BeamStream
-from mtkit.ensemble import Ensemble
-from mtkit.graphed_decoding import GraphedDecoder
-from mtkit.search import SearchConfig, max_output_length, prefix_tensor
-from mtkit.tokenizer import EOS_ID
+from mtkit.data.batching import pad_batch
+from mtkit.decoding.beam import BeamStream
+from mtkit.decoding.cuda_graphs import GraphedDecoder
+from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.search import SearchConfig, max_output_length, prefix_tensor
+from mtkit.text.tokenizer import EOS_ID
 
 VOCAB = 40
 CPU = torch.device("cpu")

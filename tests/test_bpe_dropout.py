@@ -5,13 +5,13 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, run_mtkit
 
-from mtkit.batching import BatchStream
-from mtkit.config import TrainConfig
-from mtkit.data import TrainingSamples
-from mtkit.distributed import Distributed
-from mtkit.errors import MtkitError
-from mtkit.preprocess import Sampling, preprocess
-from mtkit.tokenizer import Tokenizer, train_tokenizer
+from mtkit.core.config import TrainConfig
+from mtkit.core.distributed import Distributed
+from mtkit.core.errors import MtkitError
+from mtkit.data.batching import BatchStream
+from mtkit.data.dataset import TrainingSamples
+from mtkit.data.preprocess import Sampling, preprocess
+from mtkit.text.tokenizer import Tokenizer, train_tokenizer
 
 K = 3
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import run_mtkit, write_lines
 
-from mtkit.average import average_checkpoints
-from mtkit.checkpoint import MODEL_FORMAT, load_model_file, load_payload, read_index, save_model_file
 from mtkit.cli.app import one_line_paragraphs
+from mtkit.model.files import MODEL_FORMAT, load_model_file, load_payload, read_index, save_model_file
+from mtkit.training.average import average_checkpoints
 
 COMMANDS = ["train-tokenizer", "preprocess", "train", "average", "translate", "evaluate", "attention", "plot"]
 
@@ -134,7 +134,7 @@ def test_commands_that_need_no_model_start_without_torch(tmp_path, corpus):
 
 @pytest.mark.parametrize("split", [True, False])
 def test_train_tokenizer_split_punctuation_option(tmp_path, corpus, split):
-    from mtkit.tokenizer import Tokenizer
+    from mtkit.text.tokenizer import Tokenizer
 
     flag = "--split-punctuation" if split else "--no-split-punctuation"
     result = run_mtkit(

@@ -5,9 +5,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.batching import collate, pad_batch
-from mtkit.data import ParallelDataset, TrainingSamples
-from mtkit.tokenizer import BOS_ID, EOS_ID
+from mtkit.data.batching import collate, pad_batch
+from mtkit.data.dataset import ParallelDataset, TrainingSamples
+from mtkit.text.tokenizer import BOS_ID, EOS_ID
 
 
 def reference(dataset, indices):

@@ -2,7 +2,7 @@
 
 The tests trace with torch.compile's "aot_eager" backend: the same graph capture (Dynamo) and
 autograd (AOTAutograd) as the default Inductor backend, without generating C++ for these tiny
-models; bench/gpu_levers.py measures Inductor's kernels on a GPU."""
+models; bench/train_throughput.py --levers compile measures Inductor's kernels on a GPU."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_train import tiny_config
 
-import mtkit.train
-from mtkit.loss import TrainingObjective, fused_label_smoothed_loss, label_smoothed_loss
-from mtkit.train import train
+import mtkit.training.trainer
+from mtkit.training.loss import TrainingObjective, fused_label_smoothed_loss, label_smoothed_loss
+from mtkit.training.train import train
 
 
 @settings(max_examples=40, deadline=None)
@@ -68,7 +68,7 @@ def test_the_compiled_objective_gives_the_eager_loss_and_gradients():
 
 @pytest.fixture
 def traced(monkeypatch):
-    monkeypatch.setattr(mtkit.train, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(mtkit.training.trainer, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.batching import make_batches, pack_by_tokens
-from mtkit.config import PRESETS, ModelConfig, build_config, load_config, parse_overrides
-from mtkit.errors import MtkitError
-from mtkit.schedule import inverse_sqrt_lr, linear_decay_lr
+from mtkit.core.config import PRESETS, ModelConfig, build_config, load_config, parse_overrides
+from mtkit.core.errors import MtkitError
+from mtkit.data.batching import make_batches, pack_by_tokens
+from mtkit.training.schedule import inverse_sqrt_lr, linear_decay_lr
 
 
 def test_precedence_defaults_preset_yaml_overrides(tmp_path):
@@ -176,7 +176,7 @@ def greedy_packing(order, widths, max_tokens, max_sentences=0):
     sort=st.booleans(),
 )
 def test_the_array_packer_cuts_where_the_greedy_rule_cuts(rows, max_tokens, max_sentences, sort):
-    from mtkit.batching import pack_by_tokens
+    from mtkit.data.batching import pack_by_tokens
 
     widths = np.array(rows, dtype=np.int64).reshape(-1, 2)
     order = (

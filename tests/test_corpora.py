@@ -10,15 +10,15 @@ import torch
 from conftest import write_corpus
 from typer.testing import CliRunner
 
-from mtkit.batching import BatchStream, collate
 from mtkit.cli import app
-from mtkit.config import TrainConfig
-from mtkit.data import ParallelDataset, TrainingSamples, read_manifest, tempered, weighted_pairs
-from mtkit.distributed import Distributed
-from mtkit.errors import MtkitError
-from mtkit.preprocess import Corpus, preprocess
-from mtkit.sentence_packing import pairs_of
-from mtkit.tokenizer import PAD_ID, Tokenizer, train_tokenizer
+from mtkit.core.config import TrainConfig
+from mtkit.core.distributed import Distributed
+from mtkit.core.errors import MtkitError
+from mtkit.data.batching import BatchStream, collate
+from mtkit.data.dataset import ParallelDataset, TrainingSamples, read_manifest, tempered, weighted_pairs
+from mtkit.data.preprocess import Corpus, preprocess
+from mtkit.data.sentence_packing import pairs_of
+from mtkit.text.tokenizer import PAD_ID, Tokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +165,8 @@ def test_the_preprocess_command_joins_corpora_and_refuses_mistakes(corpora, tagg
 
 
 def test_training_draws_the_corpora_at_its_sampling_temperature(joined, tmp_path):
-    from mtkit.config import build_config, parse_overrides
-    from mtkit.train import Trainer
+    from mtkit.core.config import build_config, parse_overrides
+    from mtkit.training.trainer import Trainer
 
     overrides = ["model.preset=transformer-tiny", "train.max_steps=1", "train.sampling_temperature=4"]
     trainer = Trainer(build_config(parse_overrides(overrides)), joined, tmp_path / "run")

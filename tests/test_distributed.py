@@ -22,9 +22,10 @@ from conftest import TINY_TRAIN, losses, records, run_mtkit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.checkpoint import STATE_FILE, load_payload
-from mtkit.data import read_manifest
-from mtkit.preprocess import preprocess
+from mtkit.data.dataset import read_manifest
+from mtkit.data.preprocess import preprocess
+from mtkit.model.files import load_payload
+from mtkit.training.rundir import STATE_FILE
 
 COMMON = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.valid_every=5", "--set", "train.valid_beam=2"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -271,9 +272,9 @@ def test_every_rank_takes_the_same_number_of_batches_in_every_update(lengths, wo
     """No rank can wait for a collective that another never joins: in every update, each rank, planning
     on its own, takes exactly update_freq batches of one shared list, and updates run on across epoch
     boundaries without dropping or repeating a batch (whatever the number of batches in an epoch)."""
-    from mtkit.batching import BatchStream
-    from mtkit.config import TrainConfig
-    from mtkit.distributed import Distributed
+    from mtkit.core.config import TrainConfig
+    from mtkit.core.distributed import Distributed
+    from mtkit.data.batching import BatchStream
 
     data = LengthsOnly(lengths)
     cfg = TrainConfig(max_tokens=max_tokens, update_freq=update_freq, seed=3)

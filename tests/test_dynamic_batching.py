@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from mtkit.dynamic_batching import Batcher, Job, QueueFull
+from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull
 
 NEVER_S = 10**6  # a max_wait_s that no test outlives: a batch that went anyway did not wait for it
 HANG_S = 600  # how long a result may take before the test calls it a hang (not a speed bound)

@@ -7,12 +7,12 @@ import torch
 from conftest import TINY_TRAIN, run_mtkit
 from torch import nn
 
-from mtkit.checkpoint import load_model_file, load_payload
-from mtkit.config import build_config, parse_overrides
-from mtkit.ema import WeightAverage
-from mtkit.errors import MtkitError
-from mtkit.model import Transformer
-from mtkit.rundir import EMA_FILE
+from mtkit.core.config import build_config, parse_overrides
+from mtkit.core.errors import MtkitError
+from mtkit.model.files import load_model_file, load_payload
+from mtkit.model.transformer import Transformer
+from mtkit.training.ema import WeightAverage
+from mtkit.training.rundir import EMA_FILE
 
 
 def test_the_arithmetic_exactly_on_a_toy_sequence():

@@ -5,12 +5,12 @@ import torch
 import torch.nn.functional as F
 from conftest import run_mtkit, tiny_model
 
-from mtkit.batching import pad_batch
-from mtkit.checkpoint import load_model_file
-from mtkit.ensemble import Ensemble
-from mtkit.search import SearchConfig, search
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.translate import Translator
+from mtkit.data.batching import pad_batch
+from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.search import SearchConfig, search
+from mtkit.model.files import load_model_file
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.translation.translate import Translator
 
 SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]
 
@@ -62,8 +62,8 @@ def test_the_cli_takes_several_models(trained_run, corpus):
 
 
 def test_models_with_other_tokenizers_are_refused(trained_run, corpus, tmp_path):
-    from mtkit.checkpoint import load_model_file, save_model_file
-    from mtkit.tokenizer import Tokenizer, train_tokenizer
+    from mtkit.model.files import load_model_file, save_model_file
+    from mtkit.text.tokenizer import Tokenizer, train_tokenizer
 
     train_tokenizer([corpus / "train.de"], tmp_path / "other.json", vocab_size=300)
     other = load_model_file(trained_run)

@@ -1,4 +1,4 @@
-"""Fault injection: kill -9 at exact moments (mtkit.faults), drawn from a seeded generator. Training
+"""Fault injection: kill -9 at exact moments (mtkit.core.faults), drawn from a seeded generator. Training
 resumes to the losses of an uninterrupted run; preprocess, average and export leave either their
 complete output or none. Every kill lands where it was meant to, whatever the machine's speed."""
 

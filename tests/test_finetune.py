@@ -3,10 +3,10 @@
 import torch
 from conftest import TINY_TRAIN, run_mtkit, write_lines
 
-from mtkit.checkpoint import MODEL_FORMAT, load_model_file, load_payload, read_index
-from mtkit.config import build_config
-from mtkit.data import ParallelDataset
-from mtkit.validation import validate
+from mtkit.core.config import build_config
+from mtkit.data.dataset import ParallelDataset
+from mtkit.model.files import MODEL_FORMAT, load_model_file, load_payload, read_index
+from mtkit.training.validation import validate
 
 # TINY_TRAIN without its model.* settings: the architecture comes from the model.
 FINE_TUNE = [arg for pair in zip(TINY_TRAIN[::2], TINY_TRAIN[1::2]) if not pair[1].startswith("model.") for arg in pair]
@@ -30,7 +30,7 @@ def test_with_lr_0_the_fine_tuned_model_is_the_model(trained_run, data_dir, corp
 
 
 def test_fine_tuning_lowers_the_in_domain_loss(trained_run, corpus, tokenizer_path, tmp_path):
-    from mtkit.preprocess import preprocess
+    from mtkit.data.preprocess import preprocess
 
     domain = tmp_path / "domain"
     for lang in ("en", "de"):  # the sentences about dogs
@@ -53,8 +53,8 @@ def test_fine_tuning_lowers_the_in_domain_loss(trained_run, corpus, tokenizer_pa
 
 
 def test_a_dataset_of_another_tokenizer_is_refused(trained_run, corpus, tmp_path):
-    from mtkit.preprocess import preprocess
-    from mtkit.tokenizer import train_tokenizer
+    from mtkit.data.preprocess import preprocess
+    from mtkit.text.tokenizer import train_tokenizer
 
     train_tokenizer([corpus / "train.en"], tmp_path / "other.json", vocab_size=300)
     preprocess("en", "de", {"train": corpus / "train"}, tmp_path / "other.json", tmp_path / "bin")

@@ -1,4 +1,4 @@
-"""train.precision=fp8 (mtkit.float8): refused in one line where the hardware has no FP8 tensor
+"""train.precision=fp8 (mtkit.training.float8): refused in one line where the hardware has no FP8 tensor
 cores, and, on the CPU (torchao's FP8 matrix products run there too, emulated), the same training
 path as on a GPU: which layers become Float8Linear, a loss curve beside bf16's, checkpoints that are
 ordinary model files, and exact resume."""
@@ -12,11 +12,11 @@ import torch
 from conftest import losses, run_mtkit, tiny_model
 from test_train import tiny_config
 
-import mtkit.float8
-from mtkit.checkpoint import load_model_file
-from mtkit.errors import MtkitError
-from mtkit.float8 import convert_to_fp8, fp8_refusal, resolve_training_precision
-from mtkit.train import train
+import mtkit.training.float8
+from mtkit.core.errors import MtkitError
+from mtkit.model.files import load_model_file
+from mtkit.training.float8 import convert_to_fp8, fp8_refusal, resolve_training_precision
+from mtkit.training.train import train
 
 pytest.importorskip("torchao.float8", reason="torchao is the fp8 extra: pip install 'mtkit[fp8]'")
 
@@ -55,7 +55,7 @@ def test_fp8_needs_compute_capability_8_9(monkeypatch, capability, name, refusal
 
 
 def test_fp8_without_torchao_names_the_extra(monkeypatch):
-    monkeypatch.setattr(mtkit.float8, "fp8_refusal", lambda device: None)  # an FP8 GPU
+    monkeypatch.setattr(mtkit.training.float8, "fp8_refusal", lambda device: None)  # an FP8 GPU
     monkeypatch.setitem(sys.modules, "torchao.float8", None)  # not installed: importing it fails
     with pytest.raises(MtkitError, match=r"^train.precision=fp8 needs torchao: pip install 'mtkit\[fp8\]'$"):
         resolve_training_precision("fp8", torch.device("cuda", 0))
@@ -91,7 +91,7 @@ def test_a_layer_whose_sizes_are_not_multiples_of_16_stays_as_it_is():
 @pytest.fixture
 def fp8_on_this_cpu(monkeypatch):
     """The GPU path on the CPU: the device check passes, torchao's FP8 matrix products run emulated."""
-    monkeypatch.setattr(mtkit.float8, "fp8_refusal", lambda device: None)
+    monkeypatch.setattr(mtkit.training.float8, "fp8_refusal", lambda device: None)
 
 
 FP8_RUN = ("train.max_tokens=300", "train.seed=3")

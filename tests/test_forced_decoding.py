@@ -2,11 +2,11 @@ import pytest
 import torch
 from conftest import run_mtkit, tiny_model
 
-from mtkit.batching import pad_batch
-from mtkit.checkpoint import load_model_file
-from mtkit.forced_decoding import forced_log_probs
-from mtkit.search import SearchConfig, search
-from mtkit.tokenizer import EOS_ID
+from mtkit.data.batching import pad_batch
+from mtkit.decoding.search import SearchConfig, search
+from mtkit.model.files import load_model_file
+from mtkit.text.tokenizer import EOS_ID
+from mtkit.translation.forced_decoding import forced_log_probs
 
 SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4], []]
 

@@ -1,4 +1,4 @@
-"""Decoding in static buffers (mtkit.graphed_decoding) finds what the dynamic KV cache finds: the
+"""Decoding in static buffers (mtkit.decoding.cuda_graphs) finds what the dynamic KV cache finds: the
 same translations, in every search, as sentences finish, join and outgrow the buffers. On a CPU
 the static steps run eagerly; on a GPU, replayed as CUDA graphs, they must match the eager steps."""
 
@@ -10,11 +10,11 @@ from conftest import random_sources, run_joining_stream, run_mtkit, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtkit.batching import pad_batch
-from mtkit.beam import BeamStream
-from mtkit.graphed_decoding import POSITION_BUCKET, GraphedDecoder, Shape
-from mtkit.search import SearchConfig, search
-from mtkit.tokenizer import EOS_ID
+from mtkit.data.batching import pad_batch
+from mtkit.decoding.beam import BeamStream
+from mtkit.decoding.cuda_graphs import POSITION_BUCKET, GraphedDecoder, Shape
+from mtkit.decoding.search import SearchConfig, search
+from mtkit.text.tokenizer import EOS_ID
 
 VOCAB = 40
 CPU = torch.device("cpu")

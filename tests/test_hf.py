@@ -7,12 +7,12 @@ import pytest
 import torch
 from conftest import run_mtkit, variant, with_output_vocab
 
-from mtkit.checkpoint import load_model_file, save_model_file
-from mtkit.errors import MtkitError
-from mtkit.hf import export_huggingface, marian_order
-from mtkit.search import SearchConfig
-from mtkit.tokenizer import BOS_ID, EOS_ID
-from mtkit.translate import Translator
+from mtkit.core.errors import MtkitError
+from mtkit.decoding.search import SearchConfig
+from mtkit.interop.hf import export_huggingface, marian_order
+from mtkit.model.files import load_model_file, save_model_file
+from mtkit.text.tokenizer import BOS_ID, EOS_ID
+from mtkit.translation.translate import Translator
 
 transformers = pytest.importorskip("transformers", reason="the export test needs transformers (pip install -e .[dev])")
 
@@ -37,7 +37,7 @@ def exported(request, trained_run, tmp_path_factory):
 
 
 def test_the_permutation_turns_interleaved_sinusoids_into_marian_s_blocks():
-    from mtkit.model import sinusoidal_positions
+    from mtkit.model.transformer import sinusoidal_positions
 
     config = transformers.MarianConfig(
         vocab_size=10, d_model=16, max_position_embeddings=50, encoder_layers=1, decoder_layers=1,

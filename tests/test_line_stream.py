@@ -1,8 +1,8 @@
 """translate.LineStream: raw lines joining a running search, as `mtkit serve` uses it."""
 
-from mtkit.checkpoint import load_model_file
-from mtkit.search import SearchConfig
-from mtkit.translate import Translator
+from mtkit.decoding.search import SearchConfig
+from mtkit.model.files import load_model_file
+from mtkit.translation.translate import Translator
 
 
 def test_lines_that_join_between_steps_get_the_offline_nbest(trained_run, corpus):

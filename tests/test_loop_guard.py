@@ -9,11 +9,11 @@ from conftest import tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.batching import pad_batch
-from mtkit.constraints import constrain
-from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig, search
-from mtkit.tokenizer import EOS_ID
+from mtkit.core.errors import MtkitError
+from mtkit.data.batching import pad_batch
+from mtkit.decoding.constraints import constrain
+from mtkit.decoding.search import SearchConfig, search
+from mtkit.text.tokenizer import EOS_ID
 
 VOCAB = 8  # ids 4..7 are "words"; 0-3 are <pad>, <unk>, <s>, </s>
 SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]

@@ -5,9 +5,9 @@ from conftest import tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mtkit.loss
-from mtkit.loss import TrainingObjective, label_smoothed_loss, symmetric_kl
-from mtkit.tokenizer import PAD_ID, UNK_ID
+import mtkit.training.loss
+from mtkit.text.tokenizer import PAD_ID, UNK_ID
+from mtkit.training.loss import TrainingObjective, label_smoothed_loss, symmetric_kl
 
 
 def reference(logits, target, epsilon):
@@ -21,7 +21,7 @@ def reference(logits, target, epsilon):
 @pytest.mark.parametrize("rows_per_chunk", [1, 5, None])  # 5: 7 chunks of 5 rows, then 2; None: one chunk
 def test_loss_nll_and_gradient_equal_torch_cross_entropy(epsilon, rows_per_chunk, monkeypatch):
     if rows_per_chunk:
-        monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", rows_per_chunk * 53)
+        monkeypatch.setattr(mtkit.training.loss, "CHUNK_ELEMENTS", rows_per_chunk * 53)
     torch.manual_seed(0)
     logits = (3 * torch.randn(37, 53)).requires_grad_()
     target = torch.randint(0, 53, (37,))
@@ -60,7 +60,7 @@ def test_gradient_matches_central_differences():
 @pytest.mark.parametrize("rows_per_chunk", [3, None])  # 3: 6 chunks of 3 rows, then 2; None: one chunk (as on a GPU)
 def test_bf16_logits_get_a_bf16_gradient_of_the_fp32_loss(rows_per_chunk, monkeypatch):
     if rows_per_chunk:
-        monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", rows_per_chunk * 30)
+        monkeypatch.setattr(mtkit.training.loss, "CHUNK_ELEMENTS", rows_per_chunk * 30)
     torch.manual_seed(2)
     logits = torch.randn(20, 30).bfloat16().requires_grad_()
     target = torch.randint(0, 30, (20,))
@@ -78,7 +78,7 @@ def test_bf16_logits_get_a_bf16_gradient_of_the_fp32_loss(rows_per_chunk, monkey
 
 def test_without_autograd_the_loss_and_nll_are_the_same(monkeypatch):
     """Validation runs under no_grad, where no gradient is computed: the values must not change."""
-    monkeypatch.setattr(mtkit.loss, "CHUNK_ELEMENTS", 4 * 30)
+    monkeypatch.setattr(mtkit.training.loss, "CHUNK_ELEMENTS", 4 * 30)
     torch.manual_seed(3)
     logits = torch.randn(21, 30).bfloat16()
     target = torch.randint(0, 30, (21,))

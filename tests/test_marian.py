@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from conftest import run_mtkit
 
-from mtkit.checkpoint import load_model_file, save_model_file
-from mtkit.marian import import_marian
-from mtkit.search import SearchConfig
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNPRODUCED
-from mtkit.translate import Translator
+from mtkit.decoding.search import SearchConfig
+from mtkit.interop.marian import import_marian
+from mtkit.model.files import load_model_file, save_model_file
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNPRODUCED
+from mtkit.translation.translate import Translator
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install -e .[dev])")
 spm = pytest.importorskip("sentencepiece", reason="needs sentencepiece (pip install -e .[dev])")
@@ -210,13 +210,12 @@ def test_the_cli_imports_and_refuses_what_is_not_marian(marian_dir, tmp_path):
 
 
 def test_the_imported_model_scores_and_serves_as_it_translates(marian_dir, corpus, tmp_path):
-    from test_serve import Server
+    from test_serve import Server, offline
 
     assert run_mtkit("import", marian_dir, "-o", tmp_path / "m.pt").returncode == 0
     sources = (corpus / "test.en").read_text().splitlines()[:4]
-    offline = run_mtkit("translate", "-m", tmp_path / "m.pt", stdin="".join(f"{s}\n" for s in sources).encode())
-    assert offline.returncode == 0, offline.stderr.decode()
-    (tmp_path / "hyp.de").write_text(offline.stdout.decode())
+    translations = offline(tmp_path / "m.pt", sources)
+    (tmp_path / "hyp.de").write_text("".join(f"{t}\n" for t in translations))
     (tmp_path / "src.en").write_text("".join(f"{s}\n" for s in sources))
     scored = run_mtkit("score", "-m", tmp_path / "m.pt", "--src", tmp_path / "src.en", "--tgt", tmp_path / "hyp.de")
     assert scored.returncode == 0, scored.stderr.decode()
@@ -225,7 +224,7 @@ def test_the_imported_model_scores_and_serves_as_it_translates(marian_dir, corpu
     try:
         response = server.post("/v1/translate", json={"text": sources})
         assert response.status_code == 200, response.text
-        assert response.json()["translations"] == offline.stdout.decode().splitlines()
+        assert response.json()["translations"] == translations
     finally:
         assert server.stop() == 0
 

@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 
-from mtkit.config import build_config
-from mtkit.kernels import Dropout, attend, attention_with_weights, matmul_attention
-from mtkit.kv_cache import CACHE_CHUNK
-from mtkit.model import MultiHeadAttention, Transformer, sinusoidal_positions
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mtkit.core.config import build_config
+from mtkit.model.kernels import Dropout, attend, attention_with_weights, matmul_attention
+from mtkit.model.kv_cache import CACHE_CHUNK
+from mtkit.model.transformer import MultiHeadAttention, Transformer, sinusoidal_positions
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def reference_attention(q, k, v, allowed):
@@ -293,7 +293,7 @@ def test_cpu_dropout_masks_follow_torch_seed_and_eval_is_identity():
 def test_tied_weights_stay_one_tensor_when_moved_to_the_cpu():
     """A GPU model's .cpu() copies each name separately; weights_on_cpu keeps tied names on one copy.
     `clone` stands in for the GPU-to-CPU copy."""
-    from mtkit.checkpoint import weights_on_cpu
+    from mtkit.model.files import weights_on_cpu
 
     model = tiny_model(vocab=12)
     state = model.state_dict()
@@ -310,7 +310,7 @@ def test_tied_weights_stay_one_tensor_when_moved_to_the_cpu():
     [("fpu sse avx2 fma", False), ("fpu avx512f avx512_bf16 avx2", True), ("fpu amx_bf16 amx_tile", True), ("", False)],
 )
 def test_cpu_bf16_is_chosen_only_with_native_instructions(flags, native, monkeypatch):
-    from mtkit import device as device_module
+    from mtkit.core import device as device_module
 
     cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n"
     assert device_module.cpu_has_native_bf16(cpuinfo) is native

@@ -9,7 +9,6 @@ import pickletools
 import zipfile
 
 import pytest
-
 from conftest import REPO, run_mtkit
 
 FIXTURE = REPO / "tests" / "data" / "model_file_v1"

@@ -8,13 +8,13 @@ import sacrebleu
 from conftest import TINY_TRAIN, records, run_mtkit, synthetic_pairs, write_lines
 from typer.testing import CliRunner
 
-from mtkit.checkpoint import load_model_file, read_index
 from mtkit.cli import app
-from mtkit.data import ParallelDataset, model_languages, read_manifest
-from mtkit.errors import MtkitError
-from mtkit.search import SearchConfig
-from mtkit.tokenizer import Tokenizer, train_tokenizer
-from mtkit.translate import Translator
+from mtkit.core.errors import MtkitError
+from mtkit.data.dataset import ParallelDataset, model_languages, read_manifest
+from mtkit.decoding.search import SearchConfig
+from mtkit.model.files import load_model_file, read_index
+from mtkit.text.tokenizer import Tokenizer, train_tokenizer
+from mtkit.translation.translate import Translator
 
 
 def third_language(german: str) -> str:
@@ -165,7 +165,7 @@ def greedy(model_file, lang):
 
 def test_the_ctranslate2_export_translates_into_the_language_asked_for(run, tmp_path):
     pytest.importorskip("ctranslate2")
-    from mtkit.ct2 import CTranslate2Translator
+    from mtkit.interop.ct2 import CTranslate2Translator
 
     run_dir, _ = run
     assert run_mtkit("export", "-m", run_dir, "-o", tmp_path / "ct2").returncode == 0

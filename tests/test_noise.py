@@ -10,9 +10,9 @@ import pytest
 from conftest import synthetic_pairs, write_lines
 from typer.testing import CliRunner
 
-from mtkit.cleaning import CleaningRules, noise_reason
 from mtkit.cli import app
-from mtkit.langid import identify, numbers, script_of, script_share
+from mtkit.text.cleaning import CleaningRules, noise_reason
+from mtkit.text.langid import identify, numbers, script_of, script_share
 
 pytest.importorskip("py3langid")
 
@@ -97,7 +97,7 @@ def test_the_report_counts_what_each_filter_dropped(tmp_path, tokenizer_path):
 
 
 def test_default_cleaning_and_every_filter_keep_scripts_without_spaces(tmp_path):
-    from mtkit.tokenizer import train_tokenizer
+    from mtkit.text.tokenizer import train_tokenizer
 
     groups = {"zh": CJK_PAIRS[:2], "ja": CJK_PAIRS[2:3], "th": CJK_PAIRS[3:]}
     for lang, pairs in groups.items():

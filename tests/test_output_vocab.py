@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, run_mtkit
 
-from mtkit.checkpoint import load_model_file, save_model_file
-from mtkit.data import TrainingSamples
-from mtkit.model import Transformer
-from mtkit.search import SearchConfig, search
-from mtkit.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from mtkit.data.dataset import TrainingSamples
+from mtkit.decoding.search import SearchConfig, search
+from mtkit.model.files import load_model_file, save_model_file
+from mtkit.model.transformer import Transformer
+from mtkit.text.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 FINE_TUNE = [arg for pair in zip(TINY_TRAIN[::2], TINY_TRAIN[1::2]) if not pair[1].startswith("model.") for arg in pair]
 

@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-import mtkit.packed
-import mtkit.translate
-from mtkit.checkpoint import load_model_file
-from mtkit.packed import PackedLinear, cast_linear_weights, pack_linear_layers, packing_works
-from mtkit.search import SearchConfig, search
-from mtkit.tokenizer import BOS_ID
-from mtkit.translate import Translator
+import mtkit.model.packed
+import mtkit.translation.translate
+from mtkit.decoding.search import SearchConfig, search
+from mtkit.model.files import load_model_file
+from mtkit.model.packed import PackedLinear, cast_linear_weights, pack_linear_layers, packing_works
+from mtkit.text.tokenizer import BOS_ID
+from mtkit.translation.translate import Translator
 
 needs_packing = pytest.mark.skipif(not packing_works(), reason="this torch build has no oneDNN packing")
 
@@ -121,10 +121,10 @@ def test_without_onednn_nothing_is_packed(monkeypatch):
 def test_cpu_fp32_translator_packs_and_translates_as_before(trained_run, corpus, monkeypatch):
     lines = (corpus / "test.en").read_text(encoding="utf-8").splitlines()[:40]
     cfg = SearchConfig(beam=3, nbest=2)
-    monkeypatch.setattr(mtkit.packed, "PACK_MIN_WEIGHTS", 0)  # the tiny model's layers are all small
+    monkeypatch.setattr(mtkit.model.packed, "PACK_MIN_WEIGHTS", 0)  # the tiny model's layers are all small
     packed = Translator(load_model_file(trained_run), cfg, device="cpu", precision="fp32")
     assert isinstance(packed.model.output.scored, PackedLinear)
-    monkeypatch.setattr(mtkit.translate, "pack_linear_layers", lambda model: False)
+    monkeypatch.setattr(mtkit.translation.translate, "pack_linear_layers", lambda model: False)
     plain = Translator(load_model_file(trained_run), cfg, device="cpu", precision="fp32")
     assert plain.model.output.scored is None
     as_tokens = [[h.tokens for h, _ in nbest] for nbest in plain.translate_hypotheses(lines)]
@@ -168,7 +168,7 @@ def test_bf16_translator_casts_once_and_translates_as_autocast_does(trained_run,
     cfg = SearchConfig(beam=3, nbest=2)
     cast = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
     assert cast.model.output.scored.weight.dtype == torch.bfloat16
-    monkeypatch.setattr(mtkit.translate, "cast_linear_weights", lambda model, dtype: None)
+    monkeypatch.setattr(mtkit.translation.translate, "cast_linear_weights", lambda model, dtype: None)
     plain = Translator(load_model_file(trained_run), cfg, device="cpu", precision="bf16")
     assert plain.model.output.scored is None
     expected = plain.translate_hypotheses(lines)

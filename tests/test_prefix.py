@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 from conftest import run_mtkit, with_output_vocab, write_lines
 
-from mtkit.checkpoint import load_model_file
-from mtkit.ct2 import CTranslate2Translator, export_ctranslate2
-from mtkit.search import SearchConfig, max_output_length
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from mtkit.translate import Translator
+from mtkit.decoding.search import SearchConfig, max_output_length
+from mtkit.interop.ct2 import CTranslate2Translator, export_ctranslate2
+from mtkit.model.files import load_model_file
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mtkit.translation.translate import Translator
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from conftest import write_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.data import ParallelDataset, check_tokenizers_match
-from mtkit.errors import MtkitError
-from mtkit.preprocess import CleaningRules, preprocess
-from mtkit.tokenizer import Tokenizer
+from mtkit.core.errors import MtkitError
+from mtkit.data.dataset import ParallelDataset, check_tokenizers_match
+from mtkit.data.preprocess import CleaningRules, preprocess
+from mtkit.text.tokenizer import Tokenizer
 
 NOISE_OFF = {"copy": 0, "numbers": 0, "script": 0, "language": 0}  # the noise filters' counts, off by default
 
@@ -146,8 +146,8 @@ def test_gzip_inputs(tmp_path, tokenizer_path):
 
 
 def test_separate_vocabularies(tmp_path, corpus):
-    from mtkit.data import load_tokenizers
-    from mtkit.tokenizer import train_tokenizer
+    from mtkit.data.dataset import load_tokenizers
+    from mtkit.text.tokenizer import train_tokenizer
 
     train_tokenizer([corpus / "train.en"], tmp_path / "en.json", vocab_size=400)
     train_tokenizer([corpus / "train.de"], tmp_path / "de.json", vocab_size=450)
@@ -165,7 +165,7 @@ def test_separate_vocabularies(tmp_path, corpus):
 
 
 def test_tokenizer_mismatch_is_detected(data_dir, tmp_path, corpus):
-    from mtkit.tokenizer import train_tokenizer
+    from mtkit.text.tokenizer import train_tokenizer
 
     train_tokenizer([corpus / "train.en"], tmp_path / "other.json", vocab_size=400)
     other = Tokenizer.load(tmp_path / "other.json")
@@ -218,7 +218,7 @@ def test_pair_digests_tell_pairs_apart_whatever_else_is_in_the_chunk(pairs):
     """Equal pairs, and only equal pairs, share a digest (the sides, the order and the positions of
     the ids all count: ([1], [2]) is not ([2], [1]) nor ([1, 2], [])); a pair's digest does not
     depend on the other pairs of its chunk."""
-    from mtkit.dedup import pair_digests
+    from mtkit.text.dedup import pair_digests
 
     pairs += [(tgt, src) for src, tgt in pairs[:3]] + [(src + tgt, []) for src, tgt in pairs[:3]]
     digests = pair_digests([src for src, _ in pairs], [tgt for _, tgt in pairs]).tolist()
@@ -231,7 +231,7 @@ def test_pair_digests_tell_pairs_apart_whatever_else_is_in_the_chunk(pairs):
 @settings(max_examples=200, deadline=None)
 @given(chunks=st.lists(st.lists(st.integers(0, 60), max_size=30), max_size=12), max_run=st.sampled_from([8, 1 << 24]))
 def test_the_digest_set_keeps_the_first_of_equal_digests_like_a_set(chunks, max_run):
-    from mtkit.dedup import DigestSet
+    from mtkit.text.dedup import DigestSet
 
     seen, reference = DigestSet(max_run), set()
     for chunk in chunks:

@@ -13,11 +13,11 @@ import sacrebleu
 import torch
 from conftest import REPO, TINY_TRAIN, run_mtkit, write_corpus, write_lines
 
-from mtkit.checkpoint import load_model_file
-from mtkit.config import load_config
-from mtkit.device import resolve_device, resolve_precision
-from mtkit.model import Transformer
-from mtkit.tokenizer import Tokenizer
+from mtkit.core.config import load_config
+from mtkit.core.device import resolve_device, resolve_precision
+from mtkit.model.files import load_model_file
+from mtkit.model.transformer import Transformer
+from mtkit.text.tokenizer import Tokenizer
 
 RECIPES = REPO / "recipes"
 
@@ -60,7 +60,7 @@ def test_paper_settings():
 @pytest.fixture(scope="module")
 def made_up_data(tmp_path_factory, tokenizer_path):
     """A few dozen pairs of made-up 'translations': digit words and their reversal."""
-    from mtkit.preprocess import preprocess
+    from mtkit.data.preprocess import preprocess
 
     root = tmp_path_factory.mktemp("madeup")
     words = "zero one two three four five six seven eight nine".split()

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from mtkit.checkpoint import Progress
-from mtkit.config import build_config
-from mtkit.schedule import learning_rate, make_optimizer
+from mtkit.core.config import build_config
+from mtkit.training.checkpoints import Progress
+from mtkit.training.schedule import learning_rate, make_optimizer
 
 
 def train_cfg(**values):

@@ -10,7 +10,7 @@ from conftest import write_lines
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mtkit.tokenizer import Tokenizer, train_tokenizer
+from mtkit.text.tokenizer import Tokenizer, train_tokenizer
 
 # Real sentences (written for these tests) in the scripts that break naive tokenizers.
 SCRIPT_LINES = {

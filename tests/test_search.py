@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 
-from mtkit.batching import pad_batch
-from mtkit.beam import BeamStream, beam_search
-from mtkit.errors import MtkitError
-from mtkit.search import (
+from mtkit.core.errors import MtkitError
+from mtkit.data.batching import pad_batch
+from mtkit.decoding.beam import BeamStream, beam_search
+from mtkit.decoding.search import (
     MAX_OUTPUT_TOKENS,
     SearchConfig,
     greedy_search,
@@ -18,7 +18,7 @@ from mtkit.search import (
     prefix_tensor,
     search,
 )
-from mtkit.tokenizer import BOS_ID, EOS_ID, UNK_ID
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, UNK_ID
 
 VOCAB = 8  # ids 4..7 are "words"; 0-3 are <pad>, <unk>, <s>, </s>
 SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]

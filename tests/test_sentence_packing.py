@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from test_compile import traced  # noqa: F401 - a fixture
 from test_train import tiny_config
 
-from mtkit.batching import Batch, collate, collate_rows
-from mtkit.data import ParallelDataset, read_manifest
-from mtkit.loss import TrainingObjective
-from mtkit.sentence_packing import PackedLayout, into_rows, pack_rows, pairs_of
-from mtkit.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.train import train
+from mtkit.data.batching import Batch, collate, collate_rows
+from mtkit.data.dataset import ParallelDataset, read_manifest
+from mtkit.data.sentence_packing import PackedLayout, into_rows, pack_rows, pairs_of
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.training.loss import TrainingObjective
+from mtkit.training.train import train
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,12 +14,12 @@ from conftest import run_mtkit, synthetic_pairs, write_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.checkpoint import load_model_file
-from mtkit.errors import MtkitError
-from mtkit.search import Hypothesis, SearchConfig
-from mtkit.sentences import Segmenter
-from mtkit.tokenizer import Tokenizer
-from mtkit.translate import TextTranslator, Translator
+from mtkit.core.errors import MtkitError
+from mtkit.decoding.search import Hypothesis, SearchConfig
+from mtkit.model.files import load_model_file
+from mtkit.text.tokenizer import Tokenizer
+from mtkit.translation.sentences import Segmenter
+from mtkit.translation.translate import TextTranslator, Translator
 
 
 class CopyTranslator(TextTranslator):

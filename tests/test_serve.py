@@ -12,11 +12,11 @@ import httpx
 import pytest
 from conftest import run_mtkit, start_mtkit
 
-from mtkit.checkpoint import load_model_file, resolve_model_path
-from mtkit.langid import identify
-from mtkit.search import SearchConfig
-from mtkit.service import ModelInfo, ServeConfig, Service
-from mtkit.translate import Translator
+from mtkit.decoding.search import SearchConfig
+from mtkit.model.files import load_model_file, resolve_model_path
+from mtkit.serving.service import ModelInfo, ServeConfig, Service
+from mtkit.text.langid import identify
+from mtkit.translation.translate import Translator
 
 
 def wait_until(condition, what: str, limit_s: float = 300) -> None:
@@ -28,14 +28,21 @@ def wait_until(condition, what: str, limit_s: float = 300) -> None:
         time.sleep(0.01)
 
 
+def in_fp32(options: tuple) -> tuple:
+    """The options, in fp32 unless they name a precision: auto would choose bf16 on a CPU that has
+    it, where a sentence's rounding depends on the batch it shares, so that a server's translations
+    would not be comparable with offline ones."""
+    return options if "--precision" in options else (*options, "--precision", "fp32")
+
+
 class Server:
     """`mtkit serve` in a subprocess on a port it chose (--port 0), ready to answer; its stderr (the
-    request log) in a file."""
+    request log) in a file. In fp32 unless the options say otherwise (see in_fp32)."""
 
     def __init__(self, model, log_path, *options):
         self.log_path = log_path
         with open(log_path, "wb") as log:
-            self.process = start_mtkit("serve", "-m", model, "--port", "0", *options, stderr=log)
+            self.process = start_mtkit("serve", "-m", model, "--port", "0", *in_fp32(options), stderr=log)
 
         def bound() -> bool:
             assert self.process.poll() is None, log_path.read_text()
@@ -93,7 +100,10 @@ def send_and_hold(port: int, payload: dict) -> socket.socket:
 
 
 def offline(trained_run, lines, *options) -> list[str]:
-    result = run_mtkit("translate", "-m", trained_run, *options, stdin="".join(f"{line}\n" for line in lines).encode())
+    """`mtkit translate`'s lines, in fp32 unless the options say otherwise (see in_fp32)."""
+    result = run_mtkit(
+        "translate", "-m", trained_run, *in_fp32(options), stdin="".join(f"{line}\n" for line in lines).encode()
+    )
     assert result.returncode == 0, result.stderr.decode()
     return result.stdout.decode().splitlines()
 
@@ -348,7 +358,7 @@ def test_ready_answers_503_over_http_until_the_warm_up_translation_is_back(train
     test sets, so the 503 is certain, not a race with a fast warm-up."""
     import uvicorn
 
-    from mtkit.serve import create_app
+    from mtkit.serving.http import create_app
 
     path = resolve_model_path(trained_run)
     model_file = load_model_file(path)

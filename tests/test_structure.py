@@ -1,5 +1,6 @@
-"""The architecture stays visible: no module imports itself back through others (at module level
-or inside a function), and no module outgrows its room."""
+"""The architecture stays visible: the package's subpackages are the stages of the data's path, and
+imports run only from a later stage to an earlier one; no module imports itself back through
+others (at module level or inside a function); no module outgrows its room, nor any stage."""
 
 import ast
 from pathlib import Path
@@ -8,6 +9,10 @@ from conftest import REPO
 
 PACKAGE = REPO / "mtkit"
 MAX_LINES = 350
+MAX_MODULES = 12
+# The stages, earliest first (the README draws this order): a module may import from its own stage
+# and the ones before it. Training validates by translating, so it comes after translation.
+STAGES = ["core", "text", "data", "model", "decoding", "translation", "training", "interop", "serving", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -59,9 +64,53 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def stage_of(module: str) -> int:
+    """The rank of a module's stage; mtkit itself (its version) is below every stage, __main__ above."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    return len(STAGES) if parts[1] == "__main__" else STAGES.index(parts[1])
+
+
+def backward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, targets in graph.items() for b in targets if stage_of(b) > stage_of(a))
+
+
+def test_the_order_check_finds_an_import_against_the_order():
+    assert backward_imports({"mtkit.text.a": {"mtkit.core.b", "mtkit"}, "mtkit.core.b": set()}) == []
+    assert backward_imports({"mtkit.core.b": {"mtkit.text.a"}, "mtkit.text.a": set()}) == [
+        ("mtkit.core.b", "mtkit.text.a")
+    ]
+
+
+def test_every_module_lives_in_a_stage():
+    assert {path.name for path in PACKAGE.glob("*.py")} == {"__init__.py", "__main__.py"}
+    folders = {path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert folders == set(STAGES)
+
+
+def test_imports_run_from_later_stages_to_earlier_ones():
+    graph = import_graph()
+    assert "mtkit.core.errors" in graph["mtkit.translation.translate"]
+    assert backward_imports(graph) == []
+
+
+def test_a_stage_says_in_one_sentence_what_it_does_and_hands_on_no_names():
+    for stage in STAGES[:-1]:  # the command line's package registers its commands when imported
+        tree = ast.parse((PACKAGE / stage / "__init__.py").read_text(encoding="utf-8"))
+        assert len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr), f"mtkit.{stage}: a docstring alone"
+        docstring = ast.get_docstring(tree)
+        assert docstring.endswith(".") and ". " not in docstring and "\n\n" not in docstring, stage
+
+
+def test_no_stage_holds_more_than_a_dozen_modules():
+    counts = {stage: len([p for p in (PACKAGE / stage).glob("*.py") if p.name != "__init__.py"]) for stage in STAGES}
+    assert {stage: n for stage, n in counts.items() if n > MAX_MODULES} == {}
+
+
 def test_no_module_imports_itself_back():
     graph = import_graph()
-    assert "mtkit.alignment" in graph["mtkit.translate"]
+    assert "mtkit.translation.alignment" in graph["mtkit.translation.translate"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 

@@ -4,8 +4,8 @@ languages (or a code that names exactly one of them)."""
 import pytest
 from conftest import run_mtkit
 
-from mtkit.errors import MtkitError
-from mtkit.targets import marian_target_tags, target_tag
+from mtkit.core.errors import MtkitError
+from mtkit.text.targets import marian_target_tags, target_tag
 
 ROMANCE = {"target_tags": {"fra": ">>fra<<", "spa": ">>spa<<", "zho_Hans": ">>zho_Hans<<", "zho_Hant": ">>zho_Hant<<"}}
 

@@ -7,8 +7,8 @@ from conftest import write_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtkit.errors import MtkitError
-from mtkit.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS, UNK_ID, Tokenizer, train_tokenizer
+from mtkit.core.errors import MtkitError
+from mtkit.text.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS, UNK_ID, Tokenizer, train_tokenizer
 
 
 def normalized(line: str) -> str:
@@ -175,7 +175,7 @@ def test_any_text_round_trips_and_never_becomes_a_control_id(small_tokenizer, pi
 @settings(max_examples=200, deadline=None)
 @given(count=st.integers(0, 60), size=st.integers(0, 70), seed=st.integers(0, 2**32))
 def test_a_line_sample_is_an_ordered_subset_of_the_size_asked_for(count, size, seed):
-    from mtkit.textio import sample_lines
+    from mtkit.core.textio import sample_lines
 
     lines = [f"line {i}" for i in range(count)]
     consumed = []
@@ -191,7 +191,7 @@ def test_a_line_sample_is_an_ordered_subset_of_the_size_asked_for(count, size, s
 
 def test_a_line_sample_is_uniform():
     """Over 4,000 seeds, each of 20 lines is in a sample of 5 about 1,000 times (binomial sd 27)."""
-    from mtkit.textio import sample_lines
+    from mtkit.core.textio import sample_lines
 
     counts = [0] * 20
     for seed in range(4000):
@@ -205,8 +205,8 @@ def test_the_tokenizer_learns_from_a_sample_when_asked(tmp_path):
     from typer.testing import CliRunner
 
     from mtkit.cli import app
-    from mtkit.textio import sample_lines
-    from mtkit.tokenizer import DEFAULT_MAX_LINES
+    from mtkit.core.textio import sample_lines
+    from mtkit.text.tokenizer import DEFAULT_MAX_LINES
 
     lines = [f"word{i % 97} and thing{i % 31} number {i}" for i in range(3000)]
     corpus = write_lines(tmp_path / "corpus.txt", lines)

@@ -9,10 +9,11 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, losses, records, run_mtkit, start_mtkit, write_lines
 
-from mtkit.checkpoint import MODEL_FORMAT, STATE_FILE, load_payload, read_index, resolve_model_path
-from mtkit.config import build_config, parse_overrides
-from mtkit.errors import MtkitError
-from mtkit.train import train
+from mtkit.core.config import build_config, parse_overrides
+from mtkit.core.errors import MtkitError
+from mtkit.model.files import MODEL_FORMAT, load_payload, read_index, resolve_model_path
+from mtkit.training.rundir import STATE_FILE
+from mtkit.training.train import train
 
 
 def tiny_config(*overrides: str):
@@ -21,7 +22,7 @@ def tiny_config(*overrides: str):
 
 
 def test_tiny_model_overfits_a_tiny_corpus(tmp_path, tokenizer_path):
-    from mtkit.preprocess import preprocess
+    from mtkit.data.preprocess import preprocess
 
     lines = [
         ("A dog runs.", "Ein Hund rennt."),
@@ -106,7 +107,7 @@ def test_sigterm_saves_and_resume_continues_exactly(tmp_path, data_dir):
     "precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)]
 )
 def test_training_computes_in_the_precision_asked_for(tmp_path, data_dir, precision, dtype):
-    from mtkit.train import Trainer
+    from mtkit.training.trainer import Trainer
 
     (tmp_path / "run").mkdir()
     trainer = Trainer(tiny_config("train.max_steps=4", f"train.precision={precision}"), data_dir, tmp_path / "run")
@@ -135,9 +136,9 @@ def test_rdrop_trains_like_the_plain_loss_without_dropout_and_apart_with_it(tmp_
 
 
 def test_nonfinite_gradients_are_skipped_then_training_stops(tmp_path, data_dir, monkeypatch):
-    from mtkit import train as train_module
+    from mtkit.training import trainer as trainer_module
 
-    original = train_module.TrainingObjective.forward
+    original = trainer_module.TrainingObjective.forward
     calls = {"n": 0}
 
     def poisoned(self, *args):
@@ -145,7 +146,7 @@ def test_nonfinite_gradients_are_skipped_then_training_stops(tmp_path, data_dir,
         loss, nll = original(self, *args)
         return (loss * float("nan"), nll) if calls["n"] > 3 else (loss, nll)
 
-    monkeypatch.setattr(train_module.TrainingObjective, "forward", poisoned)
+    monkeypatch.setattr(trainer_module.TrainingObjective, "forward", poisoned)
     with pytest.raises(MtkitError, match="diverged: 32 updates in a row had inf/nan.*step 3"):
         train(tiny_config("train.max_steps=100"), data_dir, tmp_path / "run")
     state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
@@ -195,8 +196,8 @@ def test_sentences_longer_than_max_tokens_are_skipped_with_a_warning(tmp_path, d
 
 
 def test_pairs_longer_than_max_tokens_are_left_out_of_every_batch_and_the_rest_kept(data_dir):
-    from mtkit.batching import make_batches
-    from mtkit.data import TrainingSamples
+    from mtkit.data.batching import make_batches
+    from mtkit.data.dataset import TrainingSamples
 
     samples = TrainingSamples(data_dir)
     _, _, src_lengths, tgt_lengths = samples.epoch_sample(0)
@@ -263,7 +264,7 @@ def test_the_best_checkpoint_under_bleu_is_the_highest_bleu(tmp_path, data_dir):
     assert sorted(kept) == sorted({*ranked[:2], 40})
     assert resolve_model_path(tmp_path / "run", "best").name == f"step_{ranked[0]:08d}.pt"
     assert resolve_model_path(tmp_path / "run", "last").name == "step_00000040.pt"
-    from mtkit.average import select_checkpoints
+    from mtkit.training.average import select_checkpoints
 
     assert [p.name for p in select_checkpoints(tmp_path / "run", None, 2)] == [f"step_{s:08d}.pt" for s in ranked[:2]]
 
@@ -316,14 +317,14 @@ def test_a_trainer_that_fails_after_joining_the_process_group_still_leaves_it(
     still leaves the group."""
     import torch.distributed as dist
 
-    from mtkit import train as train_module
+    from mtkit.training import trainer as trainer_module
 
     def failing_model(*args, **kwargs):
         raise MtkitError("no model today")
 
     for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
         monkeypatch.setenv(name, value)  # as torchrun sets them; the fixture's group is the one joined
-    monkeypatch.setattr(train_module, "Transformer", failing_model)
+    monkeypatch.setattr(trainer_module, "Transformer", failing_model)
     with pytest.raises(MtkitError, match="no model today"):
         train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
     assert not dist.is_initialized()
@@ -337,8 +338,8 @@ def test_resume_refuses_changes_to_the_model_or_data_order(tmp_path, data_dir):
 
 
 def test_resume_with_a_dataset_of_another_tokenizer(tmp_path, data_dir, corpus):
-    from mtkit.preprocess import preprocess
-    from mtkit.tokenizer import train_tokenizer
+    from mtkit.data.preprocess import preprocess
+    from mtkit.text.tokenizer import train_tokenizer
 
     train(tiny_config("train.max_steps=1"), data_dir, tmp_path / "run")
     train_tokenizer([corpus / "train.en"], tmp_path / "other.json", vocab_size=300)
@@ -348,9 +349,9 @@ def test_resume_with_a_dataset_of_another_tokenizer(tmp_path, data_dir, corpus):
 
 
 def test_out_of_memory_skips_the_update_and_continues(tmp_path, data_dir, monkeypatch, capsys):
-    from mtkit import train as train_module
+    from mtkit.training import trainer as trainer_module
 
-    original = train_module.TrainingObjective.forward
+    original = trainer_module.TrainingObjective.forward
     calls = {"n": 0}
 
     def sometimes_oom(self, *args):
@@ -359,7 +360,7 @@ def test_out_of_memory_skips_the_update_and_continues(tmp_path, data_dir, monkey
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return original(self, *args)
 
-    monkeypatch.setattr(train_module.TrainingObjective, "forward", sometimes_oom)
+    monkeypatch.setattr(trainer_module.TrainingObjective, "forward", sometimes_oom)
     reason = train(tiny_config("train.max_steps=4"), data_dir, tmp_path / "run")
     assert "max_steps" in reason
     state = load_payload(tmp_path / "run" / STATE_FILE, "mtkit-train-state")
@@ -415,7 +416,7 @@ def test_collating_ahead_in_a_thread_changes_nothing(tmp_path, data_dir):
     """The GPU path collates the next update in a background thread; forced on a CPU it gives the same run."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from mtkit.train import Trainer
+    from mtkit.training.trainer import Trainer
 
     config = tiny_config("train.max_steps=8", "train.update_freq=3", "model.dropout=0.2")
     train(config, data_dir, tmp_path / "plain")
@@ -431,8 +432,9 @@ def test_collating_ahead_in_a_thread_changes_nothing(tmp_path, data_dir):
 
 
 def test_resume_reads_the_training_state_and_the_manifest_once_each(tmp_path, data_dir, monkeypatch):
-    import mtkit.data
-    import mtkit.train
+    import mtkit.data.dataset
+    import mtkit.training.train
+    import mtkit.training.trainer
 
     train(tiny_config("train.max_steps=2"), data_dir, tmp_path / "run")
     reads = {"state": 0, "manifest": 0}
@@ -444,10 +446,13 @@ def test_resume_reads_the_training_state_and_the_manifest_once_each(tmp_path, da
 
         return wrapper
 
-    monkeypatch.setattr(mtkit.train, "load_training_state", counted("state", mtkit.train.load_training_state))
-    manifest_reader = counted("manifest", mtkit.data.read_manifest)
-    monkeypatch.setattr(mtkit.data, "read_manifest", manifest_reader)
-    monkeypatch.setattr(mtkit.train, "read_manifest", manifest_reader)
+    monkeypatch.setattr(
+        mtkit.training.train, "load_training_state", counted("state", mtkit.training.train.load_training_state)
+    )
+    manifest_reader = counted("manifest", mtkit.data.dataset.read_manifest)
+    monkeypatch.setattr(mtkit.data.dataset, "read_manifest", manifest_reader)
+    monkeypatch.setattr(mtkit.training.train, "read_manifest", manifest_reader)
+    monkeypatch.setattr(mtkit.training.trainer, "read_manifest", manifest_reader)
     train(None, None, tmp_path / "run", resume=True, overrides=["train.max_steps=3"])
     assert reads == {"state": 1, "manifest": 1}
     assert [step for step, _ in losses(tmp_path / "run")] == [1, 2, 3]

@@ -14,7 +14,7 @@ from pathlib import Path
 from common import REPO, mtkit_command
 
 sys.path.insert(0, str(REPO))
-from mtkit.tokenizer import Tokenizer  # noqa: E402
+from mtkit.text.tokenizer import Tokenizer  # noqa: E402
 
 PEERS = {
     "joeynmt": ["joeynmt==2.3.0", "importlib_metadata", "sentencepiece==0.2.0"],

@@ -13,8 +13,9 @@ from typing import Annotated, NoReturn
 import typer
 from rich.markup import escape
 
-from mtkit import __version__, console
-from mtkit.errors import MtkitError
+from mtkit import __version__
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
 
 app = typer.Typer(
     name="mtkit",
@@ -59,7 +60,7 @@ def handle_errors(command: Callable) -> Callable:
         except MtkitError as err:
             _fail(str(err))
         except RuntimeError as err:  # a collective that failed because another rank of torchrun's job is gone
-            from mtkit.distributed import lost_peer
+            from mtkit.core.distributed import lost_peer
 
             if (message := lost_peer(err)) is None:
                 raise

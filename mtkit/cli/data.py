@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from mtkit import console
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import LangPairsOption, parse_lang_pairs
-from mtkit.errors import MtkitError
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
 
 # --- train-tokenizer -----------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def train_tokenizer_command(
 
     Example: [bold]mtkit train-tokenizer -i train.en -i train.de -o tokenizer.json --vocab-size 8000[/bold]
     """
-    from mtkit.tokenizer import train_tokenizer
+    from mtkit.text.tokenizer import train_tokenizer
 
     report = train_tokenizer(
         inputs, output, vocab_size, kind, min_frequency, split_punctuation, max_lines, tags or [], split_scripts,
@@ -157,8 +157,8 @@ def preprocess(
 
     Example: [bold]mtkit preprocess -s en -t de --train data/train --valid data/val --tokenizer tokenizer.json -o data-bin[/bold]
     """
-    from mtkit.preprocess import CleaningRules, Sampling
-    from mtkit.preprocess import preprocess as run_preprocess
+    from mtkit.data.preprocess import CleaningRules, Sampling
+    from mtkit.data.preprocess import preprocess as run_preprocess
 
     training = _training_corpora(train, weight or [], back_translated or [], pairs or [])
     splits = {"train": training} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
@@ -195,7 +195,7 @@ def _training_corpora(
 ) -> Path | list:
     """--train PREFIX alone, or the named corpora of --train NAME=PREFIX with their --weight,
     --back-translated and --pairs."""
-    from mtkit.preprocess import Corpus
+    from mtkit.data.preprocess import Corpus
 
     if len(train) == 1 and "=" not in train[0] and not weights and not back_translated and not pairs:
         return Path(train[0])

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from mtkit import console
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import BeamOption, CheckpointOption, ModelOption
-from mtkit.errors import MtkitError
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
 
 
 @app.command()
@@ -37,8 +37,8 @@ def attention(
 
     Example: [bold]mtkit attention -m model.pt --src "A dog runs on the beach." --head all -o attention.png[/bold]
     """
-    from mtkit.checkpoint import load_model_file
-    from mtkit.inspection import FORMATS, KINDS, attention_view, save_attention
+    from mtkit.model.files import load_model_file
+    from mtkit.translation.inspection import FORMATS, KINDS, attention_view, save_attention
 
     if kind not in KINDS:
         raise MtkitError(f"--kind {kind}: must be one of {', '.join(KINDS)}")
@@ -80,7 +80,7 @@ def plot(
 
     Example: [bold]mtkit plot runs/en-de -o curves.png[/bold]
     """
-    from mtkit.plots import plot_training
+    from mtkit.translation.plots import plot_training
 
     output = output or run_dir / "curves.png"
     plot_training(run_dir, output)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mtkit.errors import MtkitError
+from mtkit.core.errors import MtkitError
 
 ModelOption = Annotated[
     Path, typer.Option("--model", "-m", help="Model file, or a run directory (its best checkpoint).")
@@ -76,7 +76,7 @@ def search_config(
     top_p: float = 1.0,
     seed: int = 0,
 ):
-    from mtkit.search_rules import SearchConfig
+    from mtkit.decoding.search_rules import SearchConfig
 
     cfg = SearchConfig(
         beam=beam,
@@ -99,7 +99,7 @@ def search_config(
 
 
 def input_lines(path: Path | None) -> Iterator[str]:
-    from mtkit.textio import decode_stream, iter_lines
+    from mtkit.core.textio import decode_stream, iter_lines
 
     if path is None:
         return decode_stream(sys.stdin.buffer, "<stdin>")

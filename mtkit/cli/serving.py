@@ -1,4 +1,4 @@
-"""The serve command: a model behind HTTP (mtkit.serve)."""
+"""The serve command: a model behind HTTP (mtkit.serving.http)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from mtkit import console
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import (
     BeamOption,
@@ -28,7 +27,8 @@ from mtkit.cli.options import (
     TgtLangOption,
     search_config,
 )
-from mtkit.errors import MtkitError
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
 
 
 @app.command()
@@ -78,9 +78,9 @@ def serve(
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
     [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
     """
-    from mtkit.serve import _require_extra
-    from mtkit.serve import serve as run_server
-    from mtkit.service import ServeConfig, Service
+    from mtkit.serving.http import _require_extra
+    from mtkit.serving.http import serve as run_server
+    from mtkit.serving.service import ServeConfig, Service
 
     _require_extra()
     if not 0 <= port <= 65535:
@@ -115,9 +115,9 @@ def _load(
 ):
     """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
     model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
-    from mtkit.engines import make_translator
-    from mtkit.service import ModelInfo
-    from mtkit.targets import target_tag
+    from mtkit.interop.engines import make_translator
+    from mtkit.serving.service import ModelInfo
+    from mtkit.text.targets import target_tag
 
     if engine == "ctranslate2":
         translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
@@ -130,10 +130,10 @@ def _load(
         return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
     if engine != "pytorch":
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
-    from mtkit.checkpoint import load_model_file, resolve_model_path
-    from mtkit.device import resolve_device, resolve_precision
-    from mtkit.graphed_decoding import check_device
-    from mtkit.translate import Translator
+    from mtkit.core.device import resolve_device, resolve_precision
+    from mtkit.decoding.cuda_graphs import check_device
+    from mtkit.model.files import load_model_file, resolve_model_path
+    from mtkit.translation.translate import Translator
 
     resolved = resolve_device(device)
     resolve_precision(precision, resolved)  # refuse bad values now, not on the worker

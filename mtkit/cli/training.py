@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from mtkit import console
 from mtkit.cli.app import app, handle_errors
-from mtkit.errors import MtkitError
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
 
 # --- train ---------------------------------------------------------------------------------------
 
@@ -53,9 +53,10 @@ def train_command(
 
     Restartable: [bold]torchrun --max-restarts 3 --nproc-per-node 2 -m mtkit train -d data-bin -o runs/en-de --auto-resume[/bold]
     """
-    from mtkit.checkpoint import STATE_FILE, load_model_file
-    from mtkit.config import fine_tuning_config, load_config
-    from mtkit.train import train
+    from mtkit.core.config import fine_tuning_config, load_config
+    from mtkit.model.files import load_model_file
+    from mtkit.training.rundir import STATE_FILE
+    from mtkit.training.train import train
 
     if resume:
         if config:
@@ -97,8 +98,8 @@ def average(
 
     Example: [bold]mtkit average runs/en-de --last 5 -o model.pt[/bold]
     """
-    from mtkit.average import average_checkpoints, select_checkpoints
-    from mtkit.checkpoint import save_model_file
+    from mtkit.model.files import save_model_file
+    from mtkit.training.average import average_checkpoints, select_checkpoints
 
     if len(checkpoints) == 1 and checkpoints[0].is_dir():
         paths = select_checkpoints(checkpoints[0], last, best)
@@ -124,7 +125,7 @@ def import_command(
 
     Example: [bold]mtkit import opus-mt-en-de -o en-de.pt[/bold]
     """
-    from mtkit.marian import import_marian, tokenizer_paths
+    from mtkit.interop.marian import import_marian, tokenizer_paths
 
     model_file = import_marian(directory, output, force)
     src, tgt = tokenizer_paths(output)

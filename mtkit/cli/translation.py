@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from mtkit import console
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import (
     BatchSizeOption,
@@ -38,7 +37,8 @@ from mtkit.cli.options import (
     parse_lang_pairs,
     search_config,
 )
-from mtkit.errors import MtkitError
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
 
 
 @app.command()
@@ -93,9 +93,9 @@ def translate(
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
-    from mtkit.engines import make_translator
-    from mtkit.output import paired_with_prefixes, write_translations
-    from mtkit.textio import atomic_path, check_input_file, check_output_file, progress_size
+    from mtkit.core.textio import atomic_path, check_input_file, check_output_file, progress_size
+    from mtkit.interop.engines import make_translator
+    from mtkit.translation.output import paired_with_prefixes, write_translations
 
     cfg = search_config(
         beam,
@@ -202,7 +202,8 @@ def evaluate(
 
     Example: [bold]mtkit evaluate -m model.pt --src test2016.en --ref test2016.de[/bold]
     """
-    from mtkit.evaluate import (
+    from mtkit.core.textio import check_output_file
+    from mtkit.translation.evaluate import (
         check_line_counts,
         corpus_scores,
         direction_scores,
@@ -212,11 +213,10 @@ def evaluate(
         report_json,
         report_table,
     )
-    from mtkit.textio import check_output_file
 
     names = parse_metrics(metrics)
     if lang_pairs is not None or hyp is None:  # a model translates
-        from mtkit.engines import make_translator
+        from mtkit.interop.engines import make_translator
     if lang_pairs is not None:
         if not (model and test) or src or hyp or ref:
             raise MtkitError("--lang-pairs evaluates --test PREFIX with --model (not --src, --ref or --hyp)")
@@ -257,7 +257,7 @@ def evaluate(
         report_pieces(translator)
     seconds = time.perf_counter() - started
     if output:
-        from mtkit.textio import write_text_atomic
+        from mtkit.core.textio import write_text_atomic
 
         write_text_atomic(output, "".join(line + "\n" for line in hypotheses))
     scores = corpus_scores(hypotheses, list(references.values()), names, lowercase, tokenize)
@@ -289,7 +289,7 @@ def export(
 
     Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
     """
-    from mtkit.checkpoint import load_model_file
+    from mtkit.model.files import load_model_file
 
     if fmt not in ("ctranslate2", "huggingface"):
         raise MtkitError(f"--format {fmt}: must be ctranslate2 or huggingface")
@@ -297,13 +297,13 @@ def export(
         raise MtkitError("--quantization: only for --format ctranslate2")
     model_file = load_model_file(model, checkpoint)
     if fmt == "huggingface":
-        from mtkit.hf import export_huggingface
+        from mtkit.interop.hf import export_huggingface
 
         export_huggingface(model_file, output, force)
         kind = "Pegasus" if model_file.config.norm == "pre" else "MarianMT"
         console.info(f'wrote {output}: a {kind} model; use transformers.pipeline("translation", model="{output}")')
         return
-    from mtkit.ct2 import export_ctranslate2
+    from mtkit.interop.ct2 import export_ctranslate2
 
     export_ctranslate2(model_file, output, quantization, force)
     console.info(
@@ -331,9 +331,9 @@ def score(
 
     Example: [bold]mtkit score -m model.pt --src test.en --tgt test.hyp.de --normalize[/bold]
     """
-    from mtkit.checkpoint import load_model_file
-    from mtkit.evaluate import check_line_counts, read_lines_checked
-    from mtkit.forced_decoding import Scorer
+    from mtkit.model.files import load_model_file
+    from mtkit.translation.evaluate import check_line_counts, read_lines_checked
+    from mtkit.translation.forced_decoding import Scorer
 
     if normalize and lenpen:
         raise MtkitError("--normalize and --lenpen exclude each other")

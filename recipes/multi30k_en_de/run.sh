@@ -86,7 +86,7 @@ if [ -z "${DATA:-}" ]; then
 fi
 
 auto_precision() {  # what train.precision=auto trains in here: bf16 (or fp16) on GPUs and CPUs with bf16 instructions, else fp32
-  python3 -c 'from mtkit.device import resolve_device, resolve_precision; print(resolve_precision("auto", resolve_device("auto")))' \
+  python3 -c 'from mtkit.core.device import resolve_device, resolve_precision; print(resolve_precision("auto", resolve_device("auto")))' \
     2>/dev/null || echo unknown
 }
 settings=()

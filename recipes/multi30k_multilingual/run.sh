@@ -46,7 +46,7 @@ if [ "$quick" = 1 ]; then  # the English->German recipe's quick settings
   settings+=(--set train.max_time=480 --set train.warmup=300 --set train.lr_schedule=inverse_sqrt
              --set model.dropout=0.1 --set train.label_smoothing=0.1 --set train.valid_every=400
              --set train.save_every=100 --set train.valid_max_sentences=100 --set train.keep_last=5)
-  precision=$(python3 -c 'from mtkit.device import resolve_device, resolve_precision; print(resolve_precision("auto", resolve_device("auto")))' 2>/dev/null || echo unknown)
+  precision=$(python3 -c 'from mtkit.core.device import resolve_device, resolve_precision; print(resolve_precision("auto", resolve_device("auto")))' 2>/dev/null || echo unknown)
   if [ "$precision" = fp32 ]; then  # as the English->German recipe does there (its comments say why)
     echo "run.sh: this machine trains in fp32 (no bf16 instructions): quick mode trains transformer-narrow" >&2
     settings+=(--set model.preset=transformer-narrow --set model.dropout=0.0 --set train.max_tokens=1536

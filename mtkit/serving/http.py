@@ -1,0 +1,303 @@
+"""`mtkit serve`: a model behind HTTP, with dynamic batching, back-pressure and Prometheus metrics.
+
+Endpoints (JSON in and out; every error is {"error": "..."}):
+  POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?,
+                      "split_sentences"?, "source"?, "target"?} -> {"translations": [...]}, one
+                      item per text: the translation, or with nbest > 1 or alignment a list of
+                      {"text", "score"[, "alignment"]}, best first (an empty list for a blank
+                      text), as `mtkit translate` prints them; split_sentences: translate each text
+                      sentence by sentence (default: serve --split-sentences); target: for a model
+                      of several targets (default: serve --tgt-lang), 400 where it has no such one
+  POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text",
+                      alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
+  GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
+                      "targets"}, ...]
+  POST /detect        LibreTranslate's: q's likeliest language, [{"confidence", "language"}] (by
+                      py3langid, offline; confidence in percent)
+  GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
+  GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
+  GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
+
+Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker thread; with the
+PyTorch engine the batch is a running beam search that new sentences join between decoding steps
+(continuous batching), with CTranslate2 whole batches. A full
+queue answers 503 with Retry-After; a request over --max-chars 413; invalid JSON or options 422
+(400 on the LibreTranslate endpoint, as LibreTranslate does). A client that disconnects has its
+waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
+"""
+
+import json
+from collections.abc import Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qs
+
+from mtkit.core.errors import MtkitError
+from mtkit.serving.metrics import ObservedApp
+from mtkit.serving.service import RequestError, Service
+
+
+def _require_extra():
+    try:
+        import fastapi
+        import prometheus_client
+        import uvicorn
+    except ImportError:
+        raise MtkitError(
+            "mtkit serve needs FastAPI, uvicorn and prometheus-client: pip install 'mtkit[serve]'"
+        ) from None
+    return fastapi, prometheus_client, uvicorn
+
+
+def _texts(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def create_app(service: Service):
+    """The FastAPI application around a Service."""
+    fastapi, prom, _ = _require_extra()
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from pydantic import BaseModel, ConfigDict, ValidationError
+    from starlette.exceptions import HTTPException
+
+    class TranslateRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        text: str | list[str]
+        beam: int | None = None
+        nbest: int | None = None
+        lenpen: float | None = None
+        alignment: bool = False
+        split_sentences: bool | None = None
+        source: str | None = None
+        target: str | None = None
+
+    class LibreTranslateRequest(BaseModel):
+        q: str | list[str]
+        source: str = "auto"
+        target: str | None = None
+        format: str = "text"
+        alternatives: int = 0
+        api_key: str | None = None
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.batcher.start()
+        service.warm_up()
+        yield
+        service.batcher.stop()
+
+    app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
+    routes = {"/v1/translate", "/translate", "/languages", "/detect", "/health", "/ready", "/v1/models", "/metrics"}
+
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, err: RequestError):
+        return error(err.status, err.message, err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, err: RequestValidationError):
+        return error(422, _describe(err.errors()))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, err: Exception):  # a bug: the common shape, and uvicorn logs it
+        return error(500, f"internal error: {type(err).__name__}: {err}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException):
+        return error(err.status_code, str(err.detail), getattr(err, "headers", None))
+
+    @app.post("/v1/translate")
+    async def translate(body: TranslateRequest, request: Request):
+        check_source(service.info, body.source)
+        options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
+        texts = _texts(body.text)
+        return {"translations": await service.run(request, texts, options, body.split_sentences, body.target)}
+
+    @app.post("/translate")
+    async def translate_libretranslate(request: Request):
+        try:
+            body = LibreTranslateRequest.model_validate(await _libretranslate_fields(request))
+        except ValidationError as err:
+            raise RequestError(400, _describe(err.errors())) from None
+        return await libretranslate(service, request, body)
+
+    @app.get("/languages")
+    async def languages():
+        return libretranslate_languages(service.info, service.targets())
+
+    @app.post("/detect")
+    async def detect(request: Request):
+        fields = await _libretranslate_fields(request)
+        if "q" not in fields:
+            raise RequestError(400, "q: Field required")
+        guesses = [[guess] for guess in detect_languages(_texts(fields["q"]))]
+        return guesses[0] if isinstance(fields["q"], str) else guesses
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready():
+        if not service.ready:
+            raise RequestError(503, "warming up", {"Retry-After": "1"})
+        return {"status": "ready"}
+
+    @app.get("/v1/models")
+    async def models():
+        info, tokenizers = service.info, service
+        default = service.defaults()
+        return {
+            "models": [
+                {
+                    "id": info.name,
+                    "engine": info.engine,
+                    "source_language": info.source_language,
+                    "target_language": info.target_language,
+                    "target_languages": service.targets(),
+                    "source_vocab_size": tokenizers.src_tokenizer.vocab_size,
+                    "target_vocab_size": tokenizers.tgt_tokenizer.vocab_size,
+                    "sha256": service.checksum,
+                    "defaults": {"beam": default.beam, "lenpen": default.lenpen, "nbest": 1},
+                }
+            ]
+        }
+
+    @app.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(prom.generate_latest(service.metrics.registry), media_type=prom.CONTENT_TYPE_LATEST)
+
+    return ObservedApp(app, service.metrics, routes, translating={"/v1/translate", "/translate"})
+
+
+async def libretranslate(service: Service, request, body) -> dict[str, Any]:
+    """LibreTranslate's /translate: q (one text or a list) in, translatedText (and alternatives) out;
+    `body` is the validated request."""
+    check_source(service.info, None if body.source == "auto" else body.source)
+    service.source_tag(body.target)  # an unknown target: 400 before anything else
+    if body.format != "text":
+        raise RequestError(400, f"format {body.format}: only text is supported")
+    if body.alternatives < 0:
+        raise RequestError(400, f"alternatives {body.alternatives}: must be at least 0")
+    default = service.defaults()
+    beam = max(default.beam, body.alternatives + 1)
+    if body.alternatives:
+        options = service.options(beam, body.alternatives + 1, None, False)
+    else:
+        options = default
+    results = await service.run(request, _texts(body.q), options, target=body.target)
+    if body.alternatives:
+        best = [[h["text"] for h in hyps] or [""] for hyps in results]
+        texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
+    else:
+        texts, alternatives = results, None
+    answer: dict[str, Any] = {"translatedText": texts[0] if isinstance(body.q, str) else texts}
+    if alternatives is not None:
+        answer["alternatives"] = alternatives[0] if isinstance(body.q, str) else alternatives
+    if body.source == "auto":  # translated all the same: this server has one source language
+        detected = detect_languages(_texts(body.q))
+        answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected
+    return answer
+
+
+def check_source(info, source: str | None) -> None:
+    """A request's source language, where it names one, must be one of the model's (where it says them)."""
+    sources = sorted({s for s, _ in info.meta.get("directions", [])}) or [info.source_language]
+    if source is not None and None not in sources and source not in sources:
+        raise RequestError(400, f"source {source}: this server translates from {', '.join(sources)}")
+
+
+def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
+    """LibreTranslate's detection of each text: {"confidence" (percent), "language"}."""
+    from mtkit.text.langid import identify, require_langid
+
+    try:
+        require_langid("/detect")
+    except MtkitError as err:
+        raise RequestError(501, str(err)) from None
+    guesses = [identify(text) for text in texts]
+    return [{"confidence": round(100 * probability, 1), "language": lang} for lang, probability in guesses]
+
+
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
+    "et": "Estonian", "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian",
+    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian",
+    "zh": "Chinese",
+}  # fmt: skip
+
+
+def libretranslate_languages(info, targets: list[str]) -> list[dict[str, Any]]:
+    """LibreTranslate's /languages: each source language with every target it translates into (a
+    multilingual model's directions), then each target not also a source (which translates into
+    nothing here); nothing where the model does not name its source."""
+    directions = info.meta.get("directions") or [[info.source_language, target] for target in targets]
+    into: dict[str, list[str]] = {}
+    for source, target in directions:
+        if source and target in targets:
+            into.setdefault(source, []).append(target)
+    for target in targets:
+        if into and target not in into:
+            into[target] = []
+
+    def entry(code: str) -> dict[str, Any]:
+        return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": into[code]}
+
+    return [entry(code) for code in into]
+
+
+async def _libretranslate_fields(request) -> dict[str, Any]:
+    """LibreTranslate clients send JSON or an HTML form (application/x-www-form-urlencoded)."""
+    body = await request.body()
+    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+        return {key: values[0] if len(values) == 1 else values for key, values in fields.items()}
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RequestError(400, "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "the body must be a JSON object")
+    return data
+
+
+def _describe(errors: Sequence[dict]) -> str:
+    """Pydantic's validation errors as one line: `field: problem; ...`."""
+    parts = []
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            return "the body is not valid JSON"
+        location = ".".join(str(part) for part in err.get("loc", ()) if part != "body") or "body"
+        parts.append(f"{location}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def serve(service: Service, host: str, port: int, listening: Callable[[int], None] = lambda port: None) -> None:
+    """Run the service until SIGTERM or Ctrl-C; SIGTERM finishes the requests in flight and returns.
+    listening(port) is called once the socket is bound (port 0 binds a free one: this says which)."""
+    import signal
+
+    _, _, uvicorn = _require_extra()
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                listening(self.servers[0].sockets[0].getsockname()[1])
+
+    server = Server(uvicorn.Config(create_app(service), host=host, port=port, log_level="warning", access_log=False))
+    # uvicorn re-raises the signal it stopped for once it is done: let SIGTERM then end us normally (exit 0).
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind (and has logged why)
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not server.started:
+        raise MtkitError(f"could not serve on {host}:{port} (is the port in use?)")
