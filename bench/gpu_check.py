@@ -1,4 +1,4 @@
-"""One command that proves the GPU paths: precisions, resume, torchrun/nccl, translation, FP8, and decoding speed.
+"""One command that proves the GPU paths: precisions, resume, torchrun/nccl, translation, FP8, CUDA graphs.
 
     python bench/gpu_check.py [--data ../shared/data/multi30k] [--steps 200] [--work DIR]
 
@@ -12,20 +12,19 @@ On a CUDA machine it checks, and prints a PASS/FAIL line for each:
      FlexAttention log the eager packed losses (rel. 1e-3);
   4. torchrun with 1 process trains (no process group: world size 1), and with 2 GPUs, 2 processes
      (nccl) reach the weights of 1 process with update_freq 2 (atol 1e-4);
-  5. greedy translations of a test slice on the GPU (fp32) equal the CPU's;
+  5. greedy translations of a test slice on the GPU (fp32) equal the CPU's, and translations with
+     --cuda-graphs those without: every line in fp32, 99% in bf16, greedy and beam 5;
   6. on a GPU with FP8 tensor cores (compute capability 8.9 on, torchao installed), transformer-big
      trains 300 updates of 32,768 tokens (packed, graphed) in fp8 with the loss curve of bf16 within
      1% (means of 10 updates), and the two runs' throughput after 100 updates (--fp8-runs
      bf16,bf16:2 measures the gap between two bf16 runs of different seeds instead);
-and prints tables: the share of a training step the GPU waits for the host (torch.profiler), and
-decoding sentences/s, greedy and beam 5, PyTorch (also with
---cuda-graphs, checked to give the same translations) and CTranslate2.
+and prints the share of a training step the GPU waits for the host (torch.profiler). Speeds are
+bench/train_throughput.py's and bench/decode_speed.py's.
 `--device cpu` runs the same code on a CPU with small sizes, to check the script itself.
 `--only precisions,norms,...` runs some of the sections (all of SECTIONS by default); with `--work DIR`
 the tokenizer, the dataset and the fp32 model are kept there and reused by a later call, so the whole
 check can be split over several calls on a machine that limits each one. `--model FILE` translates
-and decodes with a trained model (a recipe's model1.pt) instead of the few-hundred-update fp32 run,
-whose translations are not of a real model's lengths (for decoding speed, that matters).
+with a trained model (a recipe's model1.pt) instead of the few-hundred-update fp32 run.
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from common import (
     metrics_records,
     mtkit_command,
     prepare,
-    print_table,
     run_measured,
     throughput_after,
 )
@@ -61,7 +59,7 @@ SECTIONS = (
     "translation",
     "fp8",
     "profile",
-    "decoding",
+    "graphs",
 )
 
 
@@ -289,41 +287,20 @@ def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens
         print(f"no kernel table: {failure}")
 
 
-def decoding(model: Path, work: Path, text: Path, device: str) -> None:
-    """Sentences/s and BLEU of each engine, precision and beam; on a GPU, mtkit's search also with
-    --cuda-graphs, checked to give the translations it gives without: every line in fp32, at least
-    99% of them in bf16 (where attention over a longer, masked cache may round differently)."""
-    rows = []
-    graphs = [False, True] if device == "cuda" else [False]
-    engines = [("pytorch", model, precision, graphed) for precision in ("fp32", "bf16") for graphed in graphs]
-    try:
-        import ctranslate2  # noqa: F401
-
-        run_measured(mtkit_command("export", "-m", model, "-o", work / "ct2", "--force"))
-        engines.append(("ctranslate2", work / "ct2", "auto", False))
-    except ImportError:
-        print("skip  CTranslate2 decoding: pip install 'mtkit[ct2]'")
-    for engine, path, precision, graphed in engines:
+def check_graphs(model: Path, text: Path, device: str) -> None:
+    """mtkit's search with --cuda-graphs gives the translations it gives without: every line in fp32,
+    at least 99% of them in bf16 (where attention over a longer, masked cache may round differently).
+    Their speed: bench/decode_speed.py --graphs 0,1."""
+    for precision in ("fp32", "bf16"):
         for beam in (1, 5):
-            label = f"{engine}{' + CUDA graphs' if graphed else ''}"
-            output = work / f"test2016.{engine}.{precision}.{beam}{'.graphs' if graphed else ''}.de"
-            result = subprocess.run(mtkit_command("evaluate", "-m", path, "--src", text / "test2016.en", "--ref",
-                                                  text / "test2016.de", "--engine", engine, "--beam", beam, "--device",
-                                                  device, "--precision", precision, "--metrics", "bleu", "--json",
-                                                  "-o", output, *(["--cuda-graphs"] if graphed else [])),
-                                    capture_output=True, text=True)  # fmt: skip
-            if result.returncode:  # one failed setting does not stop the others
-                check(f"decoding: {label}, {precision}, beam {beam}", False, result.stderr.strip()[-2000:])
-                continue
-            scores = json.loads(result.stdout)
-            rows.append([label, precision, beam, scores["sentences_per_s"], scores["bleu"]["score"]])
-            if graphed:
-                eager = output.with_name(output.name.removesuffix(".graphs.de") + ".de").read_text().splitlines()
-                same = sum(a == b for a, b in zip(eager, output.read_text().splitlines()))
-                needed = len(eager) if precision == "fp32" else 0.99 * len(eager)
-                check(f"CUDA graphs, {precision}, beam {beam}: the same translations", same >= needed,
-                      f"{same} of {len(eager)} lines identical")  # fmt: skip
-    print_table(["engine", "precision", "beam", "sentences/s", "BLEU"], rows)
+            outputs = [subprocess.run(mtkit_command("translate", "-m", model, "-i", text / "test2016.en", "--beam", beam,
+                                                    "--device", device, "--precision", precision, *graphs),
+                                      capture_output=True, text=True, check=True).stdout.splitlines()
+                       for graphs in ([], ["--cuda-graphs"])]  # fmt: skip
+            same = sum(a == b for a, b in zip(*outputs))
+            needed = len(outputs[0]) if precision == "fp32" else 0.99 * len(outputs[0])
+            check(f"CUDA graphs, {precision}, beam {beam}: the same translations", same >= needed,
+                  f"{same} of {len(outputs[0])} lines identical")  # fmt: skip
 
 
 def main() -> None:
@@ -374,10 +351,8 @@ def main() -> None:
         if "profile" in only:
             preset = "transformer-big" if on_gpu else "transformer-tiny"
             host_wait_share(data, work, args.device, preset, 32768 if on_gpu else 1024, args.profile_set)
-        if "decoding" in only:
-            what = args.model or "the fp32 run above, a few hundred updates: for speed, not quality"
-            print(f"\ndecoding test2016 (model: {what}):")
-            decoding(decode_model(), work, text, args.device)
+        if "graphs" in only and on_gpu:
+            check_graphs(decode_model(), text, args.device)
     failed = [name for name, passed, _ in RESULTS if not passed]
     print(f"\n{len(RESULTS) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)

@@ -32,7 +32,7 @@ SYNC_EVERY_WITH_GRAPHS = 8  # steps between the host's reads, for steps replayed
 def host_reads_every(model: Transformer, device: torch.device) -> int:
     """Steps between the host's reads: 8 for steps replayed as CUDA graphs (on an H100, reading every
     step made them 20-40% slower), every step on a CPU, where reading costs nothing, and for eager
-    steps on a GPU (there reading every 8 steps measured 10-20% slower; docs/RESULTS.md)."""
+    steps on a GPU (there reading every 8 steps measured 10-20% slower; docs/results/gpu.md)."""
     graphed = all(isinstance(member, GraphedDecoder) for member in getattr(model, "models", [model]))  # an Ensemble's
     return SYNC_EVERY_WITH_GRAPHS if device.type == "cuda" and graphed else 1
 

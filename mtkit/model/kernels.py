@@ -71,7 +71,7 @@ def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_ca
     """softmax(Q K^T / sqrt(d_k) + B) V as two batched matrix products in q's dtype around an fp32
     softmax (attention as "eager" implementations compute it under autocast). For training on a CPU
     under bf16 autocast: with sentence-length sequences, forward and backward take about half the
-    time of the flash kernel in fp32 (docs/RESULTS.md, "Measured design choices"). CPU tensors only (its dropout is cpu_dropout)."""
+    time of the flash kernel in fp32 (docs/results/design-choices.md). CPU tensors only (its dropout is cpu_dropout)."""
     scores = (q @ k.transpose(-2, -1)).float() * q.size(-1) ** -0.5  # (B, h, Lq, Lk)
     weights = masked_scores(scores, mask, is_causal).softmax(dim=-1)
     if dropout > 0:

@@ -9,7 +9,7 @@ is where a large weight packed once into oneDNN's blocked layout pays: on this p
 EPYC (AVX2) the Multi30k model's output projection (8,000 x 256) takes 1.6 ms for 5 rows through
 F.linear and 0.4 ms packed. The smaller layers gain nothing or lose (a packed call costs more to
 set up), and each packed layer adds memory (see ROW_MULTIPLE), so only weights of at least
-PACK_MIN_WEIGHTS are packed: in practice the output projection. Measured in docs/RESULTS.md, "Measured design choices".
+PACK_MIN_WEIGHTS are packed: in practice the output projection. Measured in docs/results/design-choices.md.
 The products are the same up to float rounding (summation order).
 
 Packing uses torch's internal oneDNN operators (the ones torch.compile's freezing uses). Where a
@@ -33,7 +33,7 @@ ROW_MULTIPLE = 8
 # Only weights at least this large are packed. A packed product costs 45-60 us more per call than
 # F.linear (the row padding and oneDNN's per-call work), which only a large weight pays back: on
 # the 2-core AMD EPYC, 5 rows by 256 x 256 took 90 us packed against 28 through F.linear, and by the
-# 8,000 x 256 output projection 437 us against 1,617 (docs/RESULTS.md, "Measured design choices").
+# 8,000 x 256 output projection 437 us against 1,617 (docs/results/design-choices.md).
 PACK_MIN_WEIGHTS = 1 << 19  # the output projection of a 4,000-subword vocabulary and d_model 256 is packed
 
 

@@ -16,7 +16,7 @@ search, and between its decoding steps queued sentences with the same options jo
 the sentences searching stay within `max_batch_tokens`. A sentence then waits for the next step,
 not for a whole batch to finish, and the search keeps as many sentences as the load brings. So a
 search starts as soon as a sentence comes, without waiting for company (a lone request would only
-be held back: measured 69-72 ms against 50-55 ms median latency for one client, docs/RESULTS.md, "Measured design choices").
+be held back: measured 69-72 ms against 50-55 ms median latency for one client, docs/results/design-choices.md).
 Sentences that arrive during a step join after the next one, with those that arrive meanwhile
 (unless max_wait_s is 0): a join encodes its sentences in one call, which costs little more for
 several than for one. The search stops taking sentences while the oldest one waiting has other

@@ -99,8 +99,7 @@ class Service:
     ):
         """make_translator runs on the worker thread, which then does all the translating: torch's
         OpenMP threads are per calling thread, and a model built on the main thread and run on
-        another decodes about 1.5x slower on 2 cores as the two thread teams compete (docs/RESULTS.md,
-        "Measured design choices")."""
+        another decodes about 1.5x slower on 2 cores as the two thread teams compete (docs/results/design-choices.md)."""
         self._make_translator = make_translator
         self.translator: TextTranslator | None = None
         self.src_tokenizer, self.tgt_tokenizer = tokenizers

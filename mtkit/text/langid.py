@@ -3,7 +3,7 @@ its pip package: `pip install 'mtkit[langid]'`), the share of its letters in a l
 and its numbers. Used by preprocess's noise filters and serve's /detect.
 
 py3langid scores 142 languages by byte n-grams (langid.py's method, Lui & Baldwin 2012), about
-0.06 ms a caption on one core (docs/RESULTS.md). On Multi30k's val captions the declared language
+0.06 ms a caption on one core (docs/results/real-text.md). On Multi30k's val captions the declared language
 gets a normalized probability of at least 0.41 on 99.9% of English and German lines and 0.10 on
 Czech ones (Slovak takes the rest), and at most 0.016 on 99.9% of lines of another of en, de, fr
 and cs: a bound of 0.05 keeps the one and drops the other. Close languages share the probability

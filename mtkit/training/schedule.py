@@ -29,7 +29,7 @@ def linear_decay_lr(step: int, peak_lr: float, warmup: int, budget_used: float) 
 
     `budget_used` is the fraction (0..1) of the budget (train.max_steps or train.max_time, whichever
     runs out first) already used. Annealing to zero at the end of a fixed budget is the advice of
-    Li et al. 2020 ("Budgeted Training"); docs/RESULTS.md ("Measured design choices")
+    Li et al. 2020 ("Budgeted Training"); docs/results/design-choices.md
     records how it did on Multi30k here.
     """
     step = max(step, 1)

@@ -23,7 +23,7 @@
 # against 31.91 in quick mode); --no-split-punctuation trains it without.
 # --gpu: 5 minutes of one CUDA GPU instead of 90 minutes of the CPU: packed rows of 128 tokens,
 # 8,192-token batches, the compiled model replayed as CUDA graphs; its models trained at once on the
-# one GPU (docs/RESULTS.md, "Training throughput"). These settings are not yet chosen on val.
+# one GPU (docs/results/gpu.md). These settings are not yet chosen on val.
 # test2016 is also scored lowercased, as published Multi30k results are.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -103,7 +103,7 @@ if [ "$quick" = 1 ]; then
     # There a narrower model (transformer-narrow: d_model 192, FFN 768), no dropout, 1,536-token
     # batches and a learning rate that decays linearly to zero at the end of the 8 minutes make
     # twice the updates and learn more from each (val 34.47, test2016 34.50), with a checkpoint
-    # every 50 updates, so that the 5 averaged are the last 250 (docs/RESULTS.md, "Quick mode on a
+    # every 50 updates, so that the 5 averaged are the last 250 (docs/results/design-choices.md, "Quick mode on a
     # CPU that trains in fp32").
     echo "run.sh: this machine trains in fp32 (no bf16 instructions): quick mode trains transformer-narrow" >&2
     settings+=(--set model.preset=transformer-narrow --set model.dropout=0.0 --set train.max_tokens=1536
