@@ -50,17 +50,7 @@ from common import (
 )
 
 RESULTS: list[tuple[str, bool, str]] = []
-SECTIONS = (
-    "precisions",
-    "norms",
-    "resume",
-    "levers",
-    "torchrun",
-    "translation",
-    "fp8",
-    "profile",
-    "graphs",
-)
+SECTIONS = ("precisions", "norms", "resume", "levers", "torchrun", "translation", "fp8", "profile", "graphs")
 
 
 def check(name: str, passed: bool, detail: str) -> None:

@@ -204,19 +204,8 @@ def main() -> None:
     print()
     for row in rows:  # the share of offline translation with the same options
         row[-1] = f"{row[2] / offline[row[-1]]:.0%}"
-    headers = [
-        "server",
-        "clients",
-        "requests/s",
-        "sentences/s",
-        "p50 ms",
-        "p95 ms",
-        "p99 ms",
-        "mean batch",
-        "server CPU",
-        "clients CPU",
-        "of offline",
-    ]
+    headers = ["server", "clients", "requests/s", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "mean batch",
+               "server CPU", "clients CPU", "of offline"]  # fmt: skip
     print_table(headers, rows)
     print()
     for graphed in graphs:

@@ -46,66 +46,23 @@ from peers.shared import PEERS, SHAPE, ToolFailed, detokenize, median_after_firs
 def run_mtkit(work: Path, seconds: float, threads: int, precision: str, output_vocab: str) -> dict:
     out = work / "mtkit"
     settings = [
-        "model.preset=transformer-small",
-        f"model.output_vocab={output_vocab}",
-        f"model.encoder_layers={SHAPE['layers']}",
-        f"model.decoder_layers={SHAPE['layers']}",
-        f"model.d_model={SHAPE['d_model']}",
-        f"model.heads={SHAPE['heads']}",
-        f"model.ffn_dim={SHAPE['ffn']}",
-        f"model.dropout={SHAPE['dropout']}",
-        "model.norm=pre",
-        "train.max_tokens=4096",
-        "train.lr=2e-3",
-        "train.warmup=500",
-        "train.lr_schedule=linear",
-        f"train.max_time={seconds}",
-        f"train.precision={precision}",
-        f"train.threads={threads}",
-        "train.log_every=50",
-        "train.valid_every=100000",
-        "train.save_every=100000",
-    ]
-    run(
-        mtkit_command(
-            "train",
-            "-d",
-            work / "data" / "data-bin",
-            "-o",
-            out / "run",
-            "--force",
-            *[a for s in settings for a in ("--set", s)],
-        ),
-        log=work / "mtkit.log",
-    )
+        "model.preset=transformer-small", f"model.output_vocab={output_vocab}", "model.norm=pre",
+        f"model.encoder_layers={SHAPE['layers']}", f"model.decoder_layers={SHAPE['layers']}",
+        f"model.d_model={SHAPE['d_model']}", f"model.heads={SHAPE['heads']}", f"model.ffn_dim={SHAPE['ffn']}",
+        f"model.dropout={SHAPE['dropout']}", "train.max_tokens=4096", "train.lr=2e-3", "train.warmup=500",
+        "train.lr_schedule=linear", f"train.max_time={seconds}", f"train.precision={precision}",
+        f"train.threads={threads}", "train.log_every=50", "train.valid_every=100000", "train.save_every=100000",
+    ]  # fmt: skip
+    run(mtkit_command("train", "-d", work / "data" / "data-bin", "-o", out / "run", "--force",
+                      *[a for s in settings for a in ("--set", s)]), log=work / "mtkit.log")  # fmt: skip
     records = metrics_records(out / "run")
     speeds = [(r["elapsed"], r["tokens_per_s"]) for r in records if "tokens_per_s" in r]
     source, hyp = work / "data" / "test.src.txt", out / "hyp.txt"
-    seconds_decoding = run(
-        mtkit_command(
-            "translate",
-            "-m",
-            out / "run",
-            "--checkpoint",
-            "last",
-            "--beam",
-            "5",
-            "--precision",
-            precision,
-            "-i",
-            source,
-            "-o",
-            hyp,
-        ),
-        log=work / "mtkit.log",
-        env={"OMP_NUM_THREADS": str(threads)},
-    )
-    return {
-        "steps": records[-1]["step"],
-        "tok_s": median_after_first_minute(speeds),
-        "hyp": hyp.read_text(encoding="utf-8").splitlines(),
-        "decode_s": seconds_decoding,
-    }
+    seconds_decoding = run(mtkit_command("translate", "-m", out / "run", "--checkpoint", "last", "--beam", "5",
+                                         "--precision", precision, "-i", source, "-o", hyp),
+                           log=work / "mtkit.log", env={"OMP_NUM_THREADS": str(threads)})  # fmt: skip
+    return {"steps": records[-1]["step"], "tok_s": median_after_first_minute(speeds),
+            "hyp": hyp.read_text(encoding="utf-8").splitlines(), "decode_s": seconds_decoding}  # fmt: skip
 
 
 def main() -> None:
@@ -116,12 +73,8 @@ def main() -> None:
     parser.add_argument("--tools", default="mtkit,joeynmt,eole")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--mtkit-precision", default="bf16")
-    parser.add_argument(
-        "--mtkit-output-vocab",
-        choices=["all", "target"],
-        default="target",
-        help="mtkit's model.output_vocab: target scores only the German-side subwords (the peers score all 8k)",
-    )
+    parser.add_argument("--mtkit-output-vocab", choices=["all", "target"], default="target",
+                        help="mtkit's model.output_vocab: target scores only the German-side subwords (the peers score all 8k)")  # fmt: skip
     parser.add_argument("--sentences", type=int, default=1000, help="test2016 sentences to decode")
     parser.add_argument("--torch", default="torch==2.13.0", help="torch requirement for the peers' environments")
     args = parser.parse_args()
@@ -175,23 +128,10 @@ def main() -> None:
     def ratio(name: str, r: dict, key: str) -> str:
         return f"{ours[key] / r[key]:.2f}x" if ours and name != "mtkit" and r[key] else "-"
 
-    rows = []
-    for name, r in results.items():
-        rows.append(
-            [name, r["steps"], r["tok_s"], ratio(name, r, "tok_s"), r["bleu"], r["sent_s"], ratio(name, r, "sent_s")]
-        )
-    print_table(
-        [
-            "tool",
-            "updates",
-            "train tgt tok/s",
-            "mtkit/this",
-            f"BLEU after {args.minutes:g} min",
-            "beam-5 sent/s",
-            "mtkit/this",
-        ],
-        rows,
-    )
+    rows = [[name, r["steps"], r["tok_s"], ratio(name, r, "tok_s"), r["bleu"], r["sent_s"], ratio(name, r, "sent_s")]
+            for name, r in results.items()]  # fmt: skip
+    print_table(["tool", "updates", "train tgt tok/s", "mtkit/this", f"BLEU after {args.minutes:g} min",
+                 "beam-5 sent/s", "mtkit/this"], rows)  # fmt: skip
 
 
 if __name__ == "__main__":

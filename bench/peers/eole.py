@@ -104,32 +104,9 @@ def run_eole(work: Path, python: Path, seconds: float, threads: int) -> dict:
     checkpoint = checkpoints[-1]
     _fix_eole_config(checkpoint / "config.json")
     hyp = out / "hyp.tok"
-    decode_s = run(
-        [
-            eole,
-            "predict",
-            "-model_path",
-            checkpoint,
-            "-src",
-            work / "data" / "test.src.tok",
-            "-output",
-            hyp,
-            "-beam_size",
-            5,
-            "-batch_size",
-            4096,
-            "-batch_type",
-            "tokens",
-            "-length_penalty",
-            "wu",
-            "-alpha",
-            0.6,
-            "-max_length",
-            100,
-        ],
-        log=out / "predict.log",
-        env=env,
-    )
+    decode_s = run([eole, "predict", "-model_path", checkpoint, "-src", work / "data" / "test.src.tok", "-output", hyp,
+                    "-beam_size", 5, "-batch_size", 4096, "-batch_type", "tokens", "-length_penalty", "wu",
+                    "-alpha", 0.6, "-max_length", 100], log=out / "predict.log", env=env)  # fmt: skip
     return {"steps": steps, "tok_s": median_after_first_minute(speeds), "hyp_tok": hyp, "decode_s": decode_s}
 
 

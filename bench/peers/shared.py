@@ -28,14 +28,8 @@ class ToolFailed(Exception):
     """One tool's run failed; the others still run, and earlier results are kept."""
 
 
-def run(
-    command: list,
-    log: Path | None = None,
-    timeout: float | None = None,
-    stdin: Path | None = None,
-    stdout: Path | None = None,
-    env: dict | None = None,
-) -> float:
+def run(command: list, log: Path | None = None, timeout: float | None = None, stdin: Path | None = None,
+        stdout: Path | None = None, env: dict | None = None) -> float:  # fmt: skip
     """Run a command (stopped with SIGINT then SIGKILL after `timeout` s); returns wall seconds."""
     started = time.perf_counter()
     with (
@@ -43,14 +37,8 @@ def run(
         open(stdin or os.devnull, "rb") as inp,
         open(stdout or os.devnull, "wb") as out,
     ):
-        proc = subprocess.Popen(
-            [str(c) for c in command],
-            stdin=inp,
-            stdout=out,
-            stderr=err,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
+        proc = subprocess.Popen([str(c) for c in command], stdin=inp, stdout=out, stderr=err,
+                                env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -87,38 +75,10 @@ def prepare_data(work: Path, data: Path) -> Tokenizer:
     tokenizer_path = data_dir / "tokenizer.json"
     if not (data_dir / "data-bin").exists():
         data_dir.mkdir(parents=True, exist_ok=True)
-        run(
-            mtkit_command(
-                "train-tokenizer",
-                "-i",
-                data / "train.en",
-                "-i",
-                data / "train.de",
-                "-o",
-                tokenizer_path,
-                "--vocab-size",
-                8000,
-            )
-        )
-        run(
-            mtkit_command(
-                "preprocess",
-                "-s",
-                "en",
-                "-t",
-                "de",
-                "--train",
-                data / "train",
-                "--valid",
-                data / "val",
-                "--test",
-                data / "test2016",
-                "--tokenizer",
-                tokenizer_path,
-                "-o",
-                data_dir / "data-bin",
-            )
-        )
+        run(mtkit_command("train-tokenizer", "-i", data / "train.en", "-i", data / "train.de", "-o", tokenizer_path,
+                          "--vocab-size", 8000))  # fmt: skip
+        run(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", data / "train", "--valid", data / "val",
+                          "--test", data / "test2016", "--tokenizer", tokenizer_path, "-o", data_dir / "data-bin"))  # fmt: skip
     tokenizer = Tokenizer.load(tokenizer_path)
     for split in SPLITS:
         for lang in ("en", "de"):
