@@ -1,8 +1,8 @@
 """The run directory: preparing it, the metrics log inside it, and the signal that stops a run.
 
 RUN_DIR holds config.yaml (the resolved configuration), metrics.jsonl (one JSON object per
-logged step, for tools), state.pt and checkpoints/ (see mtkit.model.files), and tensorboard/
-when tensorboard is installed.
+logged step, for tools), state.pt (mtkit.training.checkpoints), checkpoints/ (mtkit.model.files),
+and tensorboard/ when tensorboard is installed.
 """
 
 from __future__ import annotations
