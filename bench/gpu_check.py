@@ -18,8 +18,8 @@ On a CUDA machine it checks, and prints a PASS/FAIL line for each:
      trains 300 updates of 32,768 tokens (packed, graphed) in fp8 with the loss curve of bf16 within
      1% (means of 10 updates), and the two runs' throughput after 100 updates (--fp8-runs
      bf16,bf16:2 measures the gap between two bf16 runs of different seeds instead);
-and prints the share of a training step the GPU waits for the host (torch.profiler). Speeds are
-bench/train_throughput.py's and bench/decode_speed.py's.
+Speeds, and the profile of a training update, are bench/train_throughput.py's and
+bench/decode_speed.py's.
 `--device cpu` runs the same code on a CPU with small sizes, to check the script itself.
 `--only precisions,norms,...` runs some of the sections (all of SECTIONS by default); with `--work DIR`
 the tokenizer, the dataset and the fp32 model are kept there and reused by a later call, so the whole
@@ -35,7 +35,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -50,7 +49,7 @@ from common import (
 )
 
 RESULTS: list[tuple[str, bool, str]] = []
-SECTIONS = ("precisions", "norms", "resume", "levers", "torchrun", "translation", "fp8", "profile", "graphs")
+SECTIONS = ("precisions", "norms", "resume", "levers", "torchrun", "translation", "fp8", "graphs")
 
 
 def check(name: str, passed: bool, detail: str) -> None:
@@ -231,52 +230,6 @@ def check_fp8(data: Path, work: Path, device: str, runs: list[str]) -> None:
     print("means of 10 updates:", json.dumps({name: [round(v, 4) for v in means(curves[name])] for name in runs}))
 
 
-def host_wait_share(data: Path, work: Path, device: str, preset: str, max_tokens: int, settings: list[str]) -> None:
-    """Profile 20 updates after 10 of warm-up (30 with `settings` that compile); the GPU's idle share =
-    1 - (union of kernel time) / wall time."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from mtkit.core.config import build_config, merge_trees, parse_overrides
-    from mtkit.training.trainer import Trainer
-
-    tree = {"model": {"preset": preset}, "train": {"max_tokens": max_tokens, "precision": "bf16", "device": device,
-                                                   "max_steps": 10**6}}  # fmt: skip
-    config = build_config(merge_trees(tree, parse_overrides(settings)))
-    trainer = Trainer(config, data, work / "profile")
-    position = (0, 0)
-
-    def update() -> None:
-        nonlocal position
-        micro, position = trainer.stream.upcoming(position)
-        trainer._update(micro, trainer.stream.prepare(micro).result())
-
-    for _ in range(30 if config.train.compile else 10):
-        update()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    torch.cuda.synchronize() if device == "cuda" else None
-    started = time.perf_counter()
-    with profile(activities=activities) as prof:
-        for _ in range(20):
-            update()
-        torch.cuda.synchronize() if device == "cuda" else None
-    wall_us = (time.perf_counter() - started) * 1e6
-    if device != "cuda":
-        print(f"host-wait share: not measured on a CPU ({wall_us / 20 / 1e3:.1f} ms per update)")
-        return
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type.name == "CUDA")
-    busy, end = 0.0, -1.0
-    for start, stop in spans:  # the union of kernel intervals
-        if stop > end:
-            busy += stop - max(start, end)
-            end = stop
-    print(f"host-wait share, {preset} bf16 max_tokens {max_tokens} {' '.join(settings)}: the GPU idles {100 * (1 - busy / wall_us):.1f}% "
-          f"of {wall_us / 20 / 1e3:.1f} ms per update")  # fmt: skip
-    try:  # the kernels that fill the GPU's busy time
-        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=15, max_name_column_width=60))
-    except Exception as failure:  # noqa: BLE001 - a profiler table is a nicety, not a check
-        print(f"no kernel table: {failure}")
-
-
 def check_graphs(model: Path, text: Path, device: str) -> None:
     """mtkit's search with --cuda-graphs gives the translations it gives without: every line in fp32,
     at least 99% of them in bf16 (where attention over a longer, masked cache may round differently).
@@ -301,7 +254,6 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="keep runs here (default: a temporary folder)")
     parser.add_argument("--model", type=Path, default=None, help="translate and decode with this model file")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run (default: all)")
-    parser.add_argument("--profile-set", action="append", default=[], help="a KEY=VALUE setting for the profiled run")
     parser.add_argument(
         "--fp8-runs", default="bf16,fp8", help="the fp8 section's runs, PRECISION[:SEED], the first the reference"
     )
@@ -338,9 +290,6 @@ def main() -> None:
             check_translation(decode_model(), text, args.device)
         if "fp8" in only:
             check_fp8(data, work, args.device, args.fp8_runs.split(","))
-        if "profile" in only:
-            preset = "transformer-big" if on_gpu else "transformer-tiny"
-            host_wait_share(data, work, args.device, preset, 32768 if on_gpu else 1024, args.profile_set)
         if "graphs" in only and on_gpu:
             check_graphs(decode_model(), text, args.device)
     failed = [name for name, passed, _ in RESULTS if not passed]

@@ -3,7 +3,7 @@ precision and speed lever, with MFU on a GPU; each setting trains in its own pro
 
     python bench/train_throughput.py [--data ../shared/data/multi30k] [--work DIR] [--presets transformer-small]
         [--shapes multi30k,wmt] [--max-tokens 4096,32768] [--precisions fp32,bf16] [--levers eager,packed]
-        [--pack-length 64] [--steps 80] [--warmup-steps 20] [--budget-s 0]
+        [--pack-length 64] [--steps 80] [--warmup-steps 20] [--budget-s 0] [--profile]
 
 Data: a joint 8k BPE over Multi30k's training set. Batch shapes: "multi30k" (captions, ~13 subwords
 a side) and "wmt" (every two consecutive pairs joined into one, ~28 subwords a side, WMT14's shape).
@@ -15,7 +15,10 @@ source+target tokens/s over the updates after --warmup-steps, the peak RSS, the 
 timed update (compilation and graph capture), the slowest timed update against the median (a
 recompilation shows there), and on a GPU TFLOPS and MFU: 6 x parameters FLOPs per target token (the
 encoder's weighted by source tokens per target token) against the GPU's dense bf16 peak. A setting
-that fails is a row that says why; with --budget-s no setting starts after that many seconds.
+that fails is a row that says why; with --budget-s no setting starts after that many seconds. With
+--profile each setting is then profiled in this process over 20 updates: on a GPU the share of the
+time it idles waiting for the host (the profiler's own host time inflates it), and on either the
+top operators or kernels.
 """
 
 from __future__ import annotations
@@ -84,6 +87,46 @@ def measure(data: Path, run: Path, settings: list[str], skip: int) -> list | str
     return [tok_s, src_per_tgt, rss, log[skip - 1]["elapsed"], max(step_seconds) / statistics.median(step_seconds)]
 
 
+def profile_updates(data: Path, run: Path, settings: list[str], device: str) -> str:
+    """Profile 20 updates after 10 of warm-up (30 where the settings compile), in this process: on a
+    GPU the share of the wall time it idles, 1 - (union of kernel intervals) / wall time, and the
+    kernels that fill its busy time; on a CPU the operators by their own CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mtkit.core.config import build_config, parse_overrides
+    from mtkit.training.trainer import Trainer
+
+    config = build_config(parse_overrides(settings))
+    trainer, position = Trainer(config, data, run), (0, 0)
+
+    def update() -> None:
+        nonlocal position
+        micro, position = trainer.stream.upcoming(position)
+        trainer._update(micro, trainer.stream.prepare(micro).result())
+
+    for _ in range(30 if config.train.compile else 10):
+        update()
+    on_gpu = device == "cuda"
+    torch.cuda.synchronize() if on_gpu else None
+    started = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * on_gpu) as prof:
+        for _ in range(20):
+            update()
+        torch.cuda.synchronize() if on_gpu else None
+    wall_us = (time.perf_counter() - started) * 1e6
+    busy, end = 0.0, -1.0
+    for start, stop in sorted(
+        (e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type.name == "CUDA"
+    ):
+        if stop > end:  # the union of kernel intervals
+            busy += stop - max(start, end)
+            end = stop
+    table = prof.key_averages().table(sort_by=f"self_{'device' if on_gpu else 'cpu'}_time_total", row_limit=15,
+                                      max_name_column_width=60)  # fmt: skip
+    idle = f"the GPU idles {100 * (1 - busy / wall_us):.1f}% of " if on_gpu else ""
+    return f"{idle}{wall_us / 20 / 1e3:.1f} ms per update\n{table}"
+
+
 def main() -> None:
     on_gpu = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,6 +142,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--budget-s", type=float, default=0.0, help="start no setting after this many seconds (0: no limit)")  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="also profile each setting's updates in this process")
     parser.add_argument("--peak-tflops", type=float, default=0.0, help="the GPU's dense bf16 peak (default: by name)")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -132,6 +176,10 @@ def main() -> None:
                     row += [f"{tflops:.1f}", f"{100 * tflops / gpu_peak_tflops(args.peak_tflops):.1f}%"]
                 rows.append(row)
             print(" ".join(map(str, rows[-1])), flush=True)
+            if args.profile and not isinstance(result, str):
+                print(
+                    f"profile, {' '.join(map(str, what))}: {profile_updates(datasets[shape], work / f'profile-{n}', chosen, args.device)}"
+                )
     headers = ["model", "batches", "max_tokens", "precision", "lever", "target tok/s", "src+tgt tok/s", "peak RSS MiB",
                "s to warm", "slowest/median"] + ["TFLOPS", "MFU"] * (args.device == "cuda")  # fmt: skip
     print(
