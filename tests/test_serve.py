@@ -39,8 +39,9 @@ class Server:
     """`mtkit serve` in a subprocess on a port it chose (--port 0), ready to answer; its stderr (the
     request log) in a file. In fp32 unless the options say otherwise (see in_fp32)."""
 
-    def __init__(self, model, log_path, *options):
-        self.log_path = log_path
+    def __init__(self, model, log_path, *options, headers: dict | None = None):
+        """headers: sent with every GET of /ready and /metrics (an API key, where they need one)."""
+        self.log_path, self.headers = log_path, headers
         with open(log_path, "wb") as log:
             self.process = start_mtkit("serve", "-m", model, "--port", "0", *in_fp32(options), stderr=log)
 
@@ -51,14 +52,14 @@ class Server:
         wait_until(bound, "the server bound its port")
         self.port = int(re.search(r"on http://127\.0\.0\.1:(\d+)$", log_path.read_text(), re.M).group(1))
         self.url = f"http://127.0.0.1:{self.port}"
-        wait_until(lambda: httpx.get(f"{self.url}/ready").status_code == 200, "the server is ready")
+        wait_until(lambda: httpx.get(f"{self.url}/ready", headers=headers).status_code == 200, "the server is ready")
 
     def post(self, path, timeout=60, **kwargs):
         return httpx.post(f"{self.url}{path}", timeout=timeout, **kwargs)
 
     def metrics(self) -> dict[str, float]:
         """Every sample of /metrics: {'name{labels}': value}."""
-        text = httpx.get(f"{self.url}/metrics").text
+        text = httpx.get(f"{self.url}/metrics", headers=self.headers).text
         return {name: float(value) for name, value in re.findall(r"^([^#\s]\S*) (\S+)$", text, re.M)}
 
     def metric(self, name: str) -> float:

@@ -46,6 +46,19 @@ def serve(
     ] = 20.0,
     max_queue: Annotated[int, typer.Option(help="Most sentences waiting; beyond, requests get 503.")] = 2048,
     max_chars: Annotated[int, typer.Option(help="Most characters per request; beyond, 413.")] = 20000,
+    max_texts: Annotated[
+        int, typer.Option(help="Most texts per request (0: as many as the queue holds); beyond, 413.")
+    ] = 0,
+    api_keys: Annotated[
+        Path | None,
+        typer.Option(help="File of API keys, one a line: KEY [REQUESTS_PER_MINUTE [NAME]]; without one, 403."),
+    ] = None,
+    req_limit: Annotated[
+        int, typer.Option(help="Without --api-keys: requests per minute per client address (0: no limit); beyond, 429.")
+    ] = 0,
+    private_status: Annotated[
+        bool, typer.Option("--private-status", help="/health, /ready and /metrics need an API key too.")
+    ] = False,
     checkpoint: CheckpointOption = "best",
     beam: BeamOption = 5,
     lenpen: LenpenOption = 0.6,
@@ -73,11 +86,14 @@ def serve(
     Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
     most --max-wait-ms); with the PyTorch engine, a search starts at once and sentences that
     arrive later join it between decoding steps. SIGTERM finishes the requests in flight, then
-    exits. Needs pip install 'mtkit\\[serve]'.
+    exits. On the open network (--host 0.0.0.0), --api-keys asks every request for a key and limits
+    each key's requests per minute, or --req-limit limits each client address. Needs pip install
+    'mtkit\\[serve]'.
 
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
     [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
     """
+    from mtkit.serving.access import AccessRules, Gate, KeyFile
     from mtkit.serving.http import _require_extra
     from mtkit.serving.http import serve as run_server
     from mtkit.serving.service import ServeConfig, Service
@@ -85,8 +101,12 @@ def serve(
     _require_extra()
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
-    serve_cfg = ServeConfig(max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len)
+    serve_cfg = ServeConfig(
+        max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts
+    )
     serve_cfg.validate()
+    rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
+    rules.validate()
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     make, tokenizers, info = _load(
         engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang
@@ -98,6 +118,7 @@ def serve(
         host,
         port,
         lambda bound: console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{bound}"),
+        Gate(rules),
     )
     console.info("stopped")
 

@@ -21,9 +21,12 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
 Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker thread; with the
 PyTorch engine the batch is a running beam search that new sentences join between decoding steps
 (continuous batching), with CTranslate2 whole batches. A full
-queue answers 503 with Retry-After; a request over --max-chars 413; invalid JSON or options 422
-(400 on the LibreTranslate endpoint, as LibreTranslate does). A client that disconnects has its
-waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
+queue answers 503 with Retry-After; a request over --max-chars or --max-texts 413, and so does a
+body over max_body_bytes; invalid JSON or options 422 (400 on the LibreTranslate endpoint, as
+LibreTranslate does). With --api-keys the translating endpoints (and with --private-status /health,
+/ready and /metrics) answer 403 without a valid key (`api_key` in the body, or `Authorization:
+Bearer KEY`), and a key over its limit 429 with Retry-After; without keys, --req-limit limits each
+client address (mtkit.serving.access). A client that disconnects has its waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
 """
 
 import json
@@ -33,6 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from mtkit.core.errors import MtkitError
+from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
 from mtkit.serving.metrics import ObservedApp
 from mtkit.serving.service import RequestError, Service
 
@@ -49,12 +53,16 @@ def _require_extra():
     return fastapi, prometheus_client, uvicorn
 
 
+CONNECTIONS = 1024  # open connections at most
+
+
 def _texts(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else value
 
 
-def create_app(service: Service):
-    """The FastAPI application around a Service."""
+def create_app(service: Service, gate: Gate | None = None):
+    """The FastAPI application around a Service, behind a Gate (API keys and request limits)."""
+    gate = gate or Gate(AccessRules())
     fastapi, prom, _ = _require_extra()
     from fastapi import Request
     from fastapi.exceptions import RequestValidationError
@@ -72,6 +80,7 @@ def create_app(service: Service):
         split_sentences: bool | None = None
         source: str | None = None
         target: str | None = None
+        api_key: str | None = None
 
     class LibreTranslateRequest(BaseModel):
         q: str | list[str]
@@ -90,6 +99,16 @@ def create_app(service: Service):
 
     app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
     routes = {"/v1/translate", "/translate", "/languages", "/detect", "/health", "/ready", "/v1/models", "/metrics"}
+
+    def admit(request: Request, body_key: str | None = None) -> None:
+        key = gate.identify(body_key or bearer_key(request.headers.get("authorization")))
+        request.scope["state"]["key"] = key and key.name  # for the request log and /metrics, never the key
+        client = request.scope.get("client")
+        gate.limit(key, client[0] if client else None)
+
+    def admit_status(request: Request) -> None:
+        if gate.rules.protect_status:
+            admit(request)
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status, headers=headers)
@@ -112,6 +131,7 @@ def create_app(service: Service):
 
     @app.post("/v1/translate")
     async def translate(body: TranslateRequest, request: Request):
+        admit(request, body.api_key)
         check_source(service.info, body.source)
         options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
         texts = _texts(body.text)
@@ -123,6 +143,7 @@ def create_app(service: Service):
             body = LibreTranslateRequest.model_validate(await _libretranslate_fields(request))
         except ValidationError as err:
             raise RequestError(400, _describe(err.errors())) from None
+        admit(request, body.api_key)
         return await libretranslate(service, request, body)
 
     @app.get("/languages")
@@ -132,17 +153,20 @@ def create_app(service: Service):
     @app.post("/detect")
     async def detect(request: Request):
         fields = await _libretranslate_fields(request)
+        admit(request, fields.get("api_key") if isinstance(fields.get("api_key"), str) else None)
         if "q" not in fields:
             raise RequestError(400, "q: Field required")
         guesses = [[guess] for guess in detect_languages(_texts(fields["q"]))]
         return guesses[0] if isinstance(fields["q"], str) else guesses
 
     @app.get("/health")
-    async def health():
+    async def health(request: Request):
+        admit_status(request)
         return {"status": "ok"}
 
     @app.get("/ready")
-    async def ready():
+    async def ready(request: Request):
+        admit_status(request)
         if not service.ready:
             raise RequestError(503, "warming up", {"Retry-After": "1"})
         return {"status": "ready"}
@@ -168,10 +192,18 @@ def create_app(service: Service):
         }
 
     @app.get("/metrics")
-    async def metrics():
+    async def metrics(request: Request):
+        admit_status(request)
         return PlainTextResponse(prom.generate_latest(service.metrics.registry), media_type=prom.CONTENT_TYPE_LATEST)
 
-    return ObservedApp(app, service.metrics, routes, translating={"/v1/translate", "/translate"})
+    limited = BodyLimit(app, max_body_bytes(service.cfg.max_chars))
+    return ObservedApp(limited, service.metrics, routes, translating={"/v1/translate", "/translate"})
+
+
+def max_body_bytes(max_chars: int) -> int:
+    """The largest request body read: room for --max-chars characters at 12 bytes each (a JSON
+    escape of a character outside the BMP), and 64 KiB for the rest."""
+    return 12 * max_chars + (64 << 10)
 
 
 async def libretranslate(service: Service, request, body) -> dict[str, Any]:
@@ -277,9 +309,16 @@ def _describe(errors: Sequence[dict]) -> str:
     return "; ".join(parts)
 
 
-def serve(service: Service, host: str, port: int, listening: Callable[[int], None] = lambda port: None) -> None:
-    """Run the service until SIGTERM or Ctrl-C; SIGTERM finishes the requests in flight and returns.
-    listening(port) is called once the socket is bound (port 0 binds a free one: this says which)."""
+def serve(
+    service: Service,
+    host: str,
+    port: int,
+    listening: Callable[[int], None] = lambda port: None,
+    gate: Gate | None = None,
+) -> None:
+    """Run the service until SIGTERM or Ctrl-C; SIGTERM finishes the requests in flight and returns,
+    SIGHUP reads the key file again. listening(port) is called once the socket is bound (port 0
+    binds a free one: this says which)."""
     import signal
 
     _, _, uvicorn = _require_extra()
@@ -290,14 +329,20 @@ def serve(service: Service, host: str, port: int, listening: Callable[[int], Non
             if self.started:
                 listening(self.servers[0].sockets[0].getsockname()[1])
 
-    server = Server(uvicorn.Config(create_app(service), host=host, port=port, log_level="warning", access_log=False))
+    gate = gate or Gate(AccessRules())
+    # Many slow or idle connections cost a coroutine each, not a thread; beyond CONNECTIONS uvicorn answers 503.
+    config = uvicorn.Config(create_app(service, gate), host=host, port=port, log_level="warning", access_log=False,
+                            limit_concurrency=CONNECTIONS, timeout_keep_alive=5)  # fmt: skip
+    server = Server(config)
     # uvicorn re-raises the signal it stopped for once it is done: let SIGTERM then end us normally (exit 0).
     previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    previous_hup = signal.signal(signal.SIGHUP, lambda *_: gate.reload_soon())
     try:
         server.run()
     except SystemExit:  # uvicorn exits when it cannot bind (and has logged why)
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGHUP, previous_hup)
     if not server.started:
         raise MtkitError(f"could not serve on {host}:{port} (is the port in use?)")

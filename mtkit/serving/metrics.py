@@ -26,6 +26,10 @@ class Metrics:
             "mtkit_requests", "Requests answered, by endpoint and status code.", ["path", "status"],
             registry=self.registry,
         )  # fmt: skip
+        self.key_requests = prom.Counter(
+            "mtkit_key_requests", "Requests admitted with an API key, by the key's name and status code.",
+            ["key", "status"], registry=self.registry,
+        )  # fmt: skip
         self.queue = prom.Gauge("mtkit_queue_sentences", "Sentences waiting for a batch.", registry=self.registry)
         self.in_flight = prom.Gauge(
             "mtkit_requests_in_flight", "Translation requests received and not yet answered and logged.",
@@ -115,6 +119,9 @@ class ObservedApp:
                 "ms": round(1000 * seconds, 1),
                 "sentences": state.get("sentences", 0),
             }
+            if state.get("key"):
+                record["key"] = state["key"]  # the key's name from the key file, never the key
+                self.metrics.key_requests.labels(state["key"], str(status)).inc()
             if state.get("long"):
                 record["long"] = state["long"]  # texts longer than --max-source-len: translated in pieces
             sys.stderr.write(json.dumps(record) + "\n")

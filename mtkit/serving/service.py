@@ -61,11 +61,14 @@ class ServeConfig:
     max_chars: int = 20000
     split_sentences: bool = False  # the requests' default
     max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
+    max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars"):
             if getattr(self, name) < 1:
                 raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if self.max_texts < 0:
+            raise MtkitError(f"--max-texts {self.max_texts}: must be at least 0")
         if self.max_wait_ms < 0:
             raise MtkitError(f"--max-wait-ms {self.max_wait_ms}: must be at least 0")
 
@@ -233,6 +236,10 @@ class Service:
             )
         if not texts:
             raise RequestError(422, "text: give at least one")
+        if self.cfg.max_texts and len(texts) > self.cfg.max_texts:
+            raise RequestError(
+                413, f"{len(texts):,} texts: the limit is {self.cfg.max_texts:,} per request (--max-texts)"
+            )
         if len(texts) > self.cfg.max_queue:
             raise RequestError(413, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)")
         segmenter = self.segmenter(split_sentences)
