@@ -56,6 +56,7 @@ def serve(
     req_limit: Annotated[
         int, typer.Option(help="Without --api-keys: requests per minute per client address (0: no limit); beyond, 429.")
     ] = 0,
+    no_page: Annotated[bool, typer.Option("--no-page", help="No translation page at /: the JSON API alone.")] = False,
     private_status: Annotated[
         bool, typer.Option("--private-status", help="/health, /ready and /metrics need an API key too.")
     ] = False,
@@ -81,7 +82,7 @@ def serve(
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
 ) -> None:
-    """Serve a model over HTTP: /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
+    """Serve a model over HTTP: a translation page at /, /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
 
     Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
     most --max-wait-ms); with the PyTorch engine, a search starts at once and sentences that
@@ -119,6 +120,7 @@ def serve(
         port,
         lambda bound: console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{bound}"),
         Gate(rules),
+        not no_page,
     )
     console.info("stopped")
 

@@ -17,6 +17,7 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
   GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
+  GET  /              the translation page (mtkit.serving.page), unless serve --no-page
 
 Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker thread; with the
 PyTorch engine the batch is a running beam search that new sentences join between decoding steps
@@ -29,15 +30,21 @@ Bearer KEY`), and a key over its limit 429 with Retry-After; without keys, --req
 client address (mtkit.serving.access). A client that disconnects has its waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
 """
 
-import json
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
-from urllib.parse import parse_qs
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
+from mtkit.serving.libretranslate import (
+    check_source,
+    detect_languages,
+    libretranslate,
+    libretranslate_fields,
+    libretranslate_languages,
+    texts_of,
+)
 from mtkit.serving.metrics import ObservedApp
+from mtkit.serving.page import add_page
 from mtkit.serving.service import RequestError, Service
 
 
@@ -56,12 +63,9 @@ def _require_extra():
 CONNECTIONS = 1024  # open connections at most
 
 
-def _texts(value: str | list[str]) -> list[str]:
-    return [value] if isinstance(value, str) else value
-
-
-def create_app(service: Service, gate: Gate | None = None):
-    """The FastAPI application around a Service, behind a Gate (API keys and request limits)."""
+def create_app(service: Service, gate: Gate | None = None, page: bool = True):
+    """The FastAPI application around a Service, behind a Gate (API keys and request limits), with
+    the translation page at / unless page is False."""
     gate = gate or Gate(AccessRules())
     fastapi, prom, _ = _require_extra()
     from fastapi import Request
@@ -129,18 +133,21 @@ def create_app(service: Service, gate: Gate | None = None):
     async def http_error(request: Request, err: HTTPException):
         return error(err.status_code, str(err.detail), getattr(err, "headers", None))
 
+    if page:
+        add_page(app)
+
     @app.post("/v1/translate")
     async def translate(body: TranslateRequest, request: Request):
         admit(request, body.api_key)
         check_source(service.info, body.source)
         options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
-        texts = _texts(body.text)
+        texts = texts_of(body.text)
         return {"translations": await service.run(request, texts, options, body.split_sentences, body.target)}
 
     @app.post("/translate")
     async def translate_libretranslate(request: Request):
         try:
-            body = LibreTranslateRequest.model_validate(await _libretranslate_fields(request))
+            body = LibreTranslateRequest.model_validate(await libretranslate_fields(request))
         except ValidationError as err:
             raise RequestError(400, _describe(err.errors())) from None
         admit(request, body.api_key)
@@ -152,11 +159,11 @@ def create_app(service: Service, gate: Gate | None = None):
 
     @app.post("/detect")
     async def detect(request: Request):
-        fields = await _libretranslate_fields(request)
+        fields = await libretranslate_fields(request)
         admit(request, fields.get("api_key") if isinstance(fields.get("api_key"), str) else None)
         if "q" not in fields:
             raise RequestError(400, "q: Field required")
-        guesses = [[guess] for guess in detect_languages(_texts(fields["q"]))]
+        guesses = [[guess] for guess in detect_languages(texts_of(fields["q"]))]
         return guesses[0] if isinstance(fields["q"], str) else guesses
 
     @app.get("/health")
@@ -206,98 +213,6 @@ def max_body_bytes(max_chars: int) -> int:
     return 12 * max_chars + (64 << 10)
 
 
-async def libretranslate(service: Service, request, body) -> dict[str, Any]:
-    """LibreTranslate's /translate: q (one text or a list) in, translatedText (and alternatives) out;
-    `body` is the validated request."""
-    check_source(service.info, None if body.source == "auto" else body.source)
-    service.source_tag(body.target)  # an unknown target: 400 before anything else
-    if body.format != "text":
-        raise RequestError(400, f"format {body.format}: only text is supported")
-    if body.alternatives < 0:
-        raise RequestError(400, f"alternatives {body.alternatives}: must be at least 0")
-    default = service.defaults()
-    beam = max(default.beam, body.alternatives + 1)
-    if body.alternatives:
-        options = service.options(beam, body.alternatives + 1, None, False)
-    else:
-        options = default
-    results = await service.run(request, _texts(body.q), options, target=body.target)
-    if body.alternatives:
-        best = [[h["text"] for h in hyps] or [""] for hyps in results]
-        texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
-    else:
-        texts, alternatives = results, None
-    answer: dict[str, Any] = {"translatedText": texts[0] if isinstance(body.q, str) else texts}
-    if alternatives is not None:
-        answer["alternatives"] = alternatives[0] if isinstance(body.q, str) else alternatives
-    if body.source == "auto":  # translated all the same: this server has one source language
-        detected = detect_languages(_texts(body.q))
-        answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected
-    return answer
-
-
-def check_source(info, source: str | None) -> None:
-    """A request's source language, where it names one, must be one of the model's (where it says them)."""
-    sources = sorted({s for s, _ in info.meta.get("directions", [])}) or [info.source_language]
-    if source is not None and None not in sources and source not in sources:
-        raise RequestError(400, f"source {source}: this server translates from {', '.join(sources)}")
-
-
-def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
-    """LibreTranslate's detection of each text: {"confidence" (percent), "language"}."""
-    from mtkit.text.langid import identify, require_langid
-
-    try:
-        require_langid("/detect")
-    except MtkitError as err:
-        raise RequestError(501, str(err)) from None
-    guesses = [identify(text) for text in texts]
-    return [{"confidence": round(100 * probability, 1), "language": lang} for lang, probability in guesses]
-
-
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
-    "et": "Estonian", "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian",
-    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish",
-    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian",
-    "zh": "Chinese",
-}  # fmt: skip
-
-
-def libretranslate_languages(info, targets: list[str]) -> list[dict[str, Any]]:
-    """LibreTranslate's /languages: each source language with every target it translates into (a
-    multilingual model's directions), then each target not also a source (which translates into
-    nothing here); nothing where the model does not name its source."""
-    directions = info.meta.get("directions") or [[info.source_language, target] for target in targets]
-    into: dict[str, list[str]] = {}
-    for source, target in directions:
-        if source and target in targets:
-            into.setdefault(source, []).append(target)
-    for target in targets:
-        if into and target not in into:
-            into[target] = []
-
-    def entry(code: str) -> dict[str, Any]:
-        return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": into[code]}
-
-    return [entry(code) for code in into]
-
-
-async def _libretranslate_fields(request) -> dict[str, Any]:
-    """LibreTranslate clients send JSON or an HTML form (application/x-www-form-urlencoded)."""
-    body = await request.body()
-    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
-        return {key: values[0] if len(values) == 1 else values for key, values in fields.items()}
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RequestError(400, "the body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise RequestError(400, "the body must be a JSON object")
-    return data
-
-
 def _describe(errors: Sequence[dict]) -> str:
     """Pydantic's validation errors as one line: `field: problem; ...`."""
     parts = []
@@ -315,6 +230,7 @@ def serve(
     port: int,
     listening: Callable[[int], None] = lambda port: None,
     gate: Gate | None = None,
+    page: bool = True,
 ) -> None:
     """Run the service until SIGTERM or Ctrl-C; SIGTERM finishes the requests in flight and returns,
     SIGHUP reads the key file again. listening(port) is called once the socket is bound (port 0
@@ -331,7 +247,7 @@ def serve(
 
     gate = gate or Gate(AccessRules())
     # Many slow or idle connections cost a coroutine each, not a thread; beyond CONNECTIONS uvicorn answers 503.
-    config = uvicorn.Config(create_app(service, gate), host=host, port=port, log_level="warning", access_log=False,
+    config = uvicorn.Config(create_app(service, gate, page), host=host, port=port, log_level="warning", access_log=False,
                             limit_concurrency=CONNECTIONS, timeout_keep_alive=5)  # fmt: skip
     server = Server(config)
     # uvicorn re-raises the signal it stopped for once it is done: let SIGTERM then end us normally (exit 0).
