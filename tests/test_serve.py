@@ -230,6 +230,7 @@ def test_unknown_paths_and_service_endpoints(server, trained_run):
         "target_vocab_size": model_file.tgt_tokenizer.vocab_size,
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "defaults": {"beam": 5, "lenpen": 0.6, "nbest": 1},
+        "alignment": True,
     }
 
 
@@ -533,6 +534,6 @@ def test_a_multilingual_model_serves_each_request_in_its_target(corpus, tmp_path
             and wrong.json()["error"] == "target deu: this server translates into fra, por, spa"
         )
         (model,) = httpx.get(f"{server.url}/v1/models").json()["models"]
-        assert model["target_languages"] == ["fra", "por", "spa"]
+        assert model["target_languages"] == ["fra", "por", "spa"] and model["alignment"] is False  # by tags
     finally:
         assert server.stop() == 0

@@ -194,6 +194,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
                     "target_vocab_size": tokenizers.tgt_tokenizer.vocab_size,
                     "sha256": service.checksum,
                     "defaults": {"beam": default.beam, "lenpen": default.lenpen, "nbest": 1},
+                    "alignment": service.can_align,
                 }
             ]
         }

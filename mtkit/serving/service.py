@@ -171,11 +171,16 @@ class Service:
             raise RequestError(422, f"nbest {nbest}: must be between 1 and beam ({beam})")
         if lenpen < 0:
             raise RequestError(422, f"lenpen {lenpen}: must be at least 0")
-        if alignment and self.info.engine != "pytorch":
-            raise RequestError(422, "alignment needs a server started with --engine pytorch")
-        if alignment and self.info.meta.get("target_tags"):
+        if alignment and not self.can_align:
+            if self.info.engine != "pytorch":
+                raise RequestError(422, "alignment needs a server started with --engine pytorch")
             raise RequestError(422, "alignment is not available for a model that chooses its target by a tag")
         return Options(beam, nbest, lenpen, alignment)
+
+    @property
+    def can_align(self) -> bool:
+        """Whether requests may ask for word alignments (/v1/models says so)."""
+        return self.info.engine == "pytorch" and not self.info.meta.get("target_tags")
 
     def _build(self) -> None:
         self.translator = self._make_translator()

@@ -42,6 +42,8 @@ async function loadLanguages() {
   state.languages = languages;
   state.targets = model.target_languages.length ? model.target_languages : [model.target_language].filter(Boolean);
   state.defaultTarget = model.target_language;
+  state.canAlign = model.alignment;
+  $("alignment-note").hidden = !state.canAlign;
   try {  // /detect answers where the server has a language identifier (mtkit[langid])
     await call("POST", "detect", { q: "probe" });
     state.canDetect = true;
@@ -100,7 +102,7 @@ async function translateText() {
   try {
     let source = $("source").value;
     if (source === "auto") source = await detect($("input").value, controller.signal);
-    const body = { text: lines, target: $("target").value || undefined, alignment: true };
+    const body = { text: lines, target: $("target").value || undefined, alignment: state.canAlign };
     if (source && source !== "?") body.source = source;
     if ($("alternatives").checked) body.nbest = ALTERNATIVES;
     const answer = await call("POST", "v1/translate", body, controller.signal);
@@ -145,7 +147,8 @@ function render(lines, translations) {
   output.replaceChildren();
   state.alignments = [];
   lines.forEach((line, i) => {
-    const hypotheses = translations[i] || [];
+    const item = translations[i];  // a string, or (with alignment or alternatives) a list of {text, ...}
+    const hypotheses = typeof item === "string" ? [{ text: item }] : item || [];
     const best = hypotheses[0];
     const sourceLine = document.createElement("div");
     sourceLine.className = "line";

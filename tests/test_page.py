@@ -1,0 +1,176 @@
+"""The translation page of `mtkit serve`, in a real browser (headless Chromium through Selenium):
+typing translates as offline, targets switch for a multilingual model, pointing at a target word
+highlights the source words aligned to it, a document keeps its lines, and errors show the
+server's message. Without Chromium and its driver (`make browser` installs Debian's) these tests
+skip, saying so."""
+
+import shutil
+
+import httpx
+import pytest
+from conftest import run_mtkit
+from test_serve import Server, offline
+
+pytest.importorskip("fastapi")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+WAIT_S = 120  # only turns a hang into a failure: every wait is for a state of the page
+
+
+@pytest.fixture(scope="module")
+def browser():
+    selenium = pytest.importorskip("selenium", reason="the page's tests need selenium (pip install -e '.[dev]')")
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("the page's tests need Chromium and chromedriver: make browser (Debian: chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,900"):
+        options.add_argument(argument)
+    options.binary_location = CHROMIUM
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.selenium = selenium
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def server(trained_run, tmp_path_factory):
+    served = Server(trained_run, tmp_path_factory.mktemp("page") / "serve.log", "--max-chars", "300")
+    yield served
+    assert served.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def lines(corpus):
+    return (corpus / "test.en").read_text().splitlines()
+
+
+def wait(driver, condition, what: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT_S).until(lambda d: condition(), message=f"never happened: {what}")
+
+
+def by_id(driver, name):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, name)
+
+
+def output_lines(driver) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [line.get_attribute("textContent") for line in driver.find_elements(By.CSS_SELECTOR, "#output .line")]
+
+
+def open_page(driver, url: str) -> None:
+    driver.get(url)
+    wait(driver, lambda: by_id(driver, "target").get_attribute("value"), "the languages loaded")
+
+
+def type_text(driver, text: str) -> None:
+    box = by_id(driver, "input")
+    box.clear()
+    box.send_keys(text)
+
+
+def test_typing_gives_the_offline_translation(browser, server, trained_run, lines):
+    open_page(browser, server.url)
+    expected = offline(trained_run, lines[:3])
+    type_text(browser, "\n".join(lines[:3]))
+    wait(browser, lambda: output_lines(browser) == expected, "the offline translation on the page")
+    assert by_id(browser, "error").is_displayed() is False
+
+
+def test_pointing_at_a_target_word_highlights_its_aligned_source_words(browser, server, lines):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, server.url)
+    type_text(browser, lines[4])
+    answer = server.post("/v1/translate", json={"text": [lines[4]], "alignment": True}).json()
+    best = answer["translations"][0][0]
+    wait(browser, lambda: output_lines(browser) == [best["text"]], "the translation")
+    pairs = [tuple(map(int, pair.split("-"))) for pair in best["alignment"].split()]
+    targets = browser.find_elements(By.CSS_SELECTOR, "#output .word")
+
+    def highlighted() -> list[int]:
+        spans = browser.find_elements(By.CSS_SELECTOR, "#source-words .aligned")
+        return sorted(int(span.get_attribute("data-word")) for span in spans)
+
+    checked = 0
+    for target in sorted({t for _, t in pairs})[:4]:
+        ActionChains(browser).move_to_element(targets[target]).perform()
+        expected = sorted(s for s, t in pairs if t == target)
+        wait(browser, lambda: highlighted() == expected, f"source words {expected} for target word {target}")  # noqa: B023
+        checked += 1
+    assert checked >= 1
+
+
+def test_a_document_keeps_its_lines(browser, server, trained_run, lines, tmp_path):
+    document = [lines[0], "", f"{lines[1]} {lines[2]}", lines[3], ""]
+    path = tmp_path / "notes.txt"
+    path.write_text("\n".join(document) + "\n")
+    open_page(browser, server.url)
+    by_id(browser, "mode-document").click()
+    by_id(browser, "document-file").send_keys(str(path))
+    wait(browser, lambda: by_id(browser, "document-input").get_attribute("value") == path.read_text(), "the upload")
+    by_id(browser, "document-go").click()
+    wait(browser, lambda: by_id(browser, "document-download").is_displayed(), "the download link")
+    expected = offline(trained_run, document, "--split-sentences")
+    assert by_id(browser, "document-output").get_attribute("textContent") == "\n".join(expected) + "\n"
+    assert by_id(browser, "document-download").get_attribute("download") == "notes.de.txt"
+    assert by_id(browser, "document-status").text == f"{len(document)} of {len(document)} lines"
+
+
+def test_an_error_shows_the_server_s_message(browser, server):
+    open_page(browser, server.url)
+    type_text(browser, "x" * 350)
+    expected = "350 characters: the limit is 300 per request (--max-chars)"
+    wait(browser, lambda: by_id(browser, "error").text == expected, "the server's message")
+    assert output_lines(browser) == []  # the last translation is not left standing
+
+
+def test_switching_targets_translates_into_each(browser, corpus, tmp_path):
+    marian = pytest.importorskip("test_marian")
+    directory = marian.build_marian(tmp_path, corpus, "opus-mt-en-ROMANCE", marian.MULTILINGUAL_TAGS)
+    assert run_mtkit("import", directory, "-o", tmp_path / "mul.pt").returncode == 0
+    source = (corpus / "test.en").read_text().splitlines()[:2]
+    server = Server(tmp_path / "mul.pt", tmp_path / "serve.log", "--tgt-lang", "fra")
+    try:
+        open_page(browser, server.url)
+        from selenium.webdriver.support.ui import Select
+
+        target = Select(by_id(browser, "target"))
+        assert sorted(option.get_attribute("value") for option in target.options) == ["fra", "por", "spa"]
+        type_text(browser, "\n".join(source))
+        for lang in ("spa", "por", "fra"):
+            target.select_by_value(lang)
+            expected = offline(tmp_path / "mul.pt", source, "--tgt-lang", lang)
+            wait(browser, lambda: output_lines(browser) == expected, f"the translation into {lang}")  # noqa: B023
+    finally:
+        assert server.stop() == 0
+
+
+def test_no_page_leaves_the_json_api_alone(trained_run, tmp_path):
+    server = Server(trained_run, tmp_path / "serve.log", "--no-page")
+    try:
+        assert httpx.get(f"{server.url}/").status_code == 404
+        assert httpx.get(f"{server.url}/page/page.js").status_code == 404
+        assert server.post("/v1/translate", json={"text": "A dog runs."}).status_code == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_the_page_and_its_files_are_served_and_nothing_else(server):
+    page = httpx.get(f"{server.url}/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "http://" not in page.text and "https://" not in page.text  # nothing from another host
+    script = httpx.get(f"{server.url}/page/page.js")
+    assert script.headers["content-type"].startswith("text/javascript") and "fetch(" in script.text
+    assert httpx.get(f"{server.url}/page/../http.py").status_code == 404
+    assert httpx.get(f"{server.url}/page/index.html").status_code == 404
