@@ -89,16 +89,16 @@ class KeyFile:
         with self._lock:
             try:
                 stat = os.stat(self.path)
-                changed = force or (stat.st_size, stat.st_mtime_ns, stat.st_ino) != self._stamp
+                stamp = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
             except OSError:
-                changed = True
-            if changed:
+                stamp = None
+            if force or stamp != self._stamp:
+                self._stamp = stamp  # a broken file is reported once, until it changes again
                 try:
                     self._stamp, self.keys = self._read()
                     print(f"api keys: read {len(self.keys)} from {self.path}", file=sys.stderr, flush=True)
                 except MtkitError as err:
                     print(f"api keys: kept the {len(self.keys)} read before: {err}", file=sys.stderr, flush=True)
-                    self._stamp = None  # try again at the next request
         return self.keys
 
 
@@ -150,6 +150,8 @@ class Gate:
     def reload_soon(self) -> None:
         """SIGHUP: read the key file again at the next request."""
         self._reload.set()
+        if self.rules.keys is not None:
+            print("api keys: SIGHUP, the key file is read again at the next request", file=sys.stderr, flush=True)
 
     def identify(self, presented: str | None) -> ApiKey | None:
         """The key presented (None where the server has no keys); 403 without a valid one."""
