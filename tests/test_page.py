@@ -174,3 +174,23 @@ def test_the_page_and_its_files_are_served_and_nothing_else(server):
     assert script.headers["content-type"].startswith("text/javascript") and "fetch(" in script.text
     assert httpx.get(f"{server.url}/page/../http.py").status_code == 404
     assert httpx.get(f"{server.url}/page/index.html").status_code == 404
+
+
+def test_a_server_that_asks_for_a_key_says_so_until_the_page_has_one(browser, trained_run, lines, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
+    (tmp_path / "keys.txt").write_text("page-key-7c1d 0 page\n")
+    server = Server(trained_run, tmp_path / "serve.log", "--api-keys", tmp_path / "keys.txt")
+    try:
+        open_page(browser, server.url)
+        type_text(browser, lines[0])
+        message = "a valid API key is needed: api_key in the body, or Authorization: Bearer KEY"
+        wait(browser, lambda: by_id(browser, "error").text == message, "the server's 403 message")
+        browser.find_element("css selector", "details summary").click()
+        by_id(browser, "api-key").send_keys("page-key-7c1d", Keys.TAB)  # the key is taken when the field changes
+        expected = offline(trained_run, lines[:1])
+        wait(browser, lambda: output_lines(browser) == expected, "the translation with the key")
+        assert by_id(browser, "error").is_displayed() is False
+    finally:
+        browser.execute_script("localStorage.clear()")
+        assert server.stop() == 0
