@@ -150,11 +150,10 @@ def keyed(trained_run, tmp_path_factory):
     """A server with a key file (newsroom: 2 a minute; beta: no limit), --private-status, --max-texts 2."""
     folder = tmp_path_factory.mktemp("keyed")
     (folder / "keys.txt").write_text(KEYS)
-    served = Server(trained_run, folder / "serve.log", "--api-keys", folder / "keys.txt", "--private-status",
-                    "--max-texts", "2", headers={"Authorization": f"Bearer {BETA}"})  # fmt: skip
-    served.key_file = folder / "keys.txt"
-    yield served
-    assert served.stop() == 0
+    with Server(trained_run, folder / "serve.log", "--api-keys", folder / "keys.txt", "--private-status",
+                "--max-texts", "2", headers={"Authorization": f"Bearer {BETA}"}) as served:  # fmt: skip
+        served.key_file = folder / "keys.txt"
+        yield served
 
 
 def test_without_a_valid_key_every_translating_and_status_endpoint_answers_403(keyed):
@@ -245,10 +244,9 @@ def test_a_bad_key_file_stops_serve_at_once_with_one_line(trained_run, tmp_path)
 @pytest.fixture(scope="module")
 def limited(trained_run, tmp_path_factory):
     """A server without keys, 3 requests a minute per client address, 1,000 characters a request."""
-    served = Server(trained_run, tmp_path_factory.mktemp("limited") / "serve.log", "--req-limit", "3",
-                    "--max-chars", "1000")  # fmt: skip
-    yield served
-    assert served.stop() == 0
+    folder = tmp_path_factory.mktemp("limited")
+    with Server(trained_run, folder / "serve.log", "--req-limit", "3", "--max-chars", "1000") as served:
+        yield served
 
 
 def test_without_keys_each_address_has_its_limit(limited):

@@ -39,9 +39,8 @@ def browser():
 
 @pytest.fixture(scope="module")
 def server(trained_run, tmp_path_factory):
-    served = Server(trained_run, tmp_path_factory.mktemp("page") / "serve.log", "--max-chars", "300")
-    yield served
-    assert served.stop() == 0
+    with Server(trained_run, tmp_path_factory.mktemp("page") / "serve.log", "--max-chars", "300") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +139,7 @@ def test_switching_targets_translates_into_each(browser, corpus, tmp_path):
     directory = marian.build_marian(tmp_path, corpus, "opus-mt-en-ROMANCE", marian.MULTILINGUAL_TAGS)
     assert run_mtkit("import", directory, "-o", tmp_path / "mul.pt").returncode == 0
     source = (corpus / "test.en").read_text().splitlines()[:2]
-    server = Server(tmp_path / "mul.pt", tmp_path / "serve.log", "--tgt-lang", "fra")
-    try:
+    with Server(tmp_path / "mul.pt", tmp_path / "serve.log", "--tgt-lang", "fra") as server:
         open_page(browser, server.url)
         from selenium.webdriver.support.ui import Select
 
@@ -152,18 +150,13 @@ def test_switching_targets_translates_into_each(browser, corpus, tmp_path):
             target.select_by_value(lang)
             expected = offline(tmp_path / "mul.pt", source, "--tgt-lang", lang)
             wait(browser, lambda: output_lines(browser) == expected, f"the translation into {lang}")  # noqa: B023
-    finally:
-        assert server.stop() == 0
 
 
 def test_no_page_leaves_the_json_api_alone(trained_run, tmp_path):
-    server = Server(trained_run, tmp_path / "serve.log", "--no-page")
-    try:
+    with Server(trained_run, tmp_path / "serve.log", "--no-page") as server:
         assert httpx.get(f"{server.url}/").status_code == 404
         assert httpx.get(f"{server.url}/page/page.js").status_code == 404
         assert server.post("/v1/translate", json={"text": "A dog runs."}).status_code == 200
-    finally:
-        assert server.stop() == 0
 
 
 def test_the_page_and_its_files_are_served_and_nothing_else(server):
@@ -180,8 +173,7 @@ def test_a_server_that_asks_for_a_key_says_so_until_the_page_has_one(browser, tr
     from selenium.webdriver.common.keys import Keys
 
     (tmp_path / "keys.txt").write_text("page-key-7c1d 0 page\n")
-    server = Server(trained_run, tmp_path / "serve.log", "--api-keys", tmp_path / "keys.txt")
-    try:
+    with Server(trained_run, tmp_path / "serve.log", "--api-keys", tmp_path / "keys.txt") as server:
         open_page(browser, server.url)
         type_text(browser, lines[0])
         message = "a valid API key is needed: api_key in the body, or Authorization: Bearer KEY"
@@ -191,6 +183,4 @@ def test_a_server_that_asks_for_a_key_says_so_until_the_page_has_one(browser, tr
         expected = offline(trained_run, lines[:1])
         wait(browser, lambda: output_lines(browser) == expected, "the translation with the key")
         assert by_id(browser, "error").is_displayed() is False
-    finally:
         browser.execute_script("localStorage.clear()")
-        assert server.stop() == 0

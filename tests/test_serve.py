@@ -77,6 +77,15 @@ class Server:
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(60)
 
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        """Stopped with SIGTERM, it exits 0 (kept from hiding a test's own failure)."""
+        status = self.stop()
+        if exc_info[0] is None:
+            assert status == 0, self.log_path.read_text()[-2000:]
+
 
 @pytest.fixture(scope="module")
 def sentences(corpus):
