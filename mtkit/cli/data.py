@@ -1,4 +1,4 @@
-"""Commands that prepare data: train-tokenizer, preprocess."""
+"""Commands that prepare data: train-tokenizer, preprocess, distill."""
 
 from __future__ import annotations
 
@@ -8,7 +8,23 @@ from typing import Annotated
 import typer
 
 from mtkit.cli.app import app, handle_errors
-from mtkit.cli.options import LangPairsOption, parse_lang_pairs
+from mtkit.cli.options import (
+    BatchSizeOption,
+    BeamOption,
+    CheckpointOption,
+    DeviceOption,
+    EngineOption,
+    LangPairsOption,
+    LenpenOption,
+    MaxLenAOption,
+    MaxLenBOption,
+    MaxTokensOption,
+    ModelsOption,
+    PrecisionOption,
+    TgtLangOption,
+    parse_lang_pairs,
+    search_config,
+)
 from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
@@ -222,3 +238,57 @@ def _training_corpora(
     if len(corpora) < len(train):
         raise MtkitError(f"--train: corpus names must differ ({', '.join(train)})")
     return list(corpora.values())
+
+
+# --- distill ---------------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def distill(
+    model: ModelsOption,
+    src: Annotated[Path, typer.Option("--src", help="The training sources to translate, one a line.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where the teacher's translations go.")],
+    shard_lines: Annotated[int, typer.Option(help="Lines a shard: the work a killed run can lose.")] = 10_000,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+    lenpen: LenpenOption = 0.6,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    batch_size: BatchSizeOption = 128,
+    max_tokens: MaxTokensOption = 8192,
+    tgt_lang: TgtLangOption = None,
+    engine: EngineOption = "pytorch",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    force: Annotated[bool, typer.Option("--force", help="Replace an OUTPUT that exists.")] = False,
+) -> None:
+    """Translate a training corpus with a teacher (a model, or an ensemble: -m repeated), for
+    sequence-level distillation: a student then trains on the sources and these translations.
+
+    The corpus goes in shards of --shard-lines lines, each written whole or not at all: run the same
+    command again after an interruption and it goes on from the first missing shard (other settings
+    are refused). Use the teacher's best search settings (beam and lenpen chosen on val).
+
+    Example: [bold]mtkit distill -m teacher1.pt -m teacher2.pt --src train.en -o train.distilled.de --lenpen 1.8[/bold]
+    """
+    from mtkit.core.textio import check_input_file, check_output_file, sha256_file
+    from mtkit.interop.engines import make_translator
+    from mtkit.model.files import resolve_model_path
+    from mtkit.translation.distill import distill as distill_corpus
+
+    check_input_file(src)
+    check_output_file(output)
+    if output.exists() and not force:
+        raise MtkitError(f"{output}: already exists (use --force to replace it)")
+    cfg = search_config(beam, lenpen, max_len_a, max_len_b, 1, 1, 0, 4, 2)
+    paths = [resolve_model_path(m, checkpoint) if engine == "pytorch" else m for m in model]
+    teacher = [sha256_file(p) if p.is_file() else str(p.resolve()) for p in paths]
+    settings = {"teacher": teacher, "engine": engine, "precision": precision, "tgt_lang": tgt_lang,
+                "beam": beam, "lenpen": lenpen, "max_len_a": max_len_a, "max_len_b": max_len_b}  # fmt: skip
+    translator = make_translator(
+        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, False, False, 0, tgt_lang
+    )
+    lines, shards, done = distill_corpus(translator.translate, src, output, settings, shard_lines)
+    resumed = f" (resumed after {done:,} of {shards:,} shards)" if done else ""
+    console.info(f"wrote {output}: {lines:,} translations by {len(model)} teacher model(s){resumed}")

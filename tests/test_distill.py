@@ -1,0 +1,81 @@
+"""`mtkit distill`: a teacher's translations of a training corpus, in shards that survive a killed
+run: the same command again goes on from the first missing shard and gives what one run gives."""
+
+import pytest
+from conftest import run_mtkit
+
+TEACHER = ["--beam", "2", "--precision", "fp32", "--shard-lines", "7"]
+
+
+@pytest.fixture(scope="module")
+def source(corpus):
+    return corpus / "valid.en"  # 20 lines: shards of 7, 7 and 6
+
+
+@pytest.fixture(scope="module")
+def translated(trained_run, source, tmp_path_factory):
+    """What `mtkit translate` gives with the teacher's settings."""
+    result = run_mtkit("translate", "-m", trained_run, "-i", source, "--beam", "2", "--precision", "fp32")
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+def test_distill_gives_the_teacher_s_translations_and_leaves_no_shards(trained_run, source, translated, tmp_path):
+    output = tmp_path / "train.distilled.de"
+    result = run_mtkit("distill", "-m", trained_run, "--src", source, "-o", output, *TEACHER)
+    assert result.returncode == 0, result.stderr.decode()
+    assert output.read_text() == translated and len(translated.splitlines()) == 20
+    assert result.stderr.decode().splitlines()[-1] == f"wrote {output}: 20 translations by 1 teacher model(s)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.distilled.de"]
+
+
+def test_a_killed_run_goes_on_from_the_first_missing_shard(trained_run, source, translated, tmp_path):
+    output = tmp_path / "out.de"
+    command = ["distill", "-m", trained_run, "--src", source, "-o", output, *TEACHER]
+    # the third rename: settings.json, shard 0, then shard 1, killed with its temporary file written
+    killed = run_mtkit(*command, env={"MTKIT_KILL_AT": "rename:3"})
+    assert killed.returncode == -9
+    shards = tmp_path / "out.de.shards"
+    assert sorted(p.name for p in shards.iterdir() if not p.name.endswith(".tmp")) == ["000000.txt", "settings.json"]
+    assert (shards / "000000.txt").read_text() == "".join(translated.splitlines(keepends=True)[:7])
+    assert not output.exists()
+    resumed = run_mtkit(*command)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert output.read_text() == translated and not shards.exists()
+    assert "(resumed after 1 of 3 shards)" in resumed.stderr.decode()
+
+
+def test_resuming_with_other_settings_is_refused_naming_them(trained_run, source, tmp_path):
+    output = tmp_path / "out.de"
+    command = ["distill", "-m", trained_run, "--src", source, "-o", output, *TEACHER]
+    assert run_mtkit(*command, env={"MTKIT_KILL_AT": "rename:3"}).returncode == -9
+    other = run_mtkit(*command, "--beam", "3", "--lenpen", "1.0")
+    assert other.returncode == 1
+    (line,) = other.stderr.decode().strip().splitlines()
+    assert line == (f"error: {output}.shards: started with other settings (beam 3 against 2; lenpen 1.0 against "
+                    f"0.6); give them again, or remove {output}.shards")  # fmt: skip
+
+
+def test_an_output_that_exists_is_kept_unless_forced(trained_run, source, tmp_path):
+    output = tmp_path / "out.de"
+    output.write_text("kept\n")
+    refused = run_mtkit("distill", "-m", trained_run, "--src", source, "-o", output, *TEACHER)
+    assert refused.returncode == 1 and output.read_text() == "kept\n"
+    assert refused.stderr.decode().strip() == f"error: {output}: already exists (use --force to replace it)"
+    forced = run_mtkit("distill", "-m", trained_run, "--src", source, "-o", output, *TEACHER, "--force")
+    assert forced.returncode == 0 and len(output.read_text().splitlines()) == 20
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--src", "missing.en"], "missing.en: no such file"),
+        (["--shard-lines", "0"], "--shard-lines 0: must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line(trained_run, source, tmp_path, options, message):
+    command = ["distill", "-m", trained_run, "--src", source, "-o", tmp_path / "out.de", *TEACHER, *options]
+    result = run_mtkit(*command)
+    assert result.returncode == 1
+    (line,) = result.stderr.decode().strip().splitlines()
+    assert line.startswith("error: ") and message in line
