@@ -3,6 +3,10 @@ run: the same command again goes on from the first missing shard and gives what 
 
 import pytest
 from conftest import run_mtkit
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mtkit.translation.forced_decoding import kept_pairs
 
 TEACHER = ["--beam", "2", "--precision", "fp32", "--shard-lines", "7"]
 
@@ -79,3 +83,41 @@ def test_bad_input_is_one_line(trained_run, source, tmp_path, options, message):
     assert result.returncode == 1
     (line,) = result.stderr.decode().strip().splitlines()
     assert line.startswith("error: ") and message in line
+
+
+@settings(max_examples=200, deadline=None)
+@given(scores=st.lists(st.floats(-50, 0, allow_nan=False), max_size=40), drop=st.floats(0.0, 0.999))
+def test_the_filter_drops_the_share_asked_and_only_the_lowest(scores, drop):
+    kept = kept_pairs(scores, drop)
+    dropped = sorted(set(range(len(scores))) - set(kept))
+    assert kept == sorted(kept) and len(dropped) == int(len(scores) * drop)
+    assert all(scores[i] <= scores[j] for i in dropped for j in kept)
+
+
+def test_the_cross_entropy_filter_keeps_the_best_scored_pairs_in_order(trained_run, source, tmp_path):
+    output = tmp_path / "train.distilled.de"
+    assert run_mtkit("distill", "-m", trained_run, "--src", source, "-o", output, *TEACHER).returncode == 0
+    kept = tmp_path / "kept"
+    result = run_mtkit("score", "-m", trained_run, "--src", source, "--tgt", output, "--normalize",
+                       "--drop-worst", "0.25", "--kept", kept)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    scores = [float(value) for value in result.stdout.decode().split()]
+    pairs = list(zip(source.read_text().splitlines(), output.read_text().splitlines()))
+    survivors = list(
+        zip((tmp_path / "kept.en").read_text().splitlines(), (tmp_path / "kept.de").read_text().splitlines())
+    )
+    assert survivors == [pairs[i] for i in kept_pairs(scores, 0.25)] and len(survivors) == 15
+    assert f"kept 15 of 20 pairs in {kept}.en and {kept}.de" in result.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--drop-worst", "0.1", "--kept", "k"], ["--drop-worst", "1.5", "--normalize", "--kept", "k"],
+     ["--normalize", "--drop-worst", "0.1"]],
+)  # fmt: skip
+def test_the_filter_s_options_are_checked_first(trained_run, source, tmp_path, options):
+    result = run_mtkit("score", "-m", trained_run, "--src", source, "--tgt", source, *options)
+    assert result.returncode == 1 and result.stdout == b""
+    assert result.stderr.decode().strip() == (
+        "error: --drop-worst takes a share between 0 and 1, with --normalize and --kept PREFIX"
+    )

@@ -263,8 +263,10 @@ def distill(
     precision: PrecisionOption = "auto",
     force: Annotated[bool, typer.Option("--force", help="Replace an OUTPUT that exists.")] = False,
 ) -> None:
-    """Translate a training corpus with a teacher (a model, or an ensemble: -m repeated), for
-    sequence-level distillation: a student then trains on the sources and these translations.
+    """Translate a training corpus with a teacher, in shards that survive an interruption.
+
+    The teacher is a model, or an ensemble (-m repeated); a student then trains on the sources and
+    these translations (sequence-level distillation; `mtkit score --drop-worst` filters the pairs).
 
     The corpus goes in shards of --shard-lines lines, each written whole or not at all: run the same
     command again after an interruption and it goes on from the first missing shard (other settings

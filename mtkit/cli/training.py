@@ -1,4 +1,4 @@
-"""Commands that make models: train, average, import."""
+"""Commands that make models: train, average, import, export."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import CheckpointOption, ModelOption
 from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
@@ -139,3 +140,47 @@ def import_command(
     tags = model_file.meta.get("target_tags")
     if tags:
         console.info(f"translates into {len(tags)} languages, chosen with --tgt-lang: {', '.join(sorted(tags))}")
+
+
+@app.command()
+@handle_errors
+def export(
+    model: ModelOption,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="ctranslate2, or huggingface (MarianMT or, pre-norm, Pegasus).")
+    ] = "ctranslate2",
+    quantization: Annotated[
+        str, typer.Option(help="CTranslate2: float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
+    ] = "float32",
+    checkpoint: CheckpointOption = "best",
+    force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
+) -> None:
+    """Export a model for a deployment engine (CTranslate2) or for Hugging Face transformers, with its tokenizer.
+
+    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus) with
+    config.json, model.safetensors and a fast tokenizer, that transformers.pipeline("translation",
+    model=DIR) loads; models with a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
+
+    Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
+    """
+    from mtkit.model.files import load_model_file
+
+    if fmt not in ("ctranslate2", "huggingface"):
+        raise MtkitError(f"--format {fmt}: must be ctranslate2 or huggingface")
+    if fmt == "huggingface" and quantization != "float32":
+        raise MtkitError("--quantization: only for --format ctranslate2")
+    model_file = load_model_file(model, checkpoint)
+    if fmt == "huggingface":
+        from mtkit.interop.hf import export_huggingface
+
+        export_huggingface(model_file, output, force)
+        kind = "Pegasus" if model_file.config.norm == "pre" else "MarianMT"
+        console.info(f'wrote {output}: a {kind} model; use transformers.pipeline("translation", model="{output}")')
+        return
+    from mtkit.interop.ct2 import export_ctranslate2
+
+    export_ctranslate2(model_file, output, quantization, force)
+    console.info(
+        f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}"
+    )

@@ -1,4 +1,4 @@
-"""Commands that decode: translate, evaluate, export."""
+"""Commands that decode: translate, evaluate, score."""
 
 from __future__ import annotations
 
@@ -269,56 +269,18 @@ def evaluate(
 
 @app.command()
 @handle_errors
-def export(
-    model: ModelOption,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
-    fmt: Annotated[
-        str, typer.Option("--format", help="ctranslate2, or huggingface (MarianMT or, pre-norm, Pegasus).")
-    ] = "ctranslate2",
-    quantization: Annotated[
-        str, typer.Option(help="CTranslate2: float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
-    ] = "float32",
-    checkpoint: CheckpointOption = "best",
-    force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
-) -> None:
-    """Export a model for a deployment engine (CTranslate2) or for Hugging Face transformers, with its tokenizer.
-
-    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus) with
-    config.json, model.safetensors and a fast tokenizer, that transformers.pipeline("translation",
-    model=DIR) loads; models with a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
-
-    Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
-    """
-    from mtkit.model.files import load_model_file
-
-    if fmt not in ("ctranslate2", "huggingface"):
-        raise MtkitError(f"--format {fmt}: must be ctranslate2 or huggingface")
-    if fmt == "huggingface" and quantization != "float32":
-        raise MtkitError("--quantization: only for --format ctranslate2")
-    model_file = load_model_file(model, checkpoint)
-    if fmt == "huggingface":
-        from mtkit.interop.hf import export_huggingface
-
-        export_huggingface(model_file, output, force)
-        kind = "Pegasus" if model_file.config.norm == "pre" else "MarianMT"
-        console.info(f'wrote {output}: a {kind} model; use transformers.pipeline("translation", model="{output}")')
-        return
-    from mtkit.interop.ct2 import export_ctranslate2
-
-    export_ctranslate2(model_file, output, quantization, force)
-    console.info(
-        f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}"
-    )
-
-
-@app.command()
-@handle_errors
 def score(
     model: ModelOption,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
     tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
     normalize: Annotated[bool, typer.Option(help="Per target token (</s> included) instead of the sum.")] = False,
     lenpen: Annotated[float, typer.Option(help="Divide by the search's length penalty ((5+n)/6)^lenpen.")] = 0.0,
+    drop_worst: Annotated[
+        float, typer.Option(help="With --normalize and --kept: drop this share of the pairs, the lowest scored.")
+    ] = 0.0,
+    kept: Annotated[
+        Path | None, typer.Option(help="Write the pairs kept to PREFIX.SRC_SUFFIX and PREFIX.TGT_SUFFIX.")
+    ] = None,
     checkpoint: CheckpointOption = "best",
     max_tokens: MaxTokensOption = 8192,
     tgt_lang: TgtLangOption = None,
@@ -328,6 +290,9 @@ def score(
     """Score given translations: log p(target | source) by forced decoding, one number per line.
 
     With --lenpen A the number is what beam search with --lenpen A ranks by; for filtering and reranking.
+    With --normalize --drop-worst 0.05 --kept PREFIX the 5% of pairs with the lowest per-token
+    log-probability are left out of PREFIX.en and PREFIX.de (for train.en and train.distilled.de):
+    the cross-entropy filter of distilled data.
 
     Example: [bold]mtkit score -m model.pt --src test.en --tgt test.hyp.de --normalize[/bold]
     """
@@ -337,8 +302,43 @@ def score(
 
     if normalize and lenpen:
         raise MtkitError("--normalize and --lenpen exclude each other")
+    outputs = _kept_files(src, tgt, drop_worst, kept, normalize)
     sources, targets = read_lines_checked(src), read_lines_checked(tgt)
     check_line_counts({src: sources, tgt: targets})
     scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens, tgt_lang)
     scores = scorer.score(sources, targets, normalize, lenpen)
     sys.stdout.write("".join(f"{value:.6f}\n" for value in scores))
+    if outputs:
+        _write_kept(outputs, sources, targets, scores, drop_worst)
+
+
+def _kept_files(
+    src: Path, tgt: Path, drop_worst: float, kept: Path | None, normalize: bool
+) -> tuple[Path, Path] | None:
+    """score --drop-worst's two output files, checked before any work."""
+    from mtkit.core.textio import check_output_file
+
+    if not drop_worst and kept is None:
+        return None
+    if not 0 < drop_worst < 1 or kept is None or not normalize:
+        raise MtkitError("--drop-worst takes a share between 0 and 1, with --normalize and --kept PREFIX")
+    if not src.suffix or src.suffix == tgt.suffix:
+        raise MtkitError(f"--kept: {src} and {tgt} need suffixes of their own (train.en, train.distilled.de)")
+    outputs = (kept.with_name(kept.name + src.suffix), kept.with_name(kept.name + tgt.suffix))
+    for path in outputs:
+        check_output_file(path)
+    return outputs
+
+
+def _write_kept(outputs: tuple[Path, Path], sources: list[str], targets: list[str], scores, drop_worst: float) -> None:
+    from mtkit.core.textio import write_text_atomic
+    from mtkit.translation.forced_decoding import kept_pairs
+
+    kept = kept_pairs(scores, drop_worst)
+    for path, lines in zip(outputs, (sources, targets)):
+        write_text_atomic(path, "".join(lines[i] + "\n" for i in kept))
+    floor = min(scores[i] for i in kept) if kept else float("nan")
+    console.info(
+        f"kept {len(kept):,} of {len(scores):,} pairs in {outputs[0]} and {outputs[1]} "
+        f"(per-token log-probability at least {floor:.4f})"
+    )

@@ -79,3 +79,10 @@ class Scorer:
         if normalize:
             return [total / length for total, length in scored]
         return [total / length_penalty(length, lenpen) for total, length in scored]
+
+
+def kept_pairs(scores: Sequence[float], drop: float) -> list[int]:
+    """The indices, in order, of the pairs left when the share `drop` of them (rounded down) with
+    the lowest scores goes: Bergamot's cross-entropy filter, given per-token scores."""
+    dropped = set(sorted(range(len(scores)), key=lambda i: (scores[i], i))[: int(len(scores) * drop)])
+    return [i for i in range(len(scores)) if i not in dropped]
