@@ -24,6 +24,7 @@ def bad(tmp_path_factory, corpus, tokenizer_path, data_dir, trained_run) -> dict
     (root / "notes.txt").write_text("not a model, not a tokenizer\n")
     (root / "existing.txt").write_text("keep me\n")
     (root / "run_file").write_text("a file where a run directory should be\n")
+    (root / "keys.txt").write_text("a-key 60 desk\n")
     write_lines(root / "three.de", ["a", "b", "c"])
     for lang, lines in (("en", ["A dog.", "A cat."]), ("de", ["Ein Hund."])):
         write_lines(root / f"mismatch.{lang}", lines)
@@ -66,6 +67,11 @@ CASES = {
     "pre-bpe-dropout-1": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/bin --bpe-dropout 1", "", "--bpe-dropout 1: must be in [0, 1)", 1),
     "pre-samples-without-dropout": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/bin --samples 3", "", "--samples 3: the samples would be identical", 1),
     "pre-existing-output": ("preprocess -s en -t de --train {corpus}/train --tokenizer {tok} -o {root}/existing.txt", "", "existing.txt: already exists", 1),
+    # distill
+    "dis-missing-src": ("distill -m {model} --src {root}/none.en -o {root}/d.de", "", "none.en: no such file", 1),
+    "dis-existing-output": ("distill -m {model} --src {root}/three.de -o {root}/existing.txt", "", "existing.txt: already exists (use --force", 1),
+    "dis-output-is-dir": ("distill -m {model} --src {root}/three.de -o {root}/dir", "", "dir: is a directory", 1),
+    "dis-zero-shard-lines": ("distill -m {model} --src {root}/three.de -o {root}/d.de --shard-lines 0", "", "--shard-lines 0: must be at least 1", 1),
     # train
     "train-missing-data": ("train -d {root}/nodata -o {root}/r", "", "nodata: not an mtkit dataset", 1),
     "train-data-not-a-dataset": ("train -d {root}/dir -o {root}/r", "", "dir: not an mtkit dataset", 1),
@@ -143,6 +149,12 @@ CASES = {
     "serve-zero-queue": ("serve -m {model} --max-queue 0", "", "--max-queue 0: must be at least 1", 1),
     "serve-bad-port": ("serve -m {model} --port 70000", "", "--port 70000: must be between 0 and 65535", 1),
     "serve-beam-0": ("serve -m {model} --beam 0", "", "--beam 0: must be at least 1", 1),
+    "serve-missing-key-file": ("serve -m {model} --api-keys {root}/none.keys", "", "none.keys: cannot read the key file", 1),
+    "serve-bad-key-file": ("serve -m {model} --api-keys {root}/notes.txt", "", "notes.txt:1: expected KEY [REQUESTS_PER_MINUTE [NAME]]", 1),
+    "serve-req-limit-with-keys": ("serve -m {model} --api-keys {root}/keys.txt --req-limit 5", "", "--req-limit is for servers without --api-keys", 1),
+    "serve-private-without-keys": ("serve -m {model} --private-status", "", "--private-status needs --api-keys", 1),
+    "serve-negative-max-texts": ("serve -m {model} --max-texts -1", "", "--max-texts -1: must be at least 0", 1),
+    "score-drop-without-kept": ("score -m {model} --src {root}/three.de --tgt {root}/three.de --normalize --drop-worst 0.1", "", "--drop-worst takes a share between 0 and 1", 1),
     # attention
     "att-bad-kind": ("attention -m {model} --src 'A dog.' --kind sideways", "", "--kind sideways", 1),
     "att-bad-format": ("attention -m {model} --src 'A dog.' -o {root}/a.pdf", "", "--format pdf", 1),
