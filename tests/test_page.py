@@ -126,12 +126,14 @@ def test_a_document_keeps_its_lines(browser, server, trained_run, lines, tmp_pat
     assert by_id(browser, "document-status").text == f"{len(document)} of {len(document)} lines"
 
 
-def test_an_error_shows_the_server_s_message(browser, server):
+def test_an_error_shows_the_server_s_message(browser, server, trained_run, lines):
     open_page(browser, server.url)
-    type_text(browser, "x" * 350)
-    expected = "350 characters: the limit is 300 per request (--max-chars)"
+    type_text(browser, lines[0])
+    wait(browser, lambda: output_lines(browser) == offline(trained_run, lines[:1]), "a translation")
+    by_id(browser, "input").send_keys(" " + "x" * (300 - len(lines[0])))
+    expected = "301 characters: the limit is 300 per request (--max-chars)"
     wait(browser, lambda: by_id(browser, "error").text == expected, "the server's message")
-    assert output_lines(browser) == []  # the last translation is not left standing
+    assert output_lines(browser) == [""]  # the translation of the shorter text is not left standing
 
 
 def test_switching_targets_translates_into_each(browser, corpus, tmp_path):

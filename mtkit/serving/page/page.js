@@ -110,7 +110,10 @@ async function translateText() {
     render(lines, answer.translations);
     showError("");
   } catch (error) {
-    if (error.name !== "AbortError" && seq === state.seq) showError(error.message);
+    if (error.name !== "AbortError" && seq === state.seq) {
+      render(lines, []);  // no translation of an earlier text left standing beside the error
+      showError(error.message);
+    }
   } finally {
     if (seq === state.seq) $("busy").hidden = true;
   }
