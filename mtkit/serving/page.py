@@ -1,9 +1,9 @@
-"""The translation page of `mtkit serve` at `/`: plain HTML, CSS and JavaScript files (page/) that
+"""The translation page of `mtkit serve` at `/`: plain HTML, CSS and JavaScript files (static/) that
 use the server's own API, with no build step and nothing loaded from another host."""
 
 from pathlib import Path
 
-PAGE_DIR = Path(__file__).with_name("page")
+PAGE_DIR = Path(__file__).with_name("static")
 FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 
 

@@ -1,0 +1,3 @@
+"""mtkit: Transformer neural machine translation from the command line."""
+
+__version__ = "0.1.0"

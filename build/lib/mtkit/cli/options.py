@@ -1,0 +1,117 @@
+"""Options and helpers shared by the commands that decode (translate, evaluate, attention)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit.core.errors import MtkitError
+
+ModelOption = Annotated[
+    Path, typer.Option("--model", "-m", help="Model file, or a run directory (its best checkpoint).")
+]
+ModelsOption = Annotated[
+    list[Path],
+    typer.Option("--model", "-m", help="Model file or run directory; repeat it for an ensemble (PyTorch engine)."),
+]
+CheckpointOption = Annotated[str, typer.Option(help="With a run directory: best or last checkpoint.")]
+BeamOption = Annotated[int, typer.Option(help="Beam size (1 = greedy).")]
+LenpenOption = Annotated[float, typer.Option(help="Length penalty alpha: scores / ((5+len)/6)^alpha.")]
+MaxLenAOption = Annotated[float, typer.Option(help="Output length <= a * source length + b: a.")]
+MaxLenBOption = Annotated[int, typer.Option(help="Output length <= a * source length + b: b.")]
+MinLenOption = Annotated[int, typer.Option(help="Least output tokens before end of sentence.")]
+NoRepeatOption = Annotated[int, typer.Option(help="Forbid repeating any n-gram of this size (0: off).")]
+LoopNgramOption = Annotated[
+    int,
+    typer.Option(
+        help="Loop guard: no n-gram of this many subwords occurs more than --loop-repeats times (0: off; PyTorch engine)."
+    ),
+]
+LoopRepeatsOption = Annotated[int, typer.Option(help="Loop guard: the most times one n-gram may occur.")]
+SplitSentencesOption = Annotated[
+    bool,
+    typer.Option("--split-sentences", help="Translate each line sentence by sentence (pip install 'mtkit[text]')."),
+]
+MaxSourceLenOption = Annotated[
+    int,
+    typer.Option(help="Translate lines of more subwords in pieces, at sentence ends (0: the model's training limit)."),
+]
+LangPairsOption = Annotated[
+    str | None,
+    typer.Option(help="SRC-TGT pairs, e.g. en-de,en-fr: a multilingual dataset's directions (tags <2de> ...)."),
+]
+TgtLangOption = Annotated[
+    str | None,
+    typer.Option("--tgt-lang", help="The language to translate into: needed by a model of several targets."),
+]
+BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
+MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
+PrecisionOption = Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")]
+CudaGraphsOption = Annotated[
+    bool, typer.Option("--cuda-graphs", help="Replay each decoding step as a CUDA graph (GPU, --engine pytorch).")
+]
+EngineOption = Annotated[
+    str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")
+]
+
+
+def search_config(
+    beam: int,
+    lenpen: float,
+    max_len_a: float,
+    max_len_b: int,
+    min_len: int,
+    nbest: int = 1,
+    no_repeat_ngram: int = 0,
+    loop_ngram: int = 4,
+    loop_repeats: int = 2,
+    sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+):
+    from mtkit.decoding.search_rules import SearchConfig
+
+    cfg = SearchConfig(
+        beam=beam,
+        lenpen=lenpen,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        nbest=nbest,
+        no_repeat_ngram=no_repeat_ngram,
+        loop_ngram=loop_ngram,
+        loop_repeats=loop_repeats,
+        sample=sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
+    cfg.validate()
+    return cfg
+
+
+def input_lines(path: Path | None) -> Iterator[str]:
+    from mtkit.core.textio import decode_stream, iter_lines
+
+    if path is None:
+        return decode_stream(sys.stdin.buffer, "<stdin>")
+    return iter_lines(path)
+
+
+def parse_lang_pairs(value: str) -> list[tuple[str, str]]:
+    """--lang-pairs en-de,en-fr as [("en", "de"), ("en", "fr")]."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        source, dash, target = item.partition("-")
+        if not (dash and source and target) or "-" in target:
+            raise MtkitError(f"--lang-pairs {value}: {item!r} is not SRC-TGT (e.g. en-de)")
+        pairs.append((source, target))
+    return pairs

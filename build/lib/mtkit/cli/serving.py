@@ -1,0 +1,175 @@
+"""The serve command: a model behind HTTP (mtkit.serving.http)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import (
+    BeamOption,
+    CheckpointOption,
+    CudaGraphsOption,
+    DeviceOption,
+    EngineOption,
+    LenpenOption,
+    LoopNgramOption,
+    LoopRepeatsOption,
+    MaxLenAOption,
+    MaxLenBOption,
+    MaxSourceLenOption,
+    MinLenOption,
+    ModelOption,
+    NoRepeatOption,
+    PrecisionOption,
+    TgtLangOption,
+    search_config,
+)
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
+
+
+@app.command()
+@handle_errors
+def serve(
+    model: ModelOption,
+    engine: EngineOption = "pytorch",
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    max_batch_tokens: Annotated[
+        int, typer.Option(help="Most source subwords translated together (a batch, or the running search).")
+    ] = 4096,
+    max_wait_ms: Annotated[
+        float, typer.Option(help="Longest wait for other requests' sentences to batch with (0: no batching wait).")
+    ] = 20.0,
+    max_queue: Annotated[int, typer.Option(help="Most sentences waiting; beyond, requests get 503.")] = 2048,
+    max_chars: Annotated[int, typer.Option(help="Most characters per request; beyond, 413.")] = 20000,
+    max_texts: Annotated[
+        int, typer.Option(help="Most texts per request (0: as many as the queue holds); beyond, 413.")
+    ] = 0,
+    api_keys: Annotated[
+        Path | None,
+        typer.Option(help="File of API keys, one a line: KEY [REQUESTS_PER_MINUTE [NAME]]; without one, 403."),
+    ] = None,
+    req_limit: Annotated[
+        int, typer.Option(help="Without --api-keys: requests per minute per client address (0: no limit); beyond, 429.")
+    ] = 0,
+    no_page: Annotated[bool, typer.Option("--no-page", help="No translation page at /: the JSON API alone.")] = False,
+    private_status: Annotated[
+        bool, typer.Option("--private-status", help="/health, /ready and /metrics need an API key too.")
+    ] = False,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+    lenpen: LenpenOption = 0.6,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    min_len: MinLenOption = 1,
+    no_repeat_ngram: NoRepeatOption = 0,
+    loop_ngram: LoopNgramOption = 4,
+    loop_repeats: LoopRepeatsOption = 2,
+    split_sentences: Annotated[
+        bool,
+        typer.Option(
+            "--split-sentences",
+            help="Translate texts sentence by sentence unless a request says otherwise (mtkit[text]).",
+        ),
+    ] = False,
+    max_source_len: MaxSourceLenOption = 0,
+    tgt_lang: TgtLangOption = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    cuda_graphs: CudaGraphsOption = False,
+) -> None:
+    """Serve a model over HTTP: a translation page at /, /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
+
+    Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
+    most --max-wait-ms); with the PyTorch engine, a search starts at once and sentences that
+    arrive later join it between decoding steps. SIGTERM finishes the requests in flight, then
+    exits. On the open network (--host 0.0.0.0), --api-keys asks every request for a key and limits
+    each key's requests per minute, or --req-limit limits each client address. Needs pip install
+    'mtkit\\[serve]'.
+
+    Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
+    [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
+    """
+    from mtkit.serving.access import AccessRules, Gate, KeyFile
+    from mtkit.serving.http import _require_extra
+    from mtkit.serving.http import serve as run_server
+    from mtkit.serving.service import ServeConfig, Service
+
+    _require_extra()
+    if not 0 <= port <= 65535:
+        raise MtkitError(f"--port {port}: must be between 0 and 65535")
+    serve_cfg = ServeConfig(
+        max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts
+    )
+    serve_cfg.validate()
+    rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
+    rules.validate()
+    cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
+    make, tokenizers, info = _load(
+        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang
+    )
+    service = Service(make, tokenizers, cfg, info, serve_cfg)
+    languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
+    run_server(
+        service,
+        host,
+        port,
+        lambda bound: console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{bound}"),
+        Gate(rules),
+        not no_page,
+    )
+    console.info("stopped")
+
+
+def _load(
+    engine: str,
+    model: Path,
+    checkpoint: str,
+    cfg,
+    device: str,
+    precision: str,
+    max_tokens: int,
+    cuda_graphs: bool,
+    tgt_lang: str | None,
+):
+    """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
+    model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
+    from mtkit.interop.engines import make_translator
+    from mtkit.serving.service import ModelInfo
+    from mtkit.text.targets import target_tag
+
+    if engine == "ctranslate2":
+        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
+        meta = translator.meta.get("source", {})
+        if tgt_lang is not None:
+            target_tag(meta, tgt_lang)  # a wrong --tgt-lang fails now; the service puts the tags in
+        info = ModelInfo(
+            model.name, model / "model.bin", engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta
+        )
+        return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
+    if engine != "pytorch":
+        raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
+    from mtkit.core.device import resolve_device, resolve_precision
+    from mtkit.decoding.cuda_graphs import check_device
+    from mtkit.model.files import load_model_file, resolve_model_path
+    from mtkit.translation.translate import Translator
+
+    resolved = resolve_device(device)
+    resolve_precision(precision, resolved)  # refuse bad values now, not on the worker
+    if cuda_graphs:
+        check_device(resolved)
+    path = resolve_model_path(model, checkpoint)
+    model_file = load_model_file(path)
+    meta = model_file.meta
+    if tgt_lang is not None:
+        target_tag(meta, tgt_lang)  # a wrong --tgt-lang fails now; the service puts the tags in
+    info = ModelInfo(path.name, path, engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta)
+
+    def make() -> Translator:
+        return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
+
+    return make, (model_file.src_tokenizer, model_file.tgt_tokenizer), info

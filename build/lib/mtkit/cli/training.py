@@ -1,0 +1,186 @@
+"""Commands that make models: train, average, import, export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import CheckpointOption, ModelOption
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
+
+# --- train ---------------------------------------------------------------------------------------
+
+
+@app.command("train")
+@handle_errors
+def train_command(
+    data: Annotated[Path | None, typer.Option("--data", "-d", help="Dataset directory from mtkit preprocess.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Run directory for checkpoints and logs.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML config with model: and train: sections.")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a setting: section.key=value (repeatable).")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue the run in this directory exactly where it stopped.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace a run that RUN_DIR already holds.")] = False,
+    auto_resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue the run RUN_DIR holds, if it saved one, else start it: the same command again after a "
+            "crash (torchrun --max-restarts, a job scheduler's requeue)."
+        ),
+    ] = False,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(help="Fine-tune: start from this model's weights and architecture (model file or run directory)."),
+    ] = None,
+) -> None:
+    """Train a Transformer (CPU or GPU, mixed precision, resumable; runs under torchrun for several processes).
+
+    Example: [bold]mtkit train -d data-bin -o runs/en-de -c config.yaml --set train.max_steps=20000[/bold]
+
+    Resume:  [bold]mtkit train --resume runs/en-de --set train.max_steps=40000[/bold]
+
+    Fine-tune: [bold]mtkit train -d in-domain-bin -o runs/ft --init-from model.pt --set train.lr=1e-4[/bold]
+
+    Restartable: [bold]torchrun --max-restarts 3 --nproc-per-node 2 -m mtkit train -d data-bin -o runs/en-de --auto-resume[/bold]
+    """
+    from mtkit.core.config import fine_tuning_config, load_config
+    from mtkit.model.files import load_model_file
+    from mtkit.training.rundir import STATE_FILE
+    from mtkit.training.train import train
+
+    if resume:
+        if config:
+            raise MtkitError(
+                "--config cannot be combined with --resume: the run keeps its config (use --set for stopping criteria)"
+            )
+        if init_from:
+            raise MtkitError("--init-from cannot be combined with --resume: a resumed run continues from its own state")
+        train(None, data, resume, resume=True, overrides=overrides or [])
+        return
+    if data is None or output is None:
+        raise MtkitError("give --data DATA_DIR and --output RUN_DIR (or --resume RUN_DIR)")
+    if auto_resume and force:
+        raise MtkitError("--auto-resume continues a run and --force replaces it: give one of them")
+    model_file = load_model_file(init_from) if init_from else None
+    if model_file:
+        run_config = fine_tuning_config(model_file.config, config, overrides or [])
+    else:
+        run_config = load_config(config, overrides or [])
+    if auto_resume and (output / STATE_FILE).is_file():
+        train(run_config, data, output, resume=True, overrides=overrides or [])
+        return
+    # --auto-resume where no training state was saved yet: the run starts over
+    train(run_config, data, output, force=force or auto_resume, init_from=model_file)
+
+
+# --- average -------------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def average(
+    checkpoints: Annotated[list[Path], typer.Argument(help="Model files, or one run directory with --last/--best.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The averaged model file to write.")],
+    last: Annotated[int | None, typer.Option(help="Average the run's last N checkpoints.")] = None,
+    best: Annotated[int | None, typer.Option(help="Average the run's N best checkpoints by validation metric.")] = None,
+) -> None:
+    """Average checkpoints' weights into one self-contained model file.
+
+    Example: [bold]mtkit average runs/en-de --last 5 -o model.pt[/bold]
+    """
+    from mtkit.model.files import save_model_file
+    from mtkit.training.average import average_checkpoints, select_checkpoints
+
+    if len(checkpoints) == 1 and checkpoints[0].is_dir():
+        paths = select_checkpoints(checkpoints[0], last, best)
+    elif last is not None or best is not None:
+        raise MtkitError("--last/--best take one run directory, not model files")
+    else:
+        paths = checkpoints
+    save_model_file(output, average_checkpoints(paths))
+    console.info(f"wrote {output}: the average of {len(paths)} checkpoints ({', '.join(p.name for p in paths)})")
+
+
+@app.command("import")
+@handle_errors
+def import_command(
+    directory: Annotated[Path, typer.Argument(help="A MarianMT directory as transformers saves it (OPUS-MT models).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The mtkit model file to write.")],
+    force: Annotated[bool, typer.Option(help="Replace an existing model file.")] = False,
+) -> None:
+    """Import a MarianMT model (an OPUS-MT model) to fine-tune, translate, serve or export it.
+
+    Writes the model file and, beside it, its two tokenizers (OUTPUT's name with .src-tokenizer.json
+    and .tgt-tokenizer.json), to preprocess data for fine-tuning with. Needs pip install 'mtkit\\[marian]'.
+
+    Example: [bold]mtkit import opus-mt-en-de -o en-de.pt[/bold]
+    """
+    from mtkit.interop.marian import import_marian, tokenizer_paths
+
+    model_file = import_marian(directory, output, force)
+    src, tgt = tokenizer_paths(output)
+    model_file.src_tokenizer.save(src)
+    model_file.tgt_tokenizer.save(tgt)
+    cfg = model_file.config
+    console.info(
+        f"wrote {output}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
+        f"{cfg.tgt_vocab_size - 1:,} subwords (vocab.json's, and <s> for the decoder's start); tokenizers {src} and {tgt}"
+    )
+    tags = model_file.meta.get("target_tags")
+    if tags:
+        console.info(f"translates into {len(tags)} languages, chosen with --tgt-lang: {', '.join(sorted(tags))}")
+
+
+@app.command()
+@handle_errors
+def export(
+    model: ModelOption,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to create.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="ctranslate2, or huggingface (MarianMT or, pre-norm, Pegasus).")
+    ] = "ctranslate2",
+    quantization: Annotated[
+        str, typer.Option(help="CTranslate2: float32, int8, int16, float16, bfloat16, int8_float32 or int8_bfloat16.")
+    ] = "float32",
+    checkpoint: CheckpointOption = "best",
+    force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
+) -> None:
+    """Export a model for a deployment engine (CTranslate2) or for Hugging Face transformers, with its tokenizer.
+
+    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus) with
+    config.json, model.safetensors and a fast tokenizer, that transformers.pipeline("translation",
+    model=DIR) loads; models with a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
+
+    Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
+    """
+    from mtkit.model.files import load_model_file
+
+    if fmt not in ("ctranslate2", "huggingface"):
+        raise MtkitError(f"--format {fmt}: must be ctranslate2 or huggingface")
+    if fmt == "huggingface" and quantization != "float32":
+        raise MtkitError("--quantization: only for --format ctranslate2")
+    model_file = load_model_file(model, checkpoint)
+    if fmt == "huggingface":
+        from mtkit.interop.hf import export_huggingface
+
+        export_huggingface(model_file, output, force)
+        kind = "Pegasus" if model_file.config.norm == "pre" else "MarianMT"
+        console.info(f'wrote {output}: a {kind} model; use transformers.pipeline("translation", model="{output}")')
+        return
+    from mtkit.interop.ct2 import export_ctranslate2
+
+    export_ctranslate2(model_file, output, quantization, force)
+    console.info(
+        f"wrote {output}: a CTranslate2 model ({quantization}); use mtkit translate --engine ctranslate2 -m {output}"
+    )

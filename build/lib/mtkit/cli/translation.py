@@ -1,0 +1,344 @@
+"""Commands that decode: translate, evaluate, score."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import (
+    BatchSizeOption,
+    BeamOption,
+    CheckpointOption,
+    CudaGraphsOption,
+    DeviceOption,
+    EngineOption,
+    LangPairsOption,
+    LenpenOption,
+    LoopNgramOption,
+    LoopRepeatsOption,
+    MaxLenAOption,
+    MaxLenBOption,
+    MaxSourceLenOption,
+    MaxTokensOption,
+    MinLenOption,
+    ModelOption,
+    ModelsOption,
+    NoRepeatOption,
+    PrecisionOption,
+    SplitSentencesOption,
+    TgtLangOption,
+    input_lines,
+    parse_lang_pairs,
+    search_config,
+)
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
+
+
+@app.command()
+@handle_errors
+def translate(
+    model: ModelsOption,
+    input: Annotated[Path | None, typer.Option("--input", "-i", help="Source text file (default: stdin).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write translations here (default: stdout).")
+    ] = None,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+    lenpen: LenpenOption = 0.6,
+    nbest: Annotated[int, typer.Option(help="Print N lines per input: index<TAB>score<TAB>translation.")] = 1,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    min_len: MinLenOption = 1,
+    no_repeat_ngram: NoRepeatOption = 0,
+    loop_ngram: LoopNgramOption = 4,
+    loop_repeats: LoopRepeatsOption = 2,
+    sample: Annotated[bool, typer.Option(help="Sample instead of searching (use --beam 1).")] = False,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    top_k: Annotated[int, typer.Option(help="Sample among the k likeliest tokens (0: all).")] = 0,
+    top_p: Annotated[float, typer.Option(help="Sample from the smallest set with this much probability.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Random seed for sampling.")] = 0,
+    batch_size: BatchSizeOption = 128,
+    max_tokens: MaxTokensOption = 8192,
+    buffer_size: Annotated[int, typer.Option(help="Lines read before translating (1 on a terminal).")] = 2000,
+    alignment: Annotated[
+        bool, typer.Option(help="Append <TAB> and a source-target word alignment (i-j pairs).")
+    ] = False,
+    prefix_file: Annotated[
+        Path | None, typer.Option(help="Per input line, text its translation must begin with (blank: none).")
+    ] = None,
+    prefix_in_input: Annotated[
+        bool, typer.Option(help="Input lines are source<TAB>prefix: the translation begins with the prefix.")
+    ] = False,
+    split_sentences: SplitSentencesOption = False,
+    max_source_len: MaxSourceLenOption = 0,
+    tgt_lang: TgtLangOption = None,
+    engine: EngineOption = "pytorch",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    cuda_graphs: CudaGraphsOption = False,
+) -> None:
+    """Translate raw text, one output line per input line, in order (stdin to stdout by default).
+
+    With --alignment each line is `translation<TAB>i-j ...`: source word i aligned to target word j
+    (0-based, whitespace-separated words), from the penultimate decoder layer's cross-attention
+    averaged over heads. With --prefix-file or --prefix-in-input each translation begins with the
+    given target text and continues as the model's best completion (both engines).
+
+    Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
+    """
+    from mtkit.core.textio import atomic_path, check_input_file, check_output_file, progress_size
+    from mtkit.interop.engines import make_translator
+    from mtkit.translation.output import paired_with_prefixes, write_translations
+
+    cfg = search_config(
+        beam,
+        lenpen,
+        max_len_a,
+        max_len_b,
+        min_len,
+        nbest,
+        no_repeat_ngram,
+        loop_ngram,
+        loop_repeats,
+        sample,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+    )
+    if alignment and (engine != "pytorch" or len(model) > 1):
+        raise MtkitError("--alignment needs one model and --engine pytorch")
+    if alignment and split_sentences:
+        raise MtkitError("--alignment and --split-sentences exclude each other: an alignment is of one sentence")
+    if prefix_file and prefix_in_input:
+        raise MtkitError("--prefix-file and --prefix-in-input: give one of them")
+    if prefix_file:
+        check_input_file(prefix_file)
+    if input:
+        check_input_file(input)  # before the model loads
+    if output:
+        check_output_file(output)
+    translator = make_translator(
+        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
+        max_source_len, tgt_lang,
+    )  # fmt: skip
+    interactive = input is None and sys.stdin.isatty()
+    lines = paired_with_prefixes(input_lines(input), str(input or "stdin"), prefix_file, prefix_in_input)
+    with_prefixes = bool(prefix_file or prefix_in_input)
+    chunk = 1 if interactive else max(1, buffer_size)
+    total = progress_size(input) if input else None  # a regular file: progress by bytes, read only once
+    align = translator.alignment if alignment else None
+
+    def write_all(out) -> int:
+        return write_translations(translator, lines, with_prefixes, out, nbest, align, chunk, interactive, total)
+
+    if output:
+        with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as out:
+            n = write_all(out)
+        console.info(f"wrote {n:,} translations to {output}")
+    else:
+        write_all(sys.stdout)
+    report_pieces(translator)
+
+
+def report_pieces(translator) -> None:
+    """The count of lines translated in pieces for being long, on stderr."""
+    if translator.lines_in_pieces:
+        console.warn(
+            f"{translator.lines_in_pieces:,} lines longer than {translator.segmenter.max_len:,} subwords "
+            "(--max-source-len) were translated in pieces"
+        )
+
+
+@app.command()
+@handle_errors
+def evaluate(
+    ref: Annotated[
+        list[Path] | None, typer.Option("--ref", "-r", help="Reference file (raw text); repeat for several.")
+    ] = None,
+    model: Annotated[
+        list[Path] | None,
+        typer.Option("--model", "-m", help="Model file or run directory to translate with; repeat for an ensemble."),
+    ] = None,
+    src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
+    hyp: Annotated[Path | None, typer.Option(help="Score existing translations instead of translating.")] = None,
+    test: Annotated[
+        list[Path] | None,
+        typer.Option(help="With --lang-pairs: PREFIX of PREFIX.SRC and PREFIX.TGT for every pair; repeat for several."),
+    ] = None,
+    lang_pairs: LangPairsOption = None,
+    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu, chrf, ter.")] = "bleu,chrf,ter",
+    lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
+    tokenize: Annotated[str | None, typer.Option(help="sacrebleu BLEU tokenizer (default 13a).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the translations here.")] = None,
+    checkpoint: CheckpointOption = "best",
+    beam: BeamOption = 5,
+    lenpen: LenpenOption = 0.6,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    min_len: MinLenOption = 1,
+    no_repeat_ngram: NoRepeatOption = 0,
+    loop_ngram: LoopNgramOption = 4,
+    loop_repeats: LoopRepeatsOption = 2,
+    split_sentences: SplitSentencesOption = False,
+    max_source_len: MaxSourceLenOption = 0,
+    tgt_lang: TgtLangOption = None,
+    batch_size: BatchSizeOption = 128,
+    max_tokens: MaxTokensOption = 8192,
+    engine: EngineOption = "pytorch",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    cuda_graphs: CudaGraphsOption = False,
+) -> None:
+    """Translate a test set (or take translations) and score it with sacrebleu: BLEU, chrF, TER.
+
+    Example: [bold]mtkit evaluate -m model.pt --src test2016.en --ref test2016.de[/bold]
+    """
+    from mtkit.core.textio import check_output_file
+    from mtkit.translation.evaluate import (
+        check_line_counts,
+        corpus_scores,
+        direction_scores,
+        parse_metrics,
+        print_direction_scores,
+        read_lines_checked,
+        report_json,
+        report_table,
+    )
+
+    names = parse_metrics(metrics)
+    if lang_pairs is not None or hyp is None:  # a model translates
+        from mtkit.interop.engines import make_translator
+    if lang_pairs is not None:
+        if not (model and test) or src or hyp or ref:
+            raise MtkitError("--lang-pairs evaluates --test PREFIX with --model (not --src, --ref or --hyp)")
+        pairs = parse_lang_pairs(lang_pairs)
+        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
+        translator = make_translator(
+            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
+            max_source_len, pairs[0][1],
+        )  # fmt: skip
+        print_direction_scores(direction_scores(translator, test, pairs, names, lowercase, tokenize), as_json)
+        return
+    if not ref:
+        raise MtkitError("--ref: give the reference translations (or --lang-pairs with --test)")
+    if hyp is not None and model:
+        raise MtkitError("--model and --hyp exclude each other: --hyp scores existing translations, --model makes them")
+    if (hyp is None) == (src is None) or (src is not None and not model):
+        raise MtkitError("give either --model and --src (to translate), or --hyp (to score existing translations)")
+    if output:
+        check_output_file(output)
+    references = {path: read_lines_checked(path) for path in ref}
+    source_path = src or hyp
+    assert source_path is not None
+    sources = read_lines_checked(source_path)
+    check_line_counts({source_path: sources, **references})
+    if not sources:
+        raise MtkitError(f"{source_path}: no lines to score (the file is empty)")
+    started = time.perf_counter()
+    if hyp is not None:
+        hypotheses = sources
+    else:
+        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
+        translator = make_translator(
+            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
+            max_source_len, tgt_lang,
+        )  # fmt: skip
+        started = time.perf_counter()  # translation only, not model loading
+        hypotheses = translator.translate(sources)
+        report_pieces(translator)
+    seconds = time.perf_counter() - started
+    if output:
+        from mtkit.core.textio import write_text_atomic
+
+        write_text_atomic(output, "".join(line + "\n" for line in hypotheses))
+    scores = corpus_scores(hypotheses, list(references.values()), names, lowercase, tokenize)
+    if as_json:
+        print(report_json(scores, len(hypotheses), seconds, translated=hyp is None))
+    else:
+        Console(soft_wrap=False).print(report_table(scores, f"{source_path} ({len(hypotheses)} sentences)"))
+
+
+@app.command()
+@handle_errors
+def score(
+    model: ModelOption,
+    src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
+    tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
+    normalize: Annotated[bool, typer.Option(help="Per target token (</s> included) instead of the sum.")] = False,
+    lenpen: Annotated[float, typer.Option(help="Divide by the search's length penalty ((5+n)/6)^lenpen.")] = 0.0,
+    drop_worst: Annotated[
+        float, typer.Option(help="With --normalize and --kept: drop this share of the pairs, the lowest scored.")
+    ] = 0.0,
+    kept: Annotated[
+        Path | None, typer.Option(help="Write the pairs kept to PREFIX.SRC_SUFFIX and PREFIX.TGT_SUFFIX.")
+    ] = None,
+    checkpoint: CheckpointOption = "best",
+    max_tokens: MaxTokensOption = 8192,
+    tgt_lang: TgtLangOption = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+) -> None:
+    """Score given translations: log p(target | source) by forced decoding, one number per line.
+
+    With --lenpen A the number is what beam search with --lenpen A ranks by; for filtering and reranking.
+    With --normalize --drop-worst 0.05 --kept PREFIX the 5% of pairs with the lowest per-token
+    log-probability are left out of PREFIX.en and PREFIX.de (for train.en and train.distilled.de):
+    the cross-entropy filter of distilled data.
+
+    Example: [bold]mtkit score -m model.pt --src test.en --tgt test.hyp.de --normalize[/bold]
+    """
+    from mtkit.model.files import load_model_file
+    from mtkit.translation.evaluate import check_line_counts, read_lines_checked
+    from mtkit.translation.forced_decoding import Scorer
+
+    if normalize and lenpen:
+        raise MtkitError("--normalize and --lenpen exclude each other")
+    outputs = _kept_files(src, tgt, drop_worst, kept, normalize)
+    sources, targets = read_lines_checked(src), read_lines_checked(tgt)
+    check_line_counts({src: sources, tgt: targets})
+    scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens, tgt_lang)
+    scores = scorer.score(sources, targets, normalize, lenpen)
+    sys.stdout.write("".join(f"{value:.6f}\n" for value in scores))
+    if outputs:
+        _write_kept(outputs, sources, targets, scores, drop_worst)
+
+
+def _kept_files(
+    src: Path, tgt: Path, drop_worst: float, kept: Path | None, normalize: bool
+) -> tuple[Path, Path] | None:
+    """score --drop-worst's two output files, checked before any work."""
+    from mtkit.core.textio import check_output_file
+
+    if not drop_worst and kept is None:
+        return None
+    if not 0 < drop_worst < 1 or kept is None or not normalize:
+        raise MtkitError("--drop-worst takes a share between 0 and 1, with --normalize and --kept PREFIX")
+    if not src.suffix or src.suffix == tgt.suffix:
+        raise MtkitError(f"--kept: {src} and {tgt} need suffixes of their own (train.en, train.distilled.de)")
+    outputs = (kept.with_name(kept.name + src.suffix), kept.with_name(kept.name + tgt.suffix))
+    for path in outputs:
+        check_output_file(path)
+    return outputs
+
+
+def _write_kept(outputs: tuple[Path, Path], sources: list[str], targets: list[str], scores, drop_worst: float) -> None:
+    from mtkit.core.textio import write_text_atomic
+    from mtkit.translation.forced_decoding import kept_pairs
+
+    kept = kept_pairs(scores, drop_worst)
+    for path, lines in zip(outputs, (sources, targets)):
+        write_text_atomic(path, "".join(lines[i] + "\n" for i in kept))
+    floor = min(scores[i] for i in kept) if kept else float("nan")
+    console.info(
+        f"kept {len(kept):,} of {len(scores):,} pairs in {outputs[0]} and {outputs[1]} "
+        f"(per-token log-probability at least {floor:.4f})"
+    )

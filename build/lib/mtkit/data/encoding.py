@@ -1,0 +1,122 @@
+"""One split of a parallel corpus, read once in chunks of lines: cleaned, deduplicated, encoded
+into subwords and written, with a report of what was kept and dropped and why."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
+from mtkit.core.textio import iter_lines, line_bytes, progress_size
+from mtkit.data.dataset import SentenceWriter
+from mtkit.text.cleaning import DROP_REASONS, CleaningRules, drop_reason, noise_reason
+from mtkit.text.dedup import DigestSet, pair_digests
+from mtkit.text.tokenizer import Tokenizer
+
+CHUNK_LINES = 20_000
+
+
+@dataclass
+class SplitReport:
+    read: int = 0
+    kept: int = 0
+    src_tokens: int = 0
+    tgt_tokens: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+
+
+def _paired_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
+    """Yield aligned (source, target) lines; a length mismatch names both files and both counts."""
+    missing = object()
+    counts = [0, 0]
+    for src, tgt in itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path), fillvalue=missing):
+        counts[0] += src is not missing
+        counts[1] += tgt is not missing
+        if src is not missing and tgt is not missing:
+            yield src, tgt  # type: ignore[misc]
+    if counts[0] != counts[1]:  # the longer file was read to its end to count its lines: each is read once
+        raise MtkitError(
+            f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}: source and target must be line-aligned"
+        )
+
+
+def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    while chunk := list(itertools.islice(pairs, size)):
+        yield chunk
+
+
+def encode_split(
+    paths: list[Path],
+    writers: tuple[SentenceWriter, SentenceWriter],
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    rules: CleaningRules | None,
+    description: str,
+    raw: list[Path] | None = None,
+    samples: list[tuple[tuple[SentenceWriter, SentenceWriter], tuple[Tokenizer, Tokenizer]]] | None = None,
+    tags: list[int] | None = None,
+    langs: tuple[str, str] | None = None,
+) -> SplitReport:
+    """Encode one split; `rules` None keeps every line (valid/test). With `raw` (source and target
+    paths), the lines are also kept there as plain UTF-8 text, from the same single read. With
+    `samples` ((writers, dropout tokenizers) per sample, the first being `writers`), each kept pair
+    is encoded again for every sample; the plain encoding only decides what is kept. With `tags`,
+    every kept source starts with those ids (the cleaning rules see the sentence without them). With
+    `langs` (source and target language), the rules' noise filters apply too. Raw text is appended
+    to what the files hold (a split of several directions writes them one after the other)."""
+    report = SplitReport()
+    tagged = (lambda ids: [[*tags, *s] for s in ids]) if tags else (lambda ids: ids)
+    seen = DigestSet()
+    src_writer, tgt_writer = writers
+    written = src_writer.sentences, src_writer.tokens, tgt_writer.tokens  # writers a corpus before used
+    strip = rules.strip if rules else True
+    total = progress_size(paths[0])  # progress by the source file's bytes: every input is read once
+    with contextlib.ExitStack() as stack:
+        raw_files = [stack.enter_context(open(p, "a", encoding="utf-8")) for p in raw or []]
+        bar = stack.enter_context(console.progress(description, total=total, unit="bytes" if total else ""))
+        for chunk in _chunks(_paired_lines(paths[0], paths[1]), CHUNK_LINES):
+            for side, out in enumerate(raw_files):
+                out.write("".join(pair[side] + "\n" for pair in chunk))
+            srcs = [s.strip() if strip else s for s, _ in chunk]
+            tgts = [t.strip() if strip else t for _, t in chunk]
+            src_ids, tgt_ids = tokenizers[0].encode_batch(srcs), tokenizers[1].encode_batch(tgts)
+            reasons = [drop_reason(src, tgt, rules) if rules else None for src, tgt in zip(src_ids, tgt_ids)]
+            if rules and langs:
+                reasons = [reason or noise_reason(pair, langs, rules) for reason, pair in zip(reasons, zip(srcs, tgts))]
+            if rules and rules.dedup:
+                candidates = [i for i, reason in enumerate(reasons) if reason is None]
+                new = seen.add_new(pair_digests([src_ids[i] for i in candidates], [tgt_ids[i] for i in candidates]))
+                for i, is_new in zip(candidates, new.tolist()):
+                    reasons[i] = None if is_new else "duplicate"
+            kept = [i for i, reason in enumerate(reasons) if reason is None]
+            for reason in filter(None, reasons):
+                report.dropped[reason] += 1
+            kept_src, kept_tgt = [src_ids[i] for i in kept], [tgt_ids[i] for i in kept]
+            if samples:
+                for (sample_src, sample_tgt), (sample_src_tok, sample_tgt_tok) in samples:
+                    sample_src.add_many(tagged(sample_src_tok.encode_batch([srcs[i] for i in kept])))
+                    sample_tgt.add_many(sample_tgt_tok.encode_batch([tgts[i] for i in kept]))
+            else:
+                src_writer.add_many(tagged(kept_src))
+                tgt_writer.add_many(kept_tgt)
+            report.read += len(chunk)
+            bar.advance(sum(line_bytes(src) for src, _ in chunk) if total else len(chunk))
+    report.kept = src_writer.sentences - written[0]
+    report.src_tokens, report.tgt_tokens = src_writer.tokens - written[1], tgt_writer.tokens - written[2]
+    return report
+
+
+def total_report(reports: list[SplitReport]) -> SplitReport:
+    total = SplitReport()
+    for report in reports:
+        total.read, total.kept = total.read + report.read, total.kept + report.kept
+        total.src_tokens, total.tgt_tokens = total.src_tokens + report.src_tokens, total.tgt_tokens + report.tgt_tokens
+        total.dropped = {rule: total.dropped[rule] + count for rule, count in report.dropped.items()}
+    return total
+
+
+def dropped_summary(report: SplitReport) -> str:
+    return ", ".join(f"{rule}: {count}" for rule, count in report.dropped.items())

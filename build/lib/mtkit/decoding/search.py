@@ -1,0 +1,110 @@
+"""Greedy search and sampling over a batch of sentences, with the decoder's KV cache, and search(),
+which runs them or beam search (mtkit.decoding.beam) as the settings ask.
+
+All sentences advance together; a sentence that is finished is dropped from the batch, so it costs
+no more compute. Scores, the length limit and prefixes follow mtkit.decoding.search_rules.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from mtkit.decoding.beam import beam_search
+from mtkit.decoding.constraints import constrain
+from mtkit.decoding.search_rules import (
+    MAX_OUTPUT_TOKENS,
+    MAX_POSITIONS,
+    MAX_SOURCE_TOKENS,
+    Hypothesis,
+    OnDone,
+    Pin,
+    SearchConfig,
+    length_penalty,
+    max_output_length,
+    max_output_lengths,
+    prefix_tensor,
+)
+from mtkit.model.transformer import Transformer
+from mtkit.text.tokenizer import BOS_ID, EOS_ID
+
+__all__ = [  # the rules are used from here too
+    "MAX_OUTPUT_TOKENS", "MAX_POSITIONS", "MAX_SOURCE_TOKENS", "Hypothesis", "OnDone", "SearchConfig",
+    "greedy_search", "length_penalty", "max_output_length", "max_output_lengths", "prefix_tensor", "search",
+]  # fmt: skip
+
+
+def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Tensor:
+    logits = lprobs / cfg.temperature
+    if cfg.top_k:
+        kth = logits.topk(min(cfg.top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs > cfg.top_p  # keep the smallest prefix with mass >= top_p
+        logits = logits.scatter(1, order, sorted_logits.masked_fill(outside, float("-inf")))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None, on_done: OnDone | None = None
+) -> list[list[Hypothesis]]:
+    """Argmax (or a sample, with cfg.sample) at every step, for a batch of sources (B, S);
+    `forced` (prefix_tensor) gives target prefixes, which count towards scores and length limits.
+    on_done(i, hypotheses) is called for each sentence as soon as it is finished."""
+    batch = src.size(0)
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask)
+    max_lens = max_output_lengths(src, cfg)
+    generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    alive = torch.arange(batch, device=src.device)  # original sentence index of each row
+    history = torch.empty(batch, 0, dtype=torch.long, device=src.device)
+    log_probs = torch.zeros(batch, device=src.device)
+    tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=src.device)
+    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    for step in range(int(max_lens.max())):
+        lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
+        steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike
+        pin = Pin(lprobs, steps, None if forced is None else forced[alive])
+        lprobs = pin.apply(
+            constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
+        )
+        tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
+        log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
+        history = torch.cat([history, tokens[:, None]], dim=1)
+        ended = tokens == EOS_ID
+        finished = (ended | (step + 1 >= max_lens[alive])).cpu()  # what the host reads from the device, once
+        if finished.any():
+            rows = finished.nonzero().flatten().to(src.device)
+            outputs = zip(history[rows].tolist(), log_probs[rows].tolist(), ended[rows].tolist(), alive[rows].tolist())
+            for output, score, end, sentence in outputs:
+                normalised = score / length_penalty(step + 1, cfg.lenpen)
+                results[sentence] = [Hypothesis(output[:-1] if end else output, normalised, score, end)]
+                if on_done:
+                    on_done(sentence, results[sentence])
+            kept = (~finished).nonzero().flatten()
+            if kept.numel() == 0:
+                break
+            keep = kept.to(src.device)
+            state.select(keep)
+            alive, history, log_probs, tokens = alive[keep], history[keep], log_probs[keep], tokens[keep]
+    return results
+
+
+def search(
+    model: Transformer,
+    src: Tensor,
+    cfg: SearchConfig,
+    prefixes: list[list[int]] | None = None,
+    on_done: OnDone | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search when cfg.beam > 1, else greedy (or sampling); `prefixes`: each sentence's forced
+    beginning of the translation (target ids, [] for none); on_done(i, hypotheses): called for each
+    sentence as soon as it is finished, before the batch is."""
+    forced = prefix_tensor(prefixes, src.size(0), src.device)
+    if cfg.beam == 1:
+        return greedy_search(model, src, cfg, forced, on_done)
+    return beam_search(model, src, cfg, forced, on_done)

@@ -1,0 +1,57 @@
+"""The decoding engines: which translator `--engine` names, for one model or an ensemble."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtkit.core.errors import MtkitError
+from mtkit.decoding.search_rules import SearchConfig
+from mtkit.translation.sentences import require_splitter
+from mtkit.translation.translate import TextTranslator, Translator
+
+COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def make_translator(
+    engine: str,
+    models: list[Path],
+    checkpoint: str,
+    cfg: SearchConfig,
+    device: str,
+    precision: str,
+    batch_size: int,
+    max_tokens: int,
+    cuda_graphs: bool = False,
+    split_sentences: bool = False,
+    max_source_len: int = 0,
+    tgt_lang: str | None = None,
+) -> TextTranslator:
+    """The engine's translator for one model, or (PyTorch) for an ensemble of several; lines cut into
+    sentences with split_sentences, and lines longer than max_source_len subwords (0: the model's
+    training limit) into pieces (mtkit.translation.sentences); tgt_lang: the target, for a model of several
+    (mtkit.text.targets)."""
+    if split_sentences:
+        require_splitter()  # before the model loads
+    translator: TextTranslator
+    if engine == "pytorch":
+        from mtkit.decoding.ensemble import check_compatible
+        from mtkit.model.files import load_model_file
+
+        files = [load_model_file(model, checkpoint) for model in models]
+        check_compatible(files, [str(model) for model in models])
+        translator = Translator(files, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
+    elif engine == "ctranslate2":
+        from mtkit.interop.ct2 import CTranslate2Translator
+
+        if len(models) > 1:
+            raise MtkitError("--engine ctranslate2 takes one model: ensembles need --engine pytorch")
+        if cuda_graphs:
+            raise MtkitError("--cuda-graphs is for --engine pytorch (CTranslate2 has its own GPU decoding)")
+        if precision not in COMPUTE_TYPES:
+            raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
+        translator = CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)
+    else:
+        raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
+    translator.set_target(tgt_lang)
+    translator.set_segmenter(split_sentences, max_source_len)
+    return translator

@@ -1,0 +1,265 @@
+"""`mtkit serve`: a model behind HTTP, with dynamic batching, back-pressure and Prometheus metrics.
+
+Endpoints (JSON in and out; every error is {"error": "..."}):
+  POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?,
+                      "split_sentences"?, "source"?, "target"?} -> {"translations": [...]}, one
+                      item per text: the translation, or with nbest > 1 or alignment a list of
+                      {"text", "score"[, "alignment"]}, best first (an empty list for a blank
+                      text), as `mtkit translate` prints them; split_sentences: translate each text
+                      sentence by sentence (default: serve --split-sentences); target: for a model
+                      of several targets (default: serve --tgt-lang), 400 where it has no such one
+  POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text",
+                      alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
+  GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
+                      "targets"}, ...]
+  POST /detect        LibreTranslate's: q's likeliest language, [{"confidence", "language"}] (by
+                      py3langid, offline; confidence in percent)
+  GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
+  GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
+  GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
+  GET  /              the translation page (mtkit.serving.page), unless serve --no-page
+
+Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker thread; with the
+PyTorch engine the batch is a running beam search that new sentences join between decoding steps
+(continuous batching), with CTranslate2 whole batches. A full
+queue answers 503 with Retry-After; a request over --max-chars or --max-texts 413, and so does a
+body over max_body_bytes; invalid JSON or options 422 (400 on the LibreTranslate endpoint, as
+LibreTranslate does). With --api-keys the translating endpoints (and with --private-status /health,
+/ready and /metrics) answer 403 without a valid key (`api_key` in the body, or `Authorization:
+Bearer KEY`), and a key over its limit 429 with Retry-After; without keys, --req-limit limits each
+client address (mtkit.serving.access). A client that disconnects has its waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
+"""
+
+from collections.abc import Callable, Sequence
+from contextlib import asynccontextmanager
+
+from mtkit.core.errors import MtkitError
+from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
+from mtkit.serving.libretranslate import (
+    check_source,
+    detect_languages,
+    libretranslate,
+    libretranslate_fields,
+    libretranslate_languages,
+    texts_of,
+)
+from mtkit.serving.metrics import ObservedApp
+from mtkit.serving.page import add_page
+from mtkit.serving.service import RequestError, Service
+
+
+def _require_extra():
+    try:
+        import fastapi
+        import prometheus_client
+        import uvicorn
+    except ImportError:
+        raise MtkitError(
+            "mtkit serve needs FastAPI, uvicorn and prometheus-client: pip install 'mtkit[serve]'"
+        ) from None
+    return fastapi, prometheus_client, uvicorn
+
+
+CONNECTIONS = 1024  # open connections at most
+
+
+def create_app(service: Service, gate: Gate | None = None, page: bool = True):
+    """The FastAPI application around a Service, behind a Gate (API keys and request limits), with
+    the translation page at / unless page is False."""
+    gate = gate or Gate(AccessRules())
+    fastapi, prom, _ = _require_extra()
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from pydantic import BaseModel, ConfigDict, ValidationError
+    from starlette.exceptions import HTTPException
+
+    class TranslateRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        text: str | list[str]
+        beam: int | None = None
+        nbest: int | None = None
+        lenpen: float | None = None
+        alignment: bool = False
+        split_sentences: bool | None = None
+        source: str | None = None
+        target: str | None = None
+        api_key: str | None = None
+
+    class LibreTranslateRequest(BaseModel):
+        q: str | list[str]
+        source: str = "auto"
+        target: str | None = None
+        format: str = "text"
+        alternatives: int = 0
+        api_key: str | None = None
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.batcher.start()
+        service.warm_up()
+        yield
+        service.batcher.stop()
+
+    app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
+    routes = {"/v1/translate", "/translate", "/languages", "/detect", "/health", "/ready", "/v1/models", "/metrics"}
+
+    def admit(request: Request, body_key: str | None = None) -> None:
+        key = gate.identify(body_key or bearer_key(request.headers.get("authorization")))
+        request.scope["state"]["key"] = key and key.name  # for the request log and /metrics, never the key
+        client = request.scope.get("client")
+        gate.limit(key, client[0] if client else None)
+
+    def admit_status(request: Request) -> None:
+        if gate.rules.protect_status:
+            admit(request)
+
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, err: RequestError):
+        return error(err.status, err.message, err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, err: RequestValidationError):
+        return error(422, _describe(err.errors()))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, err: Exception):  # a bug: the common shape, and uvicorn logs it
+        return error(500, f"internal error: {type(err).__name__}: {err}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException):
+        return error(err.status_code, str(err.detail), getattr(err, "headers", None))
+
+    if page:
+        add_page(app)
+
+    @app.post("/v1/translate")
+    async def translate(body: TranslateRequest, request: Request):
+        admit(request, body.api_key)
+        check_source(service.info, body.source)
+        options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
+        texts = texts_of(body.text)
+        return {"translations": await service.run(request, texts, options, body.split_sentences, body.target)}
+
+    @app.post("/translate")
+    async def translate_libretranslate(request: Request):
+        try:
+            body = LibreTranslateRequest.model_validate(await libretranslate_fields(request))
+        except ValidationError as err:
+            raise RequestError(400, _describe(err.errors())) from None
+        admit(request, body.api_key)
+        return await libretranslate(service, request, body)
+
+    @app.get("/languages")
+    async def languages():
+        return libretranslate_languages(service.info, service.targets())
+
+    @app.post("/detect")
+    async def detect(request: Request):
+        fields = await libretranslate_fields(request)
+        admit(request, fields.get("api_key") if isinstance(fields.get("api_key"), str) else None)
+        if "q" not in fields:
+            raise RequestError(400, "q: Field required")
+        guesses = [[guess] for guess in detect_languages(texts_of(fields["q"]))]
+        return guesses[0] if isinstance(fields["q"], str) else guesses
+
+    @app.get("/health")
+    async def health(request: Request):
+        admit_status(request)
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready(request: Request):
+        admit_status(request)
+        if not service.ready:
+            raise RequestError(503, "warming up", {"Retry-After": "1"})
+        return {"status": "ready"}
+
+    @app.get("/v1/models")
+    async def models():
+        info, tokenizers = service.info, service
+        default = service.defaults()
+        return {
+            "models": [
+                {
+                    "id": info.name,
+                    "engine": info.engine,
+                    "source_language": info.source_language,
+                    "target_language": info.target_language,
+                    "target_languages": service.targets(),
+                    "source_vocab_size": tokenizers.src_tokenizer.vocab_size,
+                    "target_vocab_size": tokenizers.tgt_tokenizer.vocab_size,
+                    "sha256": service.checksum,
+                    "defaults": {"beam": default.beam, "lenpen": default.lenpen, "nbest": 1},
+                    "alignment": service.can_align,
+                }
+            ]
+        }
+
+    @app.get("/metrics")
+    async def metrics(request: Request):
+        admit_status(request)
+        return PlainTextResponse(prom.generate_latest(service.metrics.registry), media_type=prom.CONTENT_TYPE_LATEST)
+
+    limited = BodyLimit(app, max_body_bytes(service.cfg.max_chars))
+    return ObservedApp(limited, service.metrics, routes, translating={"/v1/translate", "/translate"})
+
+
+def max_body_bytes(max_chars: int) -> int:
+    """The largest request body read: room for --max-chars characters at 12 bytes each (a JSON
+    escape of a character outside the BMP), and 64 KiB for the rest."""
+    return 12 * max_chars + (64 << 10)
+
+
+def _describe(errors: Sequence[dict]) -> str:
+    """Pydantic's validation errors as one line: `field: problem; ...`."""
+    parts = []
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            return "the body is not valid JSON"
+        location = ".".join(str(part) for part in err.get("loc", ()) if part != "body") or "body"
+        parts.append(f"{location}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def serve(
+    service: Service,
+    host: str,
+    port: int,
+    listening: Callable[[int], None] = lambda port: None,
+    gate: Gate | None = None,
+    page: bool = True,
+) -> None:
+    """Run the service until SIGTERM or Ctrl-C; SIGTERM finishes the requests in flight and returns,
+    SIGHUP reads the key file again. listening(port) is called once the socket is bound (port 0
+    binds a free one: this says which)."""
+    import signal
+
+    _, _, uvicorn = _require_extra()
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                listening(self.servers[0].sockets[0].getsockname()[1])
+
+    gate = gate or Gate(AccessRules())
+    # Many slow or idle connections cost a coroutine each, not a thread; beyond CONNECTIONS uvicorn answers 503.
+    config = uvicorn.Config(create_app(service, gate, page), host=host, port=port, log_level="warning", access_log=False,
+                            limit_concurrency=CONNECTIONS, timeout_keep_alive=5)  # fmt: skip
+    server = Server(config)
+    # uvicorn re-raises the signal it stopped for once it is done: let SIGTERM then end us normally (exit 0).
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    previous_hup = signal.signal(signal.SIGHUP, lambda *_: gate.reload_soon())
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind (and has logged why)
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGHUP, previous_hup)
+    if not server.started:
+        raise MtkitError(f"could not serve on {host}:{port} (is the port in use?)")

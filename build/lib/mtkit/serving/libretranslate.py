@@ -1,0 +1,106 @@
+"""LibreTranslate's API on the translation service: /translate's fields and answer, /languages and
+/detect, as LibreTranslate's clients send and read them."""
+
+import json
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qs
+
+from mtkit.core.errors import MtkitError
+from mtkit.serving.service import RequestError, Service
+
+
+def texts_of(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+async def libretranslate(service: Service, request, body) -> dict[str, Any]:
+    """LibreTranslate's /translate: q (one text or a list) in, translatedText (and alternatives) out;
+    `body` is the validated request."""
+    check_source(service.info, None if body.source == "auto" else body.source)
+    service.source_tag(body.target)  # an unknown target: 400 before anything else
+    if body.format != "text":
+        raise RequestError(400, f"format {body.format}: only text is supported")
+    if body.alternatives < 0:
+        raise RequestError(400, f"alternatives {body.alternatives}: must be at least 0")
+    default = service.defaults()
+    beam = max(default.beam, body.alternatives + 1)
+    if body.alternatives:
+        options = service.options(beam, body.alternatives + 1, None, False)
+    else:
+        options = default
+    results = await service.run(request, texts_of(body.q), options, target=body.target)
+    if body.alternatives:
+        best = [[h["text"] for h in hyps] or [""] for hyps in results]
+        texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
+    else:
+        texts, alternatives = results, None
+    answer: dict[str, Any] = {"translatedText": texts[0] if isinstance(body.q, str) else texts}
+    if alternatives is not None:
+        answer["alternatives"] = alternatives[0] if isinstance(body.q, str) else alternatives
+    if body.source == "auto":  # translated all the same: this server has one source language
+        detected = detect_languages(texts_of(body.q))
+        answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected
+    return answer
+
+
+def check_source(info, source: str | None) -> None:
+    """A request's source language, where it names one, must be one of the model's (where it says them)."""
+    sources = sorted({s for s, _ in info.meta.get("directions", [])}) or [info.source_language]
+    if source is not None and None not in sources and source not in sources:
+        raise RequestError(400, f"source {source}: this server translates from {', '.join(sources)}")
+
+
+def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
+    """LibreTranslate's detection of each text: {"confidence" (percent), "language"}."""
+    from mtkit.text.langid import identify, require_langid
+
+    try:
+        require_langid("/detect")
+    except MtkitError as err:
+        raise RequestError(501, str(err)) from None
+    guesses = [identify(text) for text in texts]
+    return [{"confidence": round(100 * probability, 1), "language": lang} for lang, probability in guesses]
+
+
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
+    "et": "Estonian", "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian",
+    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian",
+    "zh": "Chinese",
+}  # fmt: skip
+
+
+def libretranslate_languages(info, targets: list[str]) -> list[dict[str, Any]]:
+    """LibreTranslate's /languages: each source language with every target it translates into (a
+    multilingual model's directions), then each target not also a source (which translates into
+    nothing here); nothing where the model does not name its source."""
+    directions = info.meta.get("directions") or [[info.source_language, target] for target in targets]
+    into: dict[str, list[str]] = {}
+    for source, target in directions:
+        if source and target in targets:
+            into.setdefault(source, []).append(target)
+    for target in targets:
+        if into and target not in into:
+            into[target] = []
+
+    def entry(code: str) -> dict[str, Any]:
+        return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": into[code]}
+
+    return [entry(code) for code in into]
+
+
+async def libretranslate_fields(request) -> dict[str, Any]:
+    """LibreTranslate clients send JSON or an HTML form (application/x-www-form-urlencoded)."""
+    body = await request.body()
+    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+        return {key: values[0] if len(values) == 1 else values for key, values in fields.items()}
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RequestError(400, "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "the body must be a JSON object")
+    return data

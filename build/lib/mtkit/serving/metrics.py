@@ -1,0 +1,130 @@
+"""What `mtkit serve` reports about itself: Prometheus metrics, and per request a latency, a status
+and one JSON log line (an ASGI middleware). Needs prometheus-client (pip install 'mtkit[serve]')."""
+
+import json
+import sys
+import time
+from collections import deque
+from datetime import datetime, timezone
+
+from mtkit.serving.dynamic_batching import BatchStats
+
+THROUGHPUT_WINDOW_S = 10.0
+
+
+class Metrics:
+    """The service's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self, depth):
+        import prometheus_client as prom
+
+        self.registry = prom.CollectorRegistry()
+        self.latency = prom.Histogram(
+            "mtkit_request_seconds", "Request latency, by endpoint.", ["path"], registry=self.registry
+        )
+        self.requests = prom.Counter(
+            "mtkit_requests", "Requests answered, by endpoint and status code.", ["path", "status"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.key_requests = prom.Counter(
+            "mtkit_key_requests", "Requests admitted with an API key, by the key's name and status code.",
+            ["key", "status"], registry=self.registry,
+        )  # fmt: skip
+        self.queue = prom.Gauge("mtkit_queue_sentences", "Sentences waiting for a batch.", registry=self.registry)
+        self.in_flight = prom.Gauge(
+            "mtkit_requests_in_flight", "Translation requests received and not yet answered and logged.",
+            registry=self.registry,
+        )  # fmt: skip
+        self.queue.set_function(depth)
+        buckets = [2**i for i in range(15)]
+        self.batch_sentences = prom.Histogram(
+            "mtkit_batch_sentences",
+            "Sentences per batch (continuous batching: per decoding step).",
+            buckets=buckets,
+            registry=self.registry,
+        )
+        self.batch_tokens = prom.Histogram(
+            "mtkit_batch_tokens",
+            "Source subwords per batch (continuous batching: per decoding step).",
+            buckets=buckets,
+            registry=self.registry,
+        )
+        self.batch_seconds = prom.Histogram(
+            "mtkit_batch_seconds", "Time to translate a batch (continuous batching: a decoding step).",
+            buckets=[0.01 * 2**i for i in range(12)], registry=self.registry,
+        )  # fmt: skip
+        self.sentences = prom.Counter("mtkit_sentences", "Sentences translated.", registry=self.registry)
+        self.throughput = prom.Gauge(
+            "mtkit_sentences_per_second", f"Sentences translated per second over the last {THROUGHPUT_WINDOW_S:g} s.",
+            registry=self.registry,
+        )  # fmt: skip
+        self._recent: deque[tuple[float, int]] = deque()
+        self.throughput.set_function(self._sentences_per_second)
+
+    def observe_batch(self, stats: BatchStats) -> None:
+        self.batch_sentences.observe(stats.sentences)
+        self.batch_tokens.observe(stats.tokens)
+        self.batch_seconds.observe(stats.seconds)
+        self.sentences.inc(stats.finished)
+        self._recent.append((time.monotonic(), stats.finished))
+
+    def _sentences_per_second(self) -> float:
+        horizon = time.monotonic() - THROUGHPUT_WINDOW_S
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+        return sum(n for _, n in self._recent) / THROUGHPUT_WINDOW_S
+
+
+class ObservedApp:
+    """ASGI middleware: per request, the latency and status metrics and one JSON log line on stderr.
+
+    (Plain ASGI rather than Starlette's BaseHTTPMiddleware, which hides a client's disconnect
+    from the endpoint.)"""
+
+    def __init__(self, app, metrics: Metrics, routes: set[str], translating: set[str]):
+        """routes: the paths metrics name (others count as "other"); translating: those whose
+        requests count as in flight, from their arrival until their metrics and log line are written."""
+        self.app, self.metrics, self.routes, self.translating = app, metrics, routes, translating
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 500  # unless the app answers
+        scope.setdefault("state", {})
+        in_flight = scope["path"] in self.translating
+        if in_flight:
+            self.metrics.in_flight.inc()
+
+        async def observed_send(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            seconds = time.perf_counter() - start
+            path = scope["path"] if scope["path"] in self.routes else "other"
+            self.metrics.latency.labels(path).observe(seconds)
+            self.metrics.requests.labels(path, str(status)).inc()
+            state, client = scope["state"], scope.get("client")
+            record = {
+                "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                "client": client[0] if client else None,
+                "method": scope["method"],
+                "path": scope["path"],
+                "status": status,
+                "ms": round(1000 * seconds, 1),
+                "sentences": state.get("sentences", 0),
+            }
+            if state.get("key"):
+                record["key"] = state["key"]  # the key's name from the key file, never the key
+                self.metrics.key_requests.labels(state["key"], str(status)).inc()
+            if state.get("long"):
+                record["long"] = state["long"]  # texts longer than --max-source-len: translated in pieces
+            sys.stderr.write(json.dumps(record) + "\n")
+            sys.stderr.flush()
+            if in_flight:
+                self.metrics.in_flight.dec()

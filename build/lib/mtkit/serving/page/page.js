@@ -1,0 +1,268 @@
+// The translation page of `mtkit serve`: plain JavaScript against the server's own API, nothing
+// loaded from another host. Text mode translates as the user types (debounced; a newer request
+// cancels the one before), with word alignments and, on request, alternatives; document mode
+// translates a .txt sentence by sentence, a few lines a request, and offers the result to download.
+"use strict";
+
+const DEBOUNCE_MS = 300;
+const DOCUMENT_LINES_PER_REQUEST = 20;
+const ALTERNATIVES = 3;
+const $ = (id) => document.getElementById(id);
+const state = { languages: [], targets: [], canDetect: false, pending: null, seq: 0, timer: null };
+
+function headers() {
+  const key = $("api-key").value.trim();
+  return { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) };
+}
+
+async function call(method, path, body, signal) {
+  const response = await fetch(path, { method, headers: headers(), body: body && JSON.stringify(body), signal });
+  let data = null;
+  try {
+    data = await response.json();
+  } catch (_) {
+    data = null;
+  }
+  if (!response.ok) {
+    throw new Error((data && data.error) || `${response.status} ${response.statusText}`);
+  }
+  return data;
+}
+
+function showError(message) {
+  $("error").textContent = message || "";
+  $("error").hidden = !message;
+}
+
+// --- languages ------------------------------------------------------------------------------------
+
+async function loadLanguages() {
+  const [languages, models] = await Promise.all([call("GET", "languages"), call("GET", "v1/models")]);
+  const model = models.models[0];
+  state.languages = languages;
+  state.targets = model.target_languages.length ? model.target_languages : [model.target_language].filter(Boolean);
+  state.defaultTarget = model.target_language;
+  state.canAlign = model.alignment;
+  $("alignment-note").hidden = !state.canAlign;
+  try {  // /detect answers where the server has a language identifier (mtkit[langid])
+    await call("POST", "detect", { q: "probe" });
+    state.canDetect = true;
+  } catch (_) {
+    state.canDetect = false;
+  }
+  const sources = languages.filter((l) => l.targets.length).map((l) => l.code);
+  const options = (state.canDetect && sources.length > 1 ? ["auto"] : []).concat(sources);
+  fill($("source"), options.length ? options : ["?"], (code) => (code === "auto" ? "detect" : nameOf(code)));
+  fillTargets();
+}
+
+function nameOf(code) {
+  const entry = state.languages.find((l) => l.code === code);
+  return entry && entry.name !== code ? `${entry.name} (${code})` : code;
+}
+
+function fill(select, codes, label) {
+  const before = select.value;
+  select.replaceChildren(...codes.map((code) => new Option(label(code), code)));
+  if (codes.includes(before)) select.value = before;
+}
+
+function targetsOf(source) {
+  const entry = state.languages.find((l) => l.code === source);
+  return entry ? entry.targets : state.targets;
+}
+
+function fillTargets() {
+  const targets = targetsOf($("source").value);
+  fill($("target"), targets, nameOf);
+  if (!targets.includes($("target").value) && targets.includes(state.defaultTarget)) {
+    $("target").value = state.defaultTarget;
+  }
+}
+
+// --- text mode ------------------------------------------------------------------------------------
+
+function scheduleTranslation() {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(translateText, DEBOUNCE_MS);
+}
+
+async function translateText() {
+  if (state.pending) state.pending.abort();
+  const seq = ++state.seq;
+  const lines = $("input").value.split("\n");
+  if (!$("input").value.trim()) {
+    render(lines, lines.map(() => []));
+    showError("");
+    return;
+  }
+  const controller = new AbortController();
+  state.pending = controller;
+  $("busy").hidden = false;
+  try {
+    let source = $("source").value;
+    if (source === "auto") source = await detect($("input").value, controller.signal);
+    const body = { text: lines, target: $("target").value || undefined, alignment: state.canAlign };
+    if (source && source !== "?") body.source = source;
+    if ($("alternatives").checked) body.nbest = ALTERNATIVES;
+    const answer = await call("POST", "v1/translate", body, controller.signal);
+    if (seq !== state.seq) return;  // a newer request is on its way
+    render(lines, answer.translations);
+    showError("");
+  } catch (error) {
+    if (error.name !== "AbortError" && seq === state.seq) {
+      render(lines, []);  // no translation of an earlier text left standing beside the error
+      showError(error.message);
+    }
+  } finally {
+    if (seq === state.seq) $("busy").hidden = true;
+  }
+}
+
+async function detect(text, signal) {
+  const [guess] = await call("POST", "detect", { q: text }, signal);
+  const known = state.languages.some((l) => l.code === guess.language && l.targets.length);
+  $("detected").textContent = known ? `detected: ${nameOf(guess.language)}` : `detected ${guess.language}, not served`;
+  return known ? guess.language : undefined;
+}
+
+function wordSpans(text, side, line) {
+  const parts = text.split(/(\s+)/);
+  let index = 0;
+  return parts.map((part) => {
+    if (!part || /^\s+$/.test(part)) return document.createTextNode(part);
+    const span = document.createElement("span");
+    span.className = "word";
+    span.textContent = part;
+    span.dataset.side = side;
+    span.dataset.line = line;
+    span.dataset.word = index++;
+    if (side === "target") span.tabIndex = 0;
+    return span;
+  });
+}
+
+// One line of the output per line of the input; each is a list of hypotheses, best first.
+function render(lines, translations) {
+  const source = $("source-words");
+  const output = $("output");
+  source.replaceChildren();
+  output.replaceChildren();
+  state.alignments = [];
+  lines.forEach((line, i) => {
+    const item = translations[i];  // a string, or (with alignment or alternatives) a list of {text, ...}
+    const hypotheses = typeof item === "string" ? [{ text: item }] : item || [];
+    const best = hypotheses[0];
+    const sourceLine = document.createElement("div");
+    sourceLine.className = "line";
+    sourceLine.append(...wordSpans(line.trim(), "source", i));
+    source.append(sourceLine);
+    const targetLine = document.createElement("div");
+    targetLine.className = "line";
+    targetLine.append(...wordSpans(best ? best.text : "", "target", i));
+    output.append(targetLine);
+    state.alignments.push(parseAlignment(best && best.alignment));
+    if (hypotheses.length > 1) {
+      const more = document.createElement("div");
+      more.className = "alternatives";
+      more.textContent = hypotheses.slice(1).map((h) => `or: ${h.text}`).join("\n");
+      output.append(more);
+    }
+  });
+}
+
+function parseAlignment(text) {
+  return (text || "").split(/\s+/).filter(Boolean).map((pair) => pair.split("-").map(Number));
+}
+
+function pointAt(span) {
+  clearPointing();
+  if (!span || span.dataset.side !== "target") return;
+  const line = Number(span.dataset.line);
+  const word = Number(span.dataset.word);
+  span.classList.add("pointed");
+  for (const [s, t] of state.alignments[line] || []) {
+    if (t !== word) continue;
+    const aligned = $("source-words").querySelector(`.word[data-line="${line}"][data-word="${s}"]`);
+    if (aligned) aligned.classList.add("aligned");
+  }
+}
+
+function clearPointing() {
+  document.querySelectorAll(".word.aligned, .word.pointed").forEach((w) => w.classList.remove("aligned", "pointed"));
+}
+
+// --- document mode --------------------------------------------------------------------------------
+
+async function translateDocument() {
+  const text = $("document-input").value;
+  const lines = text.replace(/\n$/, "").split("\n");
+  const out = [];
+  const progress = $("document-progress");
+  progress.hidden = false;
+  progress.max = lines.length;
+  progress.value = 0;
+  $("document-download").hidden = true;
+  $("document-output").textContent = "";
+  showError("");
+  try {
+    for (let first = 0; first < lines.length; first += DOCUMENT_LINES_PER_REQUEST) {
+      const chunk = lines.slice(first, first + DOCUMENT_LINES_PER_REQUEST);
+      const body = { text: chunk, split_sentences: true, target: $("target").value || undefined };
+      const answer = await call("POST", "v1/translate", body);
+      out.push(...answer.translations);
+      progress.value = out.length;
+      $("document-status").textContent = `${out.length} of ${lines.length} lines`;
+    }
+  } catch (error) {
+    showError(error.message);
+    return;
+  }
+  const result = out.join("\n") + (text.endsWith("\n") ? "\n" : "");
+  $("document-output").textContent = result;
+  const link = $("document-download");
+  if (link.href) URL.revokeObjectURL(link.href);
+  link.href = URL.createObjectURL(new Blob([result], { type: "text/plain;charset=utf-8" }));
+  link.download = `${(state.documentName || "document").replace(/\.txt$/, "")}.${$("target").value || "translated"}.txt`;
+  link.hidden = false;
+}
+
+async function readDocument(file) {
+  state.documentName = file.name;
+  $("document-input").value = await file.text();
+}
+
+function setMode(documentMode) {
+  $("text-mode").hidden = documentMode;
+  $("document-mode").hidden = !documentMode;
+  $("mode-text").classList.toggle("active", !documentMode);
+  $("mode-document").classList.toggle("active", documentMode);
+  $("mode-text").setAttribute("aria-pressed", String(!documentMode));
+  $("mode-document").setAttribute("aria-pressed", String(documentMode));
+}
+
+// --- wiring ---------------------------------------------------------------------------------------
+
+window.addEventListener("DOMContentLoaded", () => {
+  $("api-key").value = localStorage.getItem("mtkit-api-key") || "";
+  $("api-key").addEventListener("change", () => {
+    localStorage.setItem("mtkit-api-key", $("api-key").value.trim());
+    loadLanguages().then(scheduleTranslation, (error) => showError(error.message));
+  });
+  $("input").addEventListener("input", scheduleTranslation);
+  $("source").addEventListener("change", () => {
+    $("detected").textContent = "";
+    fillTargets();
+    scheduleTranslation();
+  });
+  $("target").addEventListener("change", scheduleTranslation);
+  $("alternatives").addEventListener("change", scheduleTranslation);
+  $("output").addEventListener("mouseover", (event) => pointAt(event.target.closest(".word")));
+  $("output").addEventListener("focusin", (event) => pointAt(event.target.closest(".word")));
+  $("output").addEventListener("mouseleave", clearPointing);
+  $("mode-text").addEventListener("click", () => setMode(false));
+  $("mode-document").addEventListener("click", () => setMode(true));
+  $("document-file").addEventListener("change", (event) => event.target.files[0] && readDocument(event.target.files[0]));
+  $("document-go").addEventListener("click", translateDocument);
+  loadLanguages().catch((error) => showError(error.message));
+});

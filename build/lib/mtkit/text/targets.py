@@ -1,0 +1,103 @@
+"""Which language a model translates into: the one its training data named, or, for a model that
+serves several, the one a tag token at the start of the source chooses (`--tgt-lang`): <2de> in a
+dataset of `preprocess --lang-pairs`, >>deu<< in a multilingual MarianMT model.
+
+A model file's meta says which: "tgt_lang" for a bilingual model, "target_tags" ({language: tag
+token}) for one that chooses its target by a tag, as multilingual OPUS-MT models do with `>>fra<<`.
+A multilingual model needs --tgt-lang (the error lists its languages); a bilingual one takes it only
+where it names the model's own target. A tag's language may also be given by its ISO 639-1 code
+(fr for >>fra<<) where exactly one of the model's tags has that code.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mtkit.core.errors import MtkitError
+from mtkit.text.tokenizer import Tokenizer
+
+MARIAN_TAG = re.compile(r">>(\w+)<<")
+TARGET_TAG_PREFIX = "2"  # <2de> (train-tokenizer --tag 2de) starts a multilingual dataset's sources into German
+
+
+def marian_target_tags(tokens: list[str]) -> dict[str, str]:
+    """{language: token} of a MarianMT vocabulary's >>xxx<< tokens."""
+    return {match.group(1): token for token in tokens if (match := MARIAN_TAG.fullmatch(token))}
+
+
+def _iso639_1(code: str) -> str | None:
+    """The two-letter code of a three-letter one (fra -> fr; zho_Hans -> zh), where pycountry knows one."""
+    try:
+        import pycountry
+    except ImportError:
+        return None
+    language = pycountry.languages.get(alpha_3=code.split("_")[0].lower())
+    return getattr(language, "alpha_2", None) if language else None
+
+
+def target_tag(meta: dict, tgt_lang: str | None) -> str | None:
+    """The tag token to put before every source for --tgt-lang (None: the model needs none)."""
+    tags = meta.get("target_tags") or {}
+    if not tags:
+        own = meta.get("tgt_lang")
+        if tgt_lang is not None and tgt_lang != own:
+            into = f"into {own} only" if own else "into one language, which its file does not name"
+            raise MtkitError(f"--tgt-lang {tgt_lang}: this model translates {into}")
+        return None
+    languages = ", ".join(sorted(tags))
+    if tgt_lang is None:
+        raise MtkitError(f"this model translates into several languages: choose one with --tgt-lang ({languages})")
+    if tgt_lang in tags:
+        return tags[tgt_lang]
+    matches = [lang for lang in tags if _iso639_1(lang) == tgt_lang]
+    if len(matches) == 1:
+        return tags[matches[0]]
+    if matches:
+        raise MtkitError(
+            f"--tgt-lang {tgt_lang}: several of this model's languages have that code ({', '.join(matches)})"
+        )
+    raise MtkitError(f"--tgt-lang {tgt_lang}: this model translates into {languages}")
+
+
+def source_tag_id(meta: dict, tokenizer: Tokenizer, tgt_lang: str | None) -> int | None:
+    """The id to put before every source for --tgt-lang (target_tag's, in the source vocabulary), or None."""
+    tag = target_tag(meta, tgt_lang)
+    return None if tag is None else tag_id(tokenizer, tag)
+
+
+def tag_id(tokenizer: Tokenizer, tag: str) -> int:
+    """The source vocabulary's id of a tag token."""
+    found = tokenizer.entry_id(tag)
+    if found is None:
+        raise MtkitError(f"the source vocabulary has no {tag}, which the model file names as a target's tag")
+    return found
+
+
+def checked_directions(directions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    if not directions:
+        raise MtkitError("--lang-pairs: give at least one, e.g. en-de,en-fr")
+    for s, t in directions:
+        if s == t:
+            raise MtkitError(f"--lang-pairs {s}-{t}: the source and target language are the same")
+    if len(set(directions)) != len(directions):
+        raise MtkitError("--lang-pairs: a language pair is given twice")
+    return list(directions)
+
+
+def target_tag_ids(tokenizer: Tokenizer, targets: list[str]) -> dict[str, int]:
+    """Each target language's tag id (<2de> for de); a language without one is refused, naming those it has."""
+    tags = {}
+    for lang in dict.fromkeys(targets):
+        found = tokenizer.tag_id(f"{TARGET_TAG_PREFIX}{lang}")
+        if found is None:
+            has = [
+                name.removeprefix(TARGET_TAG_PREFIX)
+                for name in tokenizer.tag_names()
+                if name.startswith(TARGET_TAG_PREFIX)
+            ]
+            raise MtkitError(
+                f"--lang-pairs: the tokenizer has no tag for target language {lang} (it has {', '.join(has) or 'none'}; "
+                f"train it with mtkit train-tokenizer --tag {TARGET_TAG_PREFIX}{lang})"
+            )
+        tags[lang] = found
+    return tags

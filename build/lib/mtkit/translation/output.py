@@ -1,0 +1,87 @@
+"""What `mtkit translate` writes: the output lines of each input line (plain, n-best, with
+alignments), from the input (with target prefixes, where given), in input order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from itertools import zip_longest
+from pathlib import Path
+from typing import TextIO
+
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
+from mtkit.core.textio import iter_lines, line_bytes
+from mtkit.decoding.search_rules import Hypothesis
+from mtkit.translation.translate import NbestList, TextTranslator
+
+
+def output_lines(
+    index: int,
+    line: str,
+    nbest_list: NbestList,
+    nbest: int,
+    alignment: Callable[[str, Hypothesis], str] | None = None,
+) -> list[str]:
+    """What `mtkit translate` prints for one input line, without line endings.
+
+    The best translation ("" for a blank line), or with nbest > 1 one `index<TAB>score<TAB>translation`
+    row per hypothesis (`index<TAB>-inf<TAB>` for a blank line); `alignment(line, hypothesis)` appends
+    `<TAB>` and the word alignment to each row.
+    """
+    if nbest > 1:
+        rows = [f"{index}\t{h.score:.4f}\t{text}" for h, text in nbest_list] or [f"{index}\t-inf\t"]
+    else:
+        rows = [nbest_list[0][1] if nbest_list else ""]
+    if alignment:
+        links = [alignment(line, h) for h, _ in nbest_list] or [""]
+        rows = [f"{row}\t{link}" for row, link in zip(rows, links)]
+    return rows
+
+
+def paired_with_prefixes(
+    lines: Iterable[str], source: str, prefix_file: Path | None, prefix_in_input: bool
+) -> Iterable[str] | Iterable[tuple[str, str]]:
+    """The input lines as they are, or (line, target prefix) pairs: from `source<TAB>prefix` lines
+    (prefix_in_input), or line by line from prefix_file, which must have as many lines as the input
+    (`source` names the input in the error)."""
+    if prefix_in_input:
+        return (tuple(line.split("\t", 1)) if "\t" in line else (line, "") for line in lines)
+    if prefix_file is None:
+        return lines
+
+    def pairs():
+        missing = object()
+        for number, (line, prefix) in enumerate(zip_longest(lines, iter_lines(prefix_file), fillvalue=missing), 1):
+            if line is missing:
+                raise MtkitError(f"--prefix-file {prefix_file}: more lines than the input ({source}: {number - 1})")
+            if prefix is missing:
+                raise MtkitError(f"--prefix-file {prefix_file}: {number - 1} lines, fewer than the input ({source})")
+            yield line, prefix
+
+    return pairs()
+
+
+def write_translations(
+    translator: TextTranslator,
+    lines: Iterable[str] | Iterable[tuple[str, str]],
+    with_prefixes: bool,
+    out: TextIO,
+    nbest: int,
+    alignment: Callable[[str, Hypothesis], str] | None,
+    chunk: int,
+    interactive: bool,
+    total_bytes: int | None,
+) -> int:
+    """Translate `lines` in chunks and write each one's output_lines to `out` in input order, with a
+    progress bar (by bytes when total_bytes is known); flushed after every line when interactive,
+    else after every chunk of a pipe. Returns the number of input lines."""
+    written = 0
+    with console.progress("translating", total=total_bytes, unit="bytes" if total_bytes else "") as bar:
+        for index, (line, nbest_list) in enumerate(translator.translate_stream(lines, chunk, with_prefixes)):
+            out.write("".join(row + "\n" for row in output_lines(index, line, nbest_list, nbest, alignment)))
+            written += 1
+            if interactive or (total_bytes is None and written % chunk == 0):
+                out.flush()
+            bar.advance(line_bytes(line) if total_bytes else 1)
+    out.flush()
+    return written

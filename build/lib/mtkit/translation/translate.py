@@ -1,0 +1,316 @@
+"""Translation: text in, text out (encode, cut into pieces, batch by length, search, restore the input
+order, decode). What `mtkit translate` prints of it: mtkit.translation.output."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from mtkit.core.console import warn
+from mtkit.core.device import autocast, autocast_dtype, resolve_device, resolve_precision
+from mtkit.core.errors import MtkitError
+from mtkit.data.batching import length_batches, pad_batch
+from mtkit.decoding.beam import BeamStream
+from mtkit.decoding.cuda_graphs import GraphedDecoder, check_device
+from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, search
+from mtkit.model.files import ModelFile
+from mtkit.model.packed import cast_linear_weights, pack_linear_layers
+from mtkit.model.transformer import Transformer
+from mtkit.text.targets import source_tag_id
+from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
+from mtkit.translation.alignment import attention_weights, pharaoh, word_alignment
+from mtkit.translation.sentences import Segmenter, segmenter_for
+
+
+@torch.no_grad()
+def translate_ids(
+    model: Transformer,
+    sentences: Sequence[Sequence[int]],
+    cfg: SearchConfig,
+    device: torch.device,
+    precision: str = "fp32",
+    batch_size: int = 128,
+    max_tokens: int = 8192,
+    prefixes: Sequence[list[int]] | None = None,
+    on_done: OnDone | None = None,
+) -> list[list[Hypothesis]]:
+    """Search for every sentence of subword ids, batched by length; results in input order.
+    `prefixes`: each sentence's forced target beginning (ids; [] for none); on_done(i, hypotheses)
+    is called for sentence i as soon as its search is finished."""
+    results: list[list[Hypothesis]] = [[] for _ in sentences]
+    lengths = [len(s) for s in sentences]
+    for group in length_batches(lengths, batch_size, max(1, max_tokens // cfg.beam)):
+        indices = group.tolist()
+        src = pad_batch([sentences[i] for i in indices], device, suffix=EOS_ID)
+        forced = [prefixes[i] for i in indices] if prefixes else None
+        done_in_group = (lambda j, hyps, indices=indices: on_done(indices[j], hyps)) if on_done else None
+        with autocast(device, precision):
+            hypotheses = search(model, src, cfg, forced, done_in_group)
+        for index, hyps in zip(indices, hypotheses):
+            results[index] = hyps
+    return results
+
+
+def one_line(prefix: str) -> str:
+    """A target prefix as one line: a translation begins with it, and no translation breaks a line."""
+    return "".join(" " if char in LINE_BREAKS else char for char in prefix).strip()
+
+
+def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
+    """cfg, banning every id sequence that decodes to a line break: a translation is one line."""
+    return dataclasses.replace(cfg, banned=tuple(map(tuple, tgt_tokenizer.line_break_sequences())))
+
+
+class TextTranslator:
+    """Raw lines in, n-best hypotheses out: what every engine shares on top of its _search(ids).
+
+    An engine sets src_tokenizer and tgt_tokenizer; _search takes subword ids (no </s>), each
+    at most MAX_SOURCE_TOKENS long, target prefixes (ids, or None) and an optional on_done(i,
+    hypotheses) to call for each sentence as soon as it is finished (an engine may skip it), and
+    returns each sentence's n-best hypotheses.
+    """
+
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    model_meta: dict[str, Any] = {}  # the model file's meta: its languages and training lengths
+    lines_in_pieces = 0  # lines longer than the segmenter's max_len, so far
+    source_tag: int | None = None  # the id that starts every source: the target's tag (mtkit.text.targets)
+    _segmenter: Segmenter | None = None
+
+    def set_target(self, tgt_lang: str | None) -> None:
+        """The language to translate into (--tgt-lang): its tag starts every source, where the model
+        has tags; a bilingual model takes only its own target (mtkit.text.targets)."""
+        self.source_tag = source_tag_id(self.model_meta, self.src_tokenizer, tgt_lang)
+
+    def tagged(self, rows: list[list[int]]) -> list[list[int]]:
+        return rows if self.source_tag is None else [[self.source_tag, *row] for row in rows]
+
+    @property
+    def segmenter(self) -> Segmenter:
+        """How lines are cut into pieces (mtkit.translation.sentences): at most the model's training length."""
+        if self._segmenter is None:
+            self.set_segmenter()
+        return self._segmenter
+
+    def set_segmenter(self, split_sentences: bool = False, max_len: int = 0) -> None:
+        """split_sentences: translate each line sentence by sentence; max_len: the most subwords
+        translated as one piece (0: the model's training data's length limit)."""
+        self._segmenter = segmenter_for(self.src_tokenizer, self.model_meta, split_sentences, max_len)
+
+    def keep_lines_whole(self) -> None:
+        """Translate every line as one piece (of up to MAX_SOURCE_TOKENS subwords, its tag included):
+        for a caller that cuts and tags its lines itself, as a server does."""
+        self._segmenter = Segmenter(self.src_tokenizer, MAX_SOURCE_TOKENS)
+
+    def _search(
+        self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
+    ) -> list[list[Hypothesis]]:
+        raise NotImplementedError
+
+    def translate_hypotheses(
+        self,
+        lines: Sequence[str],
+        first_line: int = 1,
+        prefixes: Sequence[str] | None = None,
+        on_line: Callable[[int, NbestList], None] | None = None,
+        encoded: Sequence[Sequence[int]] | None = None,
+    ) -> list[NbestList]:
+        """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
+
+        Each line is translated in the pieces of self.segmenter (one, unless the line is long or
+        sentences are split), and a warning names each long line (lines count from first_line).
+        `prefixes`: per line, text every translation must begin with ("" for none; its first piece's).
+        on_line(i, n-best) is called once per line, as soon as that line's translation is known
+        (before the others, where the engine finishes sentences one by one). `encoded`: each line's
+        subword ids, where the caller has already encoded the stripped lines (a server costs its
+        requests by them).
+        """
+        segmenter = self.segmenter
+        stripped = [line.strip() for line in lines]
+        wanted = [i for i, line in enumerate(stripped) if line]
+        if encoded is None:
+            ids = self.src_tokenizer.encode_batch([stripped[i] for i in wanted])
+        else:
+            ids = [list(encoded[i]) for i in wanted]
+        pieces = segmenter.pieces([stripped[i] for i in wanted], ids)
+        for i, row, parts in zip(wanted, ids, pieces):
+            if len(row) > segmenter.max_len:
+                self.lines_in_pieces += 1
+                warn(
+                    f"line {first_line + i}: {len(row):,} subwords, more than {segmenter.max_len:,}: "
+                    f"translated in {len(parts)} pieces"
+                )
+        owner = [j for j, parts in enumerate(pieces) for _ in parts]  # the j-th non-blank line of each piece
+        starts = [0]  # the first piece of each non-blank line
+        for parts in pieces:
+            starts.append(starts[-1] + len(parts))
+        forced = None
+        if prefixes:
+            encoded_prefixes = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted])
+            forced = [encoded_prefixes[j] if k == starts[j] else [] for k, j in enumerate(owner)]
+        out: list[NbestList] = [[] for _ in lines]
+        found: list[NbestList | None] = [None] * len(owner)
+        waiting = [len(parts) for parts in pieces]
+
+        def finish(k: int, hyps: list[Hypothesis]) -> None:  # k: the k-th piece
+            found[k] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
+            j = owner[k]
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                out[wanted[j]] = segmenter.join(found[starts[j] : starts[j + 1]])
+                if on_line:
+                    on_line(wanted[j], out[wanted[j]])
+
+        for i, line in enumerate(stripped):
+            if on_line and not line:
+                on_line(i, [])
+        flat = self.tagged([piece for parts in pieces for piece in parts])
+        results = self._search(flat, forced, finish if on_line else None)
+        for k, hyps in enumerate(results):
+            if found[k] is None:
+                finish(k, hyps)
+        return out
+
+    def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:
+        """A running search that lines can join between steps (see LineStream); None where the
+        engine translates in whole batches only."""
+        return None
+
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """The best translation of each line ("" for a blank line)."""
+        return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
+
+    def translate_stream(
+        self, lines: Iterable[str] | Iterable[tuple[str, str]], chunk_lines: int, with_prefixes: bool = False
+    ) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
+        """Translate an endless stream in chunks, yielding (line, its n-best) in input order.
+        with_prefixes: the stream holds (line, target prefix) pairs."""
+        chunk: list = []
+        first_line = 1
+        for item in lines:
+            chunk.append(item)
+            if len(chunk) >= chunk_lines:
+                yield from self._translate_chunk(chunk, first_line, with_prefixes)
+                first_line += len(chunk)
+                chunk = []
+        if chunk:
+            yield from self._translate_chunk(chunk, first_line, with_prefixes)
+
+    def _translate_chunk(self, chunk: list, first_line: int, with_prefixes: bool):
+        sources, prefixes = (list(column) for column in zip(*chunk)) if with_prefixes else (chunk, None)
+        return zip(sources, self.translate_hypotheses(sources, first_line, prefixes))
+
+
+class Translator(TextTranslator):
+    """A loaded model ready to translate raw lines with mtkit's own (PyTorch) search."""
+
+    def __init__(
+        self,
+        model_file: ModelFile | Sequence[ModelFile],
+        cfg: SearchConfig,
+        device: str = "auto",
+        precision: str = "auto",
+        batch_size: int = 128,
+        max_tokens: int = 8192,
+        cuda_graphs: bool = False,
+    ):
+        """One model file, or several for an ensemble (same tokenizers; see mtkit.decoding.ensemble);
+        cuda_graphs: decoding steps replayed as CUDA graphs (mtkit.decoding.cuda_graphs)."""
+        cfg.validate()
+        files = [model_file] if isinstance(model_file, ModelFile) else list(model_file)
+        self.src_tokenizer, self.tgt_tokenizer = files[0].src_tokenizer, files[0].tgt_tokenizer
+        self.model_meta = files[0].meta
+        self.cfg = without_line_breaks(cfg, self.tgt_tokenizer)
+        self.device = resolve_device(device)
+        if cuda_graphs:
+            check_device(self.device)  # before the models load
+        self.precision = resolve_precision(precision, self.device)
+        models = [f.build_model(self.device) for f in files]
+        for model in models:
+            if self.precision != "fp32":
+                cast_linear_weights(model, autocast_dtype(self.precision))
+            elif self.device.type == "cpu":
+                pack_linear_layers(model)
+        self.model = models[0] if len(models) == 1 else Ensemble(models)
+        # What the search runs: the model, or the same weights decoding in CUDA graphs' static buffers.
+        searchers = [GraphedDecoder(model, capture=True) for model in models] if cuda_graphs else models
+        self.searcher = searchers[0] if len(searchers) == 1 else Ensemble(searchers)
+        self.batch_size, self.max_tokens = batch_size, max_tokens
+
+    def _search(
+        self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
+    ) -> list[list[Hypothesis]]:
+        return translate_ids(
+            self.searcher, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens, prefixes,
+            on_done,
+        )  # fmt: skip
+
+    def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:
+        if isinstance(self.model, Ensemble):
+            return None
+        return LineStream(self, deliver)
+
+    def alignment(self, line: str, hypothesis: Hypothesis) -> str:
+        """Pharaoh-format word alignment of a translation (see mtkit.translation.alignment.word_alignment); none
+        for a line translated in pieces."""
+        if isinstance(self.model, Ensemble):
+            raise MtkitError("--alignment needs one model, not an ensemble")
+        if self.source_tag is not None:
+            raise MtkitError("--alignment is not available for a model that chooses its target by a tag")
+
+        src_line = line.strip()
+        src_ids = self.src_tokenizer.encode_batch([src_line])[0]
+        if len(src_ids) > self.segmenter.max_len:  # translated in pieces: no one attention to align by
+            return ""
+        with autocast(self.device, self.precision):
+            weights = attention_weights(self.model, src_ids, hypothesis.tokens)
+        tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
+        return pharaoh(word_alignment(weights["cross"], self.src_tokenizer.tokens(src_line), tgt_tokens))
+
+
+NbestList = list[tuple[Hypothesis, str]]
+
+
+class LineStream:
+    """Raw lines joining one running beam search (mtkit.decoding.beam.BeamStream), for a server:
+    add(keys, lines) between steps; each step() calls deliver(key, line, n-best) for every line
+    it finished. A blank line is delivered at once, with no hypotheses; a line is translated from
+    its first MAX_SOURCE_TOKENS subwords. Beam 1 runs as a beam of one, which finds what greedy
+    search finds."""
+
+    def __init__(self, translator: Translator, deliver: Callable[[Any, str, NbestList], None]):
+        self.translator, self.deliver = translator, deliver
+        self.search = BeamStream(translator.searcher, translator.cfg, translator.device)
+        self.lines: dict[Any, str] = {}
+
+    def add(self, keys: Sequence[Any], lines: Sequence[str], encoded: Sequence[Sequence[int]] | None = None) -> None:
+        """Lines join the search at the next step; `encoded`: their subword ids, where the caller has
+        already encoded the stripped lines."""
+        translator = self.translator
+        encoded = encoded if encoded is not None else [None] * len(lines)
+        joining = [(key, line.strip(), ids) for key, line, ids in zip(keys, lines, encoded)]
+        for key, line, _ in joining:
+            if not line:
+                self.deliver(key, line, [])
+        joining = [entry for entry in joining if entry[1]]
+        if not joining:
+            return
+        if any(ids is None for _, _, ids in joining):
+            ids = translator.src_tokenizer.encode_batch([line for _, line, _ in joining])
+        else:
+            ids = [list(ids) for _, _, ids in joining]
+        src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in translator.tagged(ids)], translator.device, suffix=EOS_ID)
+        with autocast(translator.device, translator.precision):
+            self.search.add(src, [key for key, _, _ in joining])
+        self.lines.update((key, line) for key, line, _ in joining)
+
+    def step(self) -> None:
+        with autocast(self.translator.device, self.translator.precision):
+            finished = self.search.step()
+        for key, hyps in finished:
+            texts = self.translator.tgt_tokenizer.decode_batch([h.tokens for h in hyps])
+            self.deliver(key, self.lines.pop(key), list(zip(hyps, texts)))
