@@ -1,3 +1,0 @@
-"""mtkit: Transformer neural machine translation from the command line."""
-
-__version__ = "0.1.0"

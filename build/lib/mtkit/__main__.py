@@ -1,3 +1,0 @@
-from mtkit.cli import main
-
-main()

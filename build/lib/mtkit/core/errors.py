@@ -1,5 +1,0 @@
-"""The one exception type that the CLI turns into a red one-line message."""
-
-
-class MtkitError(Exception):
-    """An expected failure caused by the user's input, files or settings."""

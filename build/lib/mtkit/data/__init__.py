@@ -1,2 +1,0 @@
-"""Parallel text into training batches: preprocessing into a memory-mapped dataset, and the token-
-budget batches drawn from it."""

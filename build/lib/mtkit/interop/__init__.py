@@ -1,2 +1,0 @@
-"""Other toolkits' formats: export to Hugging Face and CTranslate2, import from MarianMT, and the
-engine a command translates with."""
