@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -67,7 +66,9 @@ def print_table(headers: list[str], rows: list[list[object]]) -> None:
 
 def metrics_records(run_dir: Path) -> list[dict]:
     """A training run's metrics.jsonl: one record per logged update or validation."""
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    from mtkit.core.textio import read_records
+
+    return read_records(Path(run_dir) / "metrics.jsonl")
 
 
 def throughput_after(records: list[dict], skip: int) -> tuple[float, float]:

@@ -285,7 +285,7 @@ def distill(
         raise MtkitError(f"{output}: already exists (use --force to replace it)")
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, 1, 1, 0, 4, 2)
     paths = [resolve_model_path(m, checkpoint) if engine == "pytorch" else m for m in model]
-    teacher = [sha256_file(p) if p.is_file() else str(p.resolve()) for p in paths]
+    teacher = [sha256_file(p if p.is_file() else p / "model.bin") for p in paths]  # a CTranslate2 export: its weights
     settings = {"teacher": teacher, "engine": engine, "precision": precision, "tgt_lang": tgt_lang,
                 "beam": beam, "lenpen": lenpen, "max_len_a": max_len_a, "max_len_b": max_len_b}  # fmt: skip
     translator = make_translator(

@@ -19,15 +19,15 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
   GET  /              the translation page (mtkit.serving.page), unless serve --no-page
 
-Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker thread; with the
-PyTorch engine the batch is a running beam search that new sentences join between decoding steps
-(continuous batching), with CTranslate2 whole batches. A full
-queue answers 503 with Retry-After; a request over --max-chars or --max-texts 413, and so does a
+Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker
+thread; with the PyTorch engine the batch is a running beam search that new sentences join between
+decoding steps (continuous batching), with CTranslate2 whole batches. A full queue answers 503 with Retry-After; a request over --max-chars or --max-texts 413, and so does a
 body over max_body_bytes; invalid JSON or options 422 (400 on the LibreTranslate endpoint, as
 LibreTranslate does). With --api-keys the translating endpoints (and with --private-status /health,
 /ready and /metrics) answer 403 without a valid key (`api_key` in the body, or `Authorization:
 Bearer KEY`), and a key over its limit 429 with Retry-After; without keys, --req-limit limits each
-client address (mtkit.serving.access). A client that disconnects has its waiting sentences dropped. Needs the optional extra: pip install 'mtkit[serve]'.
+client address (mtkit.serving.access). A client that disconnects has its waiting sentences
+dropped. Needs the optional extra: pip install 'mtkit[serve]'.
 """
 
 from collections.abc import Callable, Sequence

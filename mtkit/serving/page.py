@@ -13,12 +13,15 @@ def add_page(app) -> None:
 
     from mtkit.serving.service import RequestError
 
+    html = (PAGE_DIR / "index.html").read_text(encoding="utf-8")  # read once, when the app is made
+    files = {name: (PAGE_DIR / name).read_bytes() for name in FILES}
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page():
-        return HTMLResponse((PAGE_DIR / "index.html").read_text(encoding="utf-8"))
+        return HTMLResponse(html)
 
     @app.get("/page/{name}", include_in_schema=False)
     async def page_file(name: str):
-        if name not in FILES:
+        if name not in files:
             raise RequestError(404, f"/page/{name}: no such file")
-        return Response((PAGE_DIR / name).read_bytes(), media_type=FILES[name])
+        return Response(files[name], media_type=FILES[name])
