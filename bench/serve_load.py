@@ -77,9 +77,14 @@ def batch_totals(httpx, url: str) -> tuple[float, float]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds a process has used so far, its threads included (Linux's /proc)."""
+    """User and system CPU seconds a process and its descendants (engine replicas) have used so far,
+    their threads included (Linux's /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            seconds += cpu_seconds(int(child))
+    return seconds
 
 
 def load(port: int, sentences: list[str], clients: int, seconds: float, processes: int) -> tuple[list[float], float]:
@@ -147,6 +152,7 @@ def main() -> None:
         "--settings", default="wait20,wait0,none", help="server settings to run: wait20, wait0, none, graphs (a GPU's)"
     )
     parser.add_argument("--threads", type=int, default=0, help="decoding threads, offline and served (0: torch's)")
+    parser.add_argument("--replicas", type=int, default=1, help="serve --replicas: engine processes in the server")
     parser.add_argument(
         "--client-processes", type=int, default=0, help="load generator processes (0: one per 32 clients)"
     )
@@ -166,7 +172,8 @@ def main() -> None:
         name, options = SETTINGS[setting]
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        command = mtkit_command("serve", "-m", args.model, "--engine", args.engine, "--port", port, "--beam", args.beam)
+        command = mtkit_command("serve", "-m", args.model, "--engine", args.engine, "--port", port, "--beam", args.beam,
+                                "--replicas", args.replicas)  # fmt: skip
         server = subprocess.Popen(command + options, stderr=subprocess.DEVNULL)
         try:
             while True:
@@ -199,7 +206,8 @@ def main() -> None:
     offline_after = {g: offline_rate(args.model, sentences, args.beam, args.engine, g) for g in graphs}
     # this machine drifts: measured before and after the servers
     offline = {g: (offline_before[g] + offline_after[g]) / 2 for g in graphs}
-    print(f"mtkit serve under load: {args.model}, engine {args.engine}, beam {args.beam}, lenpen 0.6, single test2016")
+    print(f"mtkit serve under load: {args.model}, engine {args.engine}, --replicas {args.replicas}, beam {args.beam}, "
+          "lenpen 0.6, single test2016")  # fmt: skip
     print(f"sentences per request, {args.seconds:g} s per row; {conditions()}")
     print()
     for row in rows:  # the share of offline translation with the same options

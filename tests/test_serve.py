@@ -313,9 +313,11 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
         assert server.stop() == 0
 
 
-def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path):
+@pytest.mark.parametrize("replicas", ["1", "2"])
+def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path, replicas):
     expected = offline(trained_run, sentences[:8], *LONG_SEARCH)
-    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000")
+    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000",
+                    "--replicas", replicas)  # fmt: skip
     answers = {}
 
     def client(i: int) -> None:
@@ -356,7 +358,7 @@ def test_ready_only_after_the_warm_up(trained_run):
 
     tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
     service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
-    assert not service.ready and service.translator is None
+    assert not service.ready and service.engine.translator is None
     service.batcher.start()
     service.warm_up().result(60)
     service.batcher.stop()

@@ -46,6 +46,13 @@ def serve(
     ] = 20.0,
     max_queue: Annotated[int, typer.Option(help="Most sentences waiting; beyond, requests get 503.")] = 2048,
     max_chars: Annotated[int, typer.Option(help="Most characters per request; beyond, 413.")] = 20000,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            help="Engine processes, each with its own copy of the model and a share of the CPU threads "
+            "(1: the engine in the server's process); for small models that one core's Python cannot keep busy."
+        ),
+    ] = 1,
     max_texts: Annotated[
         int, typer.Option(help="Most texts per request (0: as many as the queue holds); beyond, 413.")
     ] = 0,
@@ -103,14 +110,14 @@ def serve(
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
     serve_cfg = ServeConfig(
-        max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts
+        max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas
     )
     serve_cfg.validate()
     rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
     rules.validate()
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     make, tokenizers, info = _load(
-        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang
+        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas
     )
     service = Service(make, tokenizers, cfg, info, serve_cfg)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
@@ -135,10 +142,13 @@ def _load(
     max_tokens: int,
     cuda_graphs: bool,
     tgt_lang: str | None,
+    replicas: int = 1,
 ):
-    """What makes the engine's translator (on the server's worker thread), the tokenizers, and the
-    model's name, languages and the file /v1/models checksums. Bad models and options fail here."""
+    """What makes the engine's translator (on the server's worker thread, or in each replica's process:
+    then an EngineSpec that loads the model there), the tokenizers, and the model's name, languages
+    and the file /v1/models checksums. Bad models and options fail here."""
     from mtkit.interop.engines import make_translator
+    from mtkit.serving.replicas import EngineSpec
     from mtkit.serving.service import ModelInfo
     from mtkit.text.targets import target_tag
 
@@ -150,7 +160,9 @@ def _load(
         info = ModelInfo(
             model.name, model / "model.bin", engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta
         )
-        return (lambda: translator), (translator.src_tokenizer, translator.tgt_tokenizer), info
+        spec = EngineSpec(engine, model, cfg, device, precision, max_tokens, cuda_graphs)
+        make = spec if replicas > 1 else lambda: translator
+        return make, (translator.src_tokenizer, translator.tgt_tokenizer), info
     if engine != "pytorch":
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
     from mtkit.core.device import resolve_device, resolve_precision
@@ -172,4 +184,6 @@ def _load(
     def make() -> Translator:
         return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
 
+    if replicas > 1:
+        make = EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs)
     return make, (model_file.src_tokenizer, model_file.tgt_tokenizer), info

@@ -176,6 +176,8 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         admit_status(request)
         if not service.ready:
             raise RequestError(503, "warming up", {"Retry-After": "1"})
+        if not service.engines_running():
+            raise RequestError(503, "every engine replica has stopped (the server's log says why)")
         return {"status": "ready"}
 
     @app.get("/v1/models")

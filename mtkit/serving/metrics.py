@@ -5,6 +5,7 @@ import json
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from mtkit.serving.dynamic_batching import BatchStats
@@ -15,7 +16,8 @@ THROUGHPUT_WINDOW_S = 10.0
 class Metrics:
     """The service's Prometheus metrics, in a registry of its own."""
 
-    def __init__(self, depth):
+    def __init__(self, depth: Callable[[], int], engines: Callable[[], int] = lambda: 1):
+        """depth(): sentences waiting; engines(): engine replicas running."""
         import prometheus_client as prom
 
         self.registry = prom.CollectorRegistry()
@@ -36,6 +38,11 @@ class Metrics:
             registry=self.registry,
         )  # fmt: skip
         self.queue.set_function(depth)
+        self.engines = prom.Gauge(
+            "mtkit_engine_replicas", "Engine replicas running (serve --replicas; 1 with the engine in the server).",
+            registry=self.registry,
+        )  # fmt: skip
+        self.engines.set_function(engines)
         buckets = [2**i for i in range(15)]
         self.batch_sentences = prom.Histogram(
             "mtkit_batch_sentences",

@@ -1,56 +1,31 @@
-"""The translation service behind `mtkit serve`: request options, the queue and its worker
-(mtkit.serving.dynamic_batching), model information and the warm-up; no HTTP here (mtkit.serving.http adds it)."""
+"""The translation service behind `mtkit serve`: request options, the queue and the engine behind it
+(mtkit.serving.dynamic_batching and mtkit.serving.engine in this process, or mtkit.serving.replicas),
+model information and the warm-up; no HTTP here (mtkit.serving.http adds it)."""
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from mtkit.core.console import warn
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import sha256_file
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull
+from mtkit.serving.engine import Engine, Options, Result, Sentence
 from mtkit.serving.metrics import Metrics
+from mtkit.serving.replicas import Replicas
 from mtkit.text.targets import tag_id, target_tag
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.sentences import Segmenter, require_splitter, segmenter_for
-from mtkit.translation.translate import LineStream, NbestList, TextTranslator
+from mtkit.translation.translate import NbestList, TextTranslator
 
 MAX_BEAM = 16
-
-
-@dataclass(frozen=True)
-class Sentence:
-    """A text of a request and its source subword ids: encoded once, to cost it and to translate it."""
-
-    text: str
-    ids: list[int]
-
-
-class SentenceStream:
-    """The engine's running search (translate.LineStream), fed Sentences: it need not encode them again."""
-
-    def __init__(self, stream: LineStream):
-        self.stream = stream
-
-    def add(self, keys: Sequence[Any], sentences: Sequence[Sentence]) -> None:
-        self.stream.add(keys, [s.text for s in sentences], [s.ids for s in sentences])
-
-    def step(self) -> None:
-        self.stream.step()
-
-
-@dataclass(frozen=True)
-class Options:
-    """The per-request decoding options; requests with equal options share batches."""
-
-    beam: int
-    nbest: int
-    lenpen: float
-    alignment: bool
 
 
 @dataclass
@@ -62,9 +37,10 @@ class ServeConfig:
     split_sentences: bool = False  # the requests' default
     max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
     max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
+    replicas: int = 1  # engine processes (mtkit.serving.replicas); 1: the engine in the server's process
 
     def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_chars"):
+        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas"):
             if getattr(self, name) < 1:
                 raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if self.max_texts < 0:
@@ -100,20 +76,25 @@ class Service:
         info: ModelInfo,
         cfg: ServeConfig,
     ):
-        """make_translator runs on the worker thread, which then does all the translating: torch's
-        OpenMP threads are per calling thread, and a model built on the main thread and run on
-        another decodes about 1.5x slower on 2 cores as the two thread teams compete (docs/results/design-choices.md)."""
-        self._make_translator = make_translator
-        self.translator: TextTranslator | None = None
+        """make_translator builds the translator on the thread that decodes (mtkit.serving.engine); with
+        cfg.replicas > 1, in each replica's process, so it must pickle (mtkit.serving.replicas.EngineSpec)."""
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.base_cfg = base_cfg
         self.info = info
         self.cfg = cfg
-        self.metrics = Metrics(lambda: self.batcher.depth)
-        self.batcher = Batcher(
-            self._translate, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch,
-            setup=self._build, open_stream=self._open_stream,
-        )  # fmt: skip
+        self.metrics = Metrics(lambda: self.batcher.depth, self.engines_running)
+        self.engine = Engine(make_translator)  # unused where replicas translate
+        self.batcher: Batcher | Replicas
+        if cfg.replicas > 1:
+            threads = max(1, torch.get_num_threads() // cfg.replicas)
+            self.batcher = Replicas(
+                make_translator, cfg.replicas, threads, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue,
+                self.metrics.observe_batch,
+            )  # fmt: skip
+        else:
+            self.batcher = self.engine.batcher(
+                cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch
+            )
         self.ready = False
         self.checksum = sha256_file(info.path)
         if cfg.split_sentences:
@@ -122,6 +103,10 @@ class Service:
             False: segmenter_for(self.src_tokenizer, info.meta, False, cfg.max_source_len)
         }
         self._tags: dict[str | None, int | None] = {}
+
+    def engines_running(self) -> int:
+        """The engine replicas running (1 where the engine is in this process)."""
+        return self.batcher.alive if isinstance(self.batcher, Replicas) else 1
 
     def targets(self) -> list[str]:
         """The languages this server translates into."""
@@ -181,41 +166,6 @@ class Service:
     def can_align(self) -> bool:
         """Whether requests may ask for word alignments (/v1/models says so)."""
         return self.info.engine == "pytorch" and not self.info.meta.get("target_tags")
-
-    def _build(self) -> None:
-        self.translator = self._make_translator()
-        self.translator.keep_lines_whole()  # requests come cut into pieces, each with its target's tag
-
-    def _translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Any], None]) -> None:
-        """On the worker thread: one batch, with its options; each piece's result is delivered as
-        soon as its translation is finished."""
-        texts = [s.text for s in sentences]
-        self._translator_for(options).translate_hypotheses(
-            texts,
-            on_line=lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list)),
-            encoded=[s.ids for s in sentences],
-        )
-
-    def _open_stream(self, options: Options, deliver: Callable[[int, Any], None]) -> SentenceStream | None:
-        """On the worker thread: a running search for continuous batching, where the engine has one."""
-        stream = self._translator_for(options).open_stream(
-            lambda key, line, nbest_list: deliver(key, self._result(line, options, nbest_list))
-        )
-        return SentenceStream(stream) if stream is not None else None
-
-    def _translator_for(self, options: Options) -> TextTranslator:
-        assert self.translator is not None
-        # The translator's own cfg: it holds what the engine added (the banned line breaks).
-        self.translator.cfg = replace(
-            self.translator.cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen
-        )
-        return self.translator
-
-    def _result(self, line: str, options: Options, nbest_list: NbestList) -> tuple[NbestList, list[str] | None]:
-        """On the worker thread: a piece's n-best, and with alignment each hypothesis's alignment."""
-        if not options.alignment:
-            return nbest_list, None
-        return nbest_list, [self.translator.alignment(line, h) for h, _ in nbest_list]
 
     @staticmethod
     def _answer(options: Options, nbest_list: NbestList, alignments: list[str] | None) -> Any:
@@ -295,9 +245,7 @@ class Service:
         waiting.cancel()
         raise RequestError(499, "the client closed the connection")
 
-    def _joined(
-        self, results: list[tuple[NbestList, list[str] | None]], counts: list[int], options: Options
-    ) -> list[Any]:
+    def _joined(self, results: list[Result], counts: list[int], options: Options) -> list[Any]:
         """Each text's answer from its pieces' results, in order."""
         answers, start = [], 0
         segmenter = self._segmenters[False]
@@ -309,15 +257,30 @@ class Service:
         return answers
 
     def warm_up(self) -> Future:
-        """Translate one sentence through the batcher; /ready says yes once it is back."""
+        """Translate one sentence through each replica (or the one engine); /ready says yes once all
+        are back. The future says when, with the first error if one failed."""
         target = self.info.target_language or next(iter(self.targets()), None)
-        (job,) = self.jobs(["Hello."], self.defaults(), target=target)[0]
-        (future,) = self.batcher.submit([job])
-        future.add_done_callback(self._warmed_up)
-        return future
+        done: Future = Future()
+        futures = []
+        for _ in range(self.cfg.replicas):  # each goes to the replica with the fewest in flight: a new one
+            (job,) = self.jobs(["Hello."], self.defaults(), target=target)[0]
+            futures += self.batcher.submit([job])
+        remaining, lock = [len(futures)], threading.Lock()
 
-    def _warmed_up(self, future: Future) -> None:
-        error = future.exception()
+        def one_back(future: Future) -> None:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            errors = [f.exception() for f in futures if f.exception() is not None]
+            self._warmed_up(errors[0] if errors else None)
+            done.set_exception(errors[0]) if errors else done.set_result(None)
+
+        for future in futures:
+            future.add_done_callback(one_back)
+        return done
+
+    def _warmed_up(self, error: BaseException | None) -> None:
         self.ready = error is None
         if error is not None:
             warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")

@@ -1,0 +1,95 @@
+"""The engine side of `mtkit serve`: the translator, built on the thread that decodes with it, and
+what the batcher (mtkit.serving.dynamic_batching) calls on that thread: translate a batch, or open
+a running search. It runs in the server's process, or in each engine replica (mtkit.serving.replicas)."""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mtkit.serving.dynamic_batching import Batcher, BatchStats
+from mtkit.translation.translate import LineStream, NbestList, TextTranslator
+
+Result = tuple[NbestList, list[str] | None]  # a piece's n-best, and with alignment each hypothesis's
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A text of a request and its source subword ids: encoded once, to cost it and to translate it."""
+
+    text: str
+    ids: list[int]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The per-request decoding options; requests with equal options share batches."""
+
+    beam: int
+    nbest: int
+    lenpen: float
+    alignment: bool
+
+
+class SentenceStream:
+    """The engine's running search (translate.LineStream), fed Sentences: it need not encode them again."""
+
+    def __init__(self, stream: LineStream):
+        self.stream = stream
+
+    def add(self, keys: Sequence[Any], sentences: Sequence[Sentence]) -> None:
+        self.stream.add(keys, [s.text for s in sentences], [s.ids for s in sentences])
+
+    def step(self) -> None:
+        self.stream.step()
+
+
+class Engine:
+    """A translator behind a batcher. make_translator runs on the batcher's thread, which then does
+    all the translating: torch's OpenMP threads are per calling thread, and a model built on one
+    thread and run on another decodes about 1.5x slower on 2 cores as the two thread teams compete
+    (docs/results/design-choices.md)."""
+
+    def __init__(self, make_translator: Callable[[], TextTranslator]):
+        self._make_translator = make_translator
+        self.translator: TextTranslator | None = None
+
+    def batcher(
+        self, max_batch_tokens: int, max_wait_s: float, max_queue: int, on_batch: Callable[[BatchStats], None]
+    ) -> Batcher:
+        return Batcher(
+            self.translate, max_batch_tokens, max_wait_s, max_queue, on_batch,
+            setup=self.build, open_stream=self.open_stream,
+        )  # fmt: skip
+
+    def build(self) -> None:
+        self.translator = self._make_translator()
+        self.translator.keep_lines_whole()  # requests come cut into pieces, each with its target's tag
+
+    def translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Result], None]) -> None:
+        """One batch, with its options; each piece's result is delivered as soon as it is finished."""
+        texts = [s.text for s in sentences]
+        self._translator_for(options).translate_hypotheses(
+            texts,
+            on_line=lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list)),
+            encoded=[s.ids for s in sentences],
+        )
+
+    def open_stream(self, options: Options, deliver: Callable[[int, Result], None]) -> SentenceStream | None:
+        """A running search for continuous batching, where the engine has one."""
+        stream = self._translator_for(options).open_stream(
+            lambda key, line, nbest_list: deliver(key, self._result(line, options, nbest_list))
+        )
+        return SentenceStream(stream) if stream is not None else None
+
+    def _translator_for(self, options: Options) -> TextTranslator:
+        assert self.translator is not None
+        # The translator's own cfg: it holds what the engine added (the banned line breaks).
+        self.translator.cfg = replace(
+            self.translator.cfg, beam=options.beam, nbest=options.nbest, lenpen=options.lenpen
+        )
+        return self.translator
+
+    def _result(self, line: str, options: Options, nbest_list: NbestList) -> Result:
+        if not options.alignment:
+            return nbest_list, None
+        return nbest_list, [self.translator.alignment(line, h) for h, _ in nbest_list]

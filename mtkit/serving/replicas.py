@@ -1,0 +1,287 @@
+"""Engine replicas (serve --replicas N): N worker processes, each with its own copy of the model,
+its own batcher and its share of the CPU threads, behind the one process that speaks HTTP.
+
+One process runs the search's host side (the Python between the kernels) on one core, however many
+threads its kernels have: with a small model that, not the arithmetic, is the limit, and the HTTP
+work takes its turns on the same interpreter. Replicas run both side by side. The HTTP process keeps
+the queue limit, API keys, request limits and metrics, so they stay the server's, not a replica's.
+It sends each request's sentences, encoded, to the replica with the fewest in flight; each replica
+batches what it gets as the server's own batcher would (continuous batching included) and sends each
+sentence's result back as soon as it is finished.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from mtkit.core.console import warn
+from mtkit.decoding.search_rules import SearchConfig
+from mtkit.serving.dynamic_batching import BatchStats, Job, QueueFull
+from mtkit.serving.engine import Engine
+from mtkit.translation.translate import TextTranslator
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What a replica builds its translator from, as `mtkit serve` would: picklable, unlike a loaded
+    model (each replica loads the file itself)."""
+
+    engine: str
+    model: Path  # the model file (PyTorch) or directory (CTranslate2)
+    cfg: SearchConfig
+    device: str
+    precision: str
+    max_tokens: int
+    cuda_graphs: bool
+
+    def __call__(self) -> TextTranslator:
+        if self.engine == "pytorch":
+            from mtkit.model.files import load_model_file
+            from mtkit.translation.translate import Translator
+
+            model_file = load_model_file(self.model)
+            return Translator(model_file, self.cfg, self.device, self.precision, 128, self.max_tokens, self.cuda_graphs)
+        from mtkit.interop.engines import make_translator
+
+        return make_translator(
+            self.engine, [self.model], "best", self.cfg, self.device, self.precision, 128, self.max_tokens
+        )
+
+
+@dataclass
+class _Replica:
+    number: int
+    process: Any  # multiprocessing's Process
+    outbox: Connection  # jobs, cancellations and the stop, to the replica
+    inbox: Connection  # results, errors and batch statistics, from it
+    waiting: dict[int, Future] = field(default_factory=dict)  # its sentences in flight, by key
+    depth: int = 0  # sentences in its queue, as its last step reported
+    alive: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one message at a time on outbox
+    reader: threading.Thread | None = None
+
+    def send(self, message: tuple[str, Any]) -> None:
+        with self.lock:
+            self.outbox.send(message)
+
+
+class Replicas:
+    """The batcher's interface (start, submit, depth, stop) over `count` replica processes, each
+    decoding on `threads` threads. max_queue counts the sentences in flight: waiting or being translated."""
+
+    def __init__(
+        self,
+        make_translator: Callable[[], TextTranslator],
+        count: int,
+        threads: int,
+        max_batch_tokens: int,
+        max_wait_s: float,
+        max_queue: int,
+        on_batch: Callable[[BatchStats], None],
+    ):
+        self._make_translator, self.count, self.threads = make_translator, count, threads
+        self._batching = (max_batch_tokens, max_wait_s)
+        self.max_queue = max_queue
+        self._on_batch = on_batch
+        self._replicas: list[_Replica] = []
+        self._keys = itertools.count()
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    @property
+    def alive(self) -> int:
+        """Replicas running."""
+        return sum(replica.alive for replica in self._replicas)
+
+    @property
+    def depth(self) -> int:
+        """Sentences waiting in the replicas' queues (not yet searching)."""
+        return sum(replica.depth for replica in self._replicas)
+
+    def start(self) -> None:
+        context = multiprocessing.get_context("spawn")  # not fork: the parent has threads, and maybe CUDA
+        for number in range(self.count):
+            their_inbox, outbox = context.Pipe(duplex=False)
+            inbox, their_outbox = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_serve_replica,
+                args=(self._make_translator, self.threads, self._batching, their_inbox, their_outbox),
+                name=f"mtkit-replica-{number}",
+                daemon=True,
+            )
+            process.start()
+            their_inbox.close(), their_outbox.close()
+            replica = _Replica(number, process, outbox, inbox)
+            replica.reader = threading.Thread(target=self._read, args=(replica,), name=f"mtkit-replica-{number}-reader")
+            replica.reader.start()
+            self._replicas.append(replica)
+
+    def submit(self, jobs: list[Job]) -> list[Future]:
+        """Send all of a request's sentences to the replica with the fewest in flight, or none (QueueFull)."""
+        with self._lock:
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            in_flight = sum(len(replica.waiting) for replica in self._replicas)
+            if in_flight + len(jobs) > self.max_queue:
+                raise QueueFull(f"{in_flight} sentences are in flight; the queue holds {self.max_queue}")
+            alive = [replica for replica in self._replicas if replica.alive]
+            if not alive:
+                raise RuntimeError("every engine replica has stopped (the server's log says why)")
+            replica = min(alive, key=lambda r: len(r.waiting))
+            keys = [next(self._keys) for _ in jobs]
+            replica.waiting.update(zip(keys, (job.future for job in jobs)))
+            replica.send(("jobs", [(key, job.source, job.tokens, job.options) for key, job in zip(keys, jobs)]))
+        for key, job in zip(keys, jobs):
+            job.future.add_done_callback(partial(self._cancelled, replica, key))
+        return [job.future for job in jobs]
+
+    def _cancelled(self, replica: _Replica, key: int, future: Future) -> None:
+        """A client went away: the replica drops the sentence if it has not started it."""
+        if future.cancelled() and replica.waiting.pop(key, None) is not None and replica.alive:
+            try:
+                replica.send(("cancel", [key]))
+            except OSError:  # the replica has just stopped
+                pass
+
+    def stop(self) -> None:
+        """The replicas translate what they have, then end."""
+        with self._lock:
+            self._stopping = True
+        for replica in self._replicas:
+            if replica.alive:
+                try:
+                    replica.send(("stop", None))
+                except OSError:
+                    pass
+        for replica in self._replicas:
+            replica.reader.join()
+            replica.process.join()
+
+    def _read(self, replica: _Replica) -> None:
+        """The replica's messages until it stops; then its sentences still in flight get an error."""
+        while self._take(replica):
+            pass
+        replica.alive, replica.depth = False, 0
+        replica.process.join()
+        error = RuntimeError(f"engine replica {replica.number} stopped (exit code {replica.process.exitcode})")
+        if not self._stopping:
+            warn(f"{error}: its {len(replica.waiting)} sentences in flight get an error; {self.alive} replicas remain")
+        for key in list(replica.waiting):
+            _settle(replica.waiting.pop(key, None), error=error)
+
+    def _take(self, replica: _Replica) -> bool:
+        """One send's messages from the replica; False once it has stopped."""
+        try:
+            messages = replica.inbox.recv()
+        except (EOFError, OSError):  # the process ended
+            return False
+        for kind, payload in messages:
+            if kind == "result":
+                key, result = payload
+                _settle(replica.waiting.pop(key, None), result=result)
+            elif kind == "error":
+                key, message = payload
+                _settle(replica.waiting.pop(key, None), error=RuntimeError(message))
+            elif kind == "batch":
+                stats, replica.depth = payload
+                self._on_batch(stats)
+            else:  # "stopped"
+                return False
+        return True
+
+
+def _settle(future: Future | None, result: Any = None, error: Exception | None = None) -> None:
+    try:
+        if future is None:
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:  # cancelled meanwhile: its client has gone
+        pass
+
+
+def _serve_replica(
+    make_translator: Callable[[], TextTranslator],
+    threads: int,
+    batching: tuple[int, float],
+    inbox: Connection,
+    outbox: Connection,
+) -> None:
+    """A replica process: jobs and cancellations come in on inbox; results, errors and each step's
+    statistics go out on outbox, then "stopped" once it has been told to stop and has finished."""
+    import torch
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the HTTP process decides when to stop
+        signal.signal(number, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+    outgoing: queue.SimpleQueue = queue.SimpleQueue()
+    sender = threading.Thread(target=_send_all, args=(outgoing, outbox), name="mtkit-replica-sender")
+    sender.start()
+    engine = Engine(make_translator)
+    batcher = engine.batcher(
+        *batching, max_queue=1 << 62, on_batch=lambda stats: outgoing.put(("batch", (stats, batcher.depth)))
+    )
+    batcher.start()
+    futures: dict[int, Future] = {}
+    while True:
+        try:
+            kind, payload = inbox.recv()
+        except EOFError:  # the HTTP process has gone
+            break
+        if kind == "stop":
+            break
+        if kind == "cancel":
+            for key in payload:
+                if (future := futures.pop(key, None)) is not None:
+                    future.cancel()
+            continue
+        jobs = []
+        for key, source, tokens, options in payload:
+            job = Job(source, tokens, options)
+            futures[key] = job.future
+            job.future.add_done_callback(partial(_report, outgoing, futures, key))
+            jobs.append(job)
+        batcher.submit(jobs)
+    batcher.stop()
+    outgoing.put(("stopped", None))
+    sender.join()
+
+
+def _send_all(outgoing: queue.SimpleQueue, outbox: Connection) -> None:
+    """A replica's messages to the HTTP process, as many at a time as have come (a step's results
+    in one send rather than one each), until "stopped"."""
+    while True:
+        messages = [outgoing.get()]
+        while not outgoing.empty():
+            messages.append(outgoing.get())
+        try:
+            outbox.send(messages)
+        except OSError:  # the HTTP process has gone
+            return
+        if messages[-1][0] == "stopped":
+            return
+
+
+def _report(outgoing: queue.SimpleQueue, futures: dict[int, Future], key: int, future: Future) -> None:
+    """On the replica's batcher thread: a sentence's result or error, for the HTTP process."""
+    futures.pop(key, None)
+    if future.cancelled():
+        return
+    error = future.exception()
+    if error is not None:
+        outgoing.put(("error", (key, f"{type(error).__name__}: {error}")))
+    else:
+        outgoing.put(("result", (key, future.result())))

@@ -1,0 +1,160 @@
+"""serve --replicas: engine processes behind the HTTP process (mtkit.serving.replicas)."""
+
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import run_mtkit
+from test_serve import Server, offline, wait_until
+
+from mtkit.decoding.search import SearchConfig
+from mtkit.model.files import load_model_file, resolve_model_path
+from mtkit.serving.dynamic_batching import Job, QueueFull
+from mtkit.serving.engine import Options, Sentence
+from mtkit.serving.replicas import EngineSpec, Replicas
+from mtkit.translation.translate import Translator
+
+OPTIONS = Options(beam=2, nbest=1, lenpen=0.6, alignment=False)
+
+
+@pytest.fixture(scope="module")
+def sentences(corpus):
+    return (corpus / "test.en").read_text().splitlines()
+
+
+@pytest.fixture
+def replicas(trained_run):
+    """Two replicas of the test model (fp32, beam 2), started; stopped after the test."""
+    path = resolve_model_path(trained_run)
+    spec = EngineSpec("pytorch", path, SearchConfig(beam=2), "cpu", "fp32", 4096, False)
+    pool = Replicas(spec, 2, 1, 4096, 0.0, 6, lambda stats: None)
+    pool.start()
+    yield pool
+    pool.stop()
+
+
+def jobs(trained_run, lines: list[str]) -> list[Job]:
+    tokenizer = load_model_file(resolve_model_path(trained_run)).src_tokenizer
+    return [Job(Sentence(line, ids), len(ids) + 1, OPTIONS) for line, ids in zip(lines, tokenizer.encode_batch(lines))]
+
+
+def texts(futures) -> list[str]:
+    return [future.result(300)[0][0][1] for future in futures]
+
+
+def expected(trained_run, lines: list[str]) -> list[str]:
+    model_file = load_model_file(resolve_model_path(trained_run))
+    return Translator(model_file, SearchConfig(beam=2), device="cpu", precision="fp32").translate(lines)
+
+
+def paused(pool: Replicas):
+    """The replica processes stopped (SIGSTOP), so that what is sent to them stays in flight."""
+    for replica in pool._replicas:
+        os.kill(replica.process.pid, signal.SIGSTOP)
+
+
+def resumed(pool: Replicas):
+    for replica in pool._replicas:
+        if replica.alive:
+            os.kill(replica.process.pid, signal.SIGCONT)
+
+
+def test_requests_go_to_the_replica_with_fewest_in_flight_and_get_the_offline_translations(
+    replicas, trained_run, sentences
+):
+    paused(replicas)
+    first = replicas.submit(jobs(trained_run, sentences[:3]))
+    second = replicas.submit(jobs(trained_run, sentences[3:5]))  # replica 1 has none in flight
+    third = replicas.submit(jobs(trained_run, sentences[5:6]))  # replica 1 has 2, replica 0 has 3
+    assert [set(r.waiting.values()) for r in replicas._replicas] == [{*first}, {*second, *third}]
+    resumed(replicas)
+    assert texts(first + second + third) == expected(trained_run, sentences[:6])
+    assert [r.waiting for r in replicas._replicas] == [{}, {}]
+
+
+def test_the_queue_limit_counts_the_sentences_in_flight(replicas, trained_run, sentences):
+    paused(replicas)
+    held = replicas.submit(jobs(trained_run, sentences[:4]))
+    with pytest.raises(QueueFull, match="^4 sentences are in flight; the queue holds 6$"):
+        replicas.submit(jobs(trained_run, sentences[4:7]))
+    fits = replicas.submit(jobs(trained_run, sentences[4:6]))
+    resumed(replicas)
+    assert texts(held + fits) == expected(trained_run, sentences[:6])
+
+
+def test_a_cancelled_sentence_leaves_the_flight(replicas, trained_run, sentences):
+    paused(replicas)
+    (leaving,) = replicas.submit(jobs(trained_run, sentences[:1]))
+    assert leaving.cancel()
+    assert [r.waiting for r in replicas._replicas] == [{}, {}]
+    resumed(replicas)
+    assert texts(replicas.submit(jobs(trained_run, sentences[1:3]))) == expected(trained_run, sentences[1:3])
+
+
+def test_a_replica_that_dies_fails_its_sentences_and_the_others_serve_on(replicas, trained_run, sentences):
+    paused(replicas)
+    survivor, victim = replicas._replicas
+    kept = replicas.submit(jobs(trained_run, sentences[:1]))  # replica 0
+    (lost,) = replicas.submit(jobs(trained_run, sentences[1:2]))  # replica 1
+    os.kill(victim.process.pid, signal.SIGKILL)
+    wait_until(lambda: not victim.alive, "the reader saw replica 1 end")
+    with pytest.raises(RuntimeError, match=r"^engine replica 1 stopped \(exit code -9\)$"):
+        lost.result(300)
+    assert replicas.alive == 1
+    resumed(replicas)
+    later = replicas.submit(jobs(trained_run, sentences[2:4]))
+    assert set(survivor.waiting.values()) >= set(later) or all(f.done() for f in later)
+    assert texts(kept + later) == expected(trained_run, [sentences[0], *sentences[2:4]])
+
+
+def engine_processes(pid: int) -> list[int]:
+    """The server's child processes that run an engine (not multiprocessing's resource tracker)."""
+    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    return [child for child in children if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()]
+
+
+def test_a_server_with_two_replicas_answers_as_offline_and_stops_them(trained_run, sentences, tmp_path):
+    expected_lines = offline(trained_run, sentences[:16])
+    with Server(trained_run, tmp_path / "serve.log", "--replicas", "2") as server:
+        assert server.metric("mtkit_engine_replicas") == 2
+        engines = engine_processes(server.process.pid)
+        assert len(engines) == 2
+        answers: dict[int, list[str]] = {}
+        start = threading.Barrier(8)
+
+        def client(i: int) -> None:
+            start.wait()
+            response = server.post("/v1/translate", json={"text": sentences[2 * i : 2 * i + 2]})
+            assert response.status_code == 200, response.text
+            answers[i] = response.json()["translations"]
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [t for i in range(8) for t in answers[i]] == expected_lines
+        rows = [row.split("\t") for row in offline(trained_run, sentences[:2], "--nbest", "2", "--alignment")]
+        response = server.post("/v1/translate", json={"text": sentences[:2], "nbest": 2, "alignment": True})
+        got = [[str(i), f"{h['score']:.4f}", h["text"], h["alignment"]]
+               for i, hyps in enumerate(response.json()["translations"]) for h in hyps]  # fmt: skip
+        assert got == rows
+        os.kill(engines[1], signal.SIGKILL)
+        wait_until(lambda: server.metric("mtkit_engine_replicas") == 1, "the server saw a replica end")
+        assert server.post("/v1/translate", json={"text": sentences[:2]}).json()["translations"] == expected_lines[:2]
+        assert httpx.get(f"{server.url}/ready").status_code == 200
+    log = server.log_path.read_text()
+    assert re.search(
+        r"engine replica [01] stopped \(exit code -9\): its 0 sentences in flight get an error; 1 replicas remain", log
+    )
+    assert not any(Path(f"/proc/{pid}").exists() for pid in engines)
+
+
+def test_replicas_below_one_is_a_clear_error(trained_run):
+    result = run_mtkit("serve", "-m", trained_run, "--replicas", "0")
+    assert result.returncode == 1
+    assert result.stderr.decode().strip().splitlines() == ["error: --replicas 0: must be at least 1"]
