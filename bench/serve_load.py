@@ -11,14 +11,15 @@ sentences. "server CPU" and "clients CPU": the cores that the server process and
 kept busy (CPU seconds per second); a server near 1.0 is held by one Python thread.
 
   python bench/serve_load.py -m runs/multi30k/model.pt [--src en] [--seconds 30] [--clients 1,8,32]
-      [--threads N]
+      [--threads N] [--replicas N]
 
 Needs pip install 'mtkit[serve]' httpx. The load generator runs on the same machine: a thread per
 client, in --client-processes processes (default: one per 32 clients, at most half the cores), so
 that Python's lock on one process does not limit hundreds of clients; it takes some CPU from the
 server. The offline rate is measured with the same options (--cuda-graphs for the graphs setting).
 --threads N decodes on N threads, offline and in the server (OMP_NUM_THREADS), e.g. to leave cores
-to HTTP and the clients; default: torch's choice.
+to HTTP and the clients; default: torch's choice. --replicas N: serve --replicas, engine processes
+sharing those threads ("server CPU" counts them).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   GET  /              the translation page (mtkit.serving.page), unless serve --no-page
 
 Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker
-thread; with the PyTorch engine the batch is a running beam search that new sentences join between
+thread (or on each of serve --replicas engine processes, mtkit.serving.replicas); with the PyTorch engine the batch is a running beam search that new sentences join between
 decoding steps (continuous batching), with CTranslate2 whole batches. A full queue answers 503 with Retry-After; a request over --max-chars or --max-texts 413, and so does a
 body over max_body_bytes; invalid JSON or options 422 (400 on the LibreTranslate endpoint, as
 LibreTranslate does). With --api-keys the translating endpoints (and with --private-status /health,
