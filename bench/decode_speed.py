@@ -2,7 +2,7 @@
 and host-read interval, with BLEU and peak memory.
 
     python bench/decode_speed.py -m MODEL [--data ../shared/data/multi30k] [--src en --tgt de] [--beams 1,5]
-        [--precisions fp32,bf16] [--ct2 float32,int8] [--hf] [--graphs 0,1] [--sync-every 1,8] [--lenpen 0.6]
+        [--precisions fp32,bf16] [--ct2 float32,int8] [--int8] [--hf] [--graphs 0,1] [--sync-every 1,8] [--lenpen 0.6]
         [--batch-size 128] [--repeats 1] [--lines N] [--save DIR] [--against DIR]
 
 Every setting runs in its own process (its peak RSS is the table's; model loading is in it, not in
@@ -10,7 +10,9 @@ the timing): the first 100 lines are translated once as a warm-up, then the whol
 times, and sentences/s is the median. Engines: mtkit's PyTorch decoder in each of --precisions (with
 --graphs 1 also replaying steps as CUDA graphs, a GPU's; with --sync-every N beam search's host
 reading the device every N steps instead of mtkit's choice); CTranslate2 with each quantization of
---ct2 (pip install 'mtkit[ct2]'); with --hf, transformers' `generate` on the model exported by
+--ct2 (pip install 'mtkit[ct2]'); with --int8, mtkit's decoder in fp32 with torchao's dynamic int8
+linear layers (quantize_ with Int8DynamicActivationInt8WeightConfig; the output layer, tied to the
+embeddings, stays fp32): a measurement of whether int8 would pay, not an mtkit option; with --hf, transformers' `generate` on the model exported by
 `mtkit export --format huggingface`, in fp32 (it needs --lenpen 0: transformers' length penalty is
 length^alpha, mtkit's GNMT's; with alpha 0 both rank by the summed log-probability, and neither
 forces </s> at the length limit); its rows count the lines identical to mtkit's (the first precision).
@@ -48,6 +50,11 @@ def translate_with(setting: dict):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     translator = make_translator(setting["engine"], [Path(setting["model"])], "best", cfg, device,
                                  setting["precision"], setting["batch_size"], 8192, setting["graphs"])  # fmt: skip
+    if setting.get("int8"):
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        is_linear = lambda module, name: isinstance(module, torch.nn.Linear)  # noqa: E731
+        quantize_(translator.searcher, Int8DynamicActivationInt8WeightConfig(), filter_fn=is_linear)
     return translator.translate
 
 
@@ -92,6 +99,8 @@ def run_one(setting: dict) -> None:
 def settings_of(args, work: Path) -> list[dict]:
     engines = [("pytorch", args.model, p, p, graphs, sync) for p in filter(None, args.precisions.split(","))
                for graphs in map(int, args.graphs.split(",")) for sync in map(int, args.sync_every.split(","))]  # fmt: skip
+    if args.int8:
+        engines.append(("pytorch", args.model, "fp32", "torchao-int8", 0, 0))
     for quantization in filter(None, args.ct2.split(",")):
         exported = work / f"ct2-{quantization}"
         run_measured(mtkit_command("export", "-m", args.model, "--format", "ctranslate2", "--quantization",
@@ -102,7 +111,8 @@ def settings_of(args, work: Path) -> list[dict]:
         architecture = json.loads((work / "hf" / "config.json").read_text())["architectures"][0]
         engines.append(("transformers", work / "hf", "fp32", architecture, 0, 0))
     return [dict(engine=engine, model=str(model), precision=precision, label=label, graphs=bool(graphs),
-                 sync_every=sync, beam=beam, lenpen=args.lenpen, batch_size=args.batch_size, repeats=args.repeats)
+                 int8=label == "torchao-int8", sync_every=sync, beam=beam, lenpen=args.lenpen,
+                 batch_size=args.batch_size, repeats=args.repeats)
             for beam in map(int, args.beams.split(",")) for engine, model, precision, label, graphs, sync in engines]  # fmt: skip
 
 
@@ -115,6 +125,7 @@ def main() -> None:
     parser.add_argument("--beams", default="1,5")
     parser.add_argument("--precisions", default="fp32,bf16", help="mtkit PyTorch precisions; empty for none")
     parser.add_argument("--ct2", default="", help="CTranslate2 quantizations to add, e.g. float32,int8")
+    parser.add_argument("--int8", action="store_true", help="add fp32 with torchao's int8 linear layers")
     parser.add_argument("--hf", action="store_true", help="add transformers' generate (needs --lenpen 0)")
     parser.add_argument("--graphs", default="0", help="0 (eager steps), 1 (CUDA graphs, a GPU's) or 0,1")
     parser.add_argument("--sync-every", default="0", help="beam search's steps between host reads (0: mtkit's choice)")

@@ -20,6 +20,9 @@ ModelsOption = Annotated[
 ]
 CheckpointOption = Annotated[str, typer.Option(help="With a run directory: best or last checkpoint.")]
 BeamOption = Annotated[int, typer.Option(help="Beam size (1 = greedy).")]
+ModelBeamOption = Annotated[
+    int | None, typer.Option(help="Beam size (1 = greedy); default: the model's, 1 for a transformer-student, else 5.")
+]
 LenpenOption = Annotated[float, typer.Option(help="Length penalty alpha: scores / ((5+len)/6)^alpha.")]
 MaxLenAOption = Annotated[float, typer.Option(help="Output length <= a * source length + b: a.")]
 MaxLenBOption = Annotated[int, typer.Option(help="Output length <= a * source length + b: b.")]
@@ -58,6 +61,37 @@ CudaGraphsOption = Annotated[
 EngineOption = Annotated[
     str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")
 ]
+
+
+FormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="text, html or xml: with markup, each element is kept around the words aligned to its own "
+        "(one model, --engine pytorch).",
+    ),
+]
+
+
+def check_markup_options(fmt: str, **given: bool) -> None:
+    """--format html|xml gives one translation per line, its markup kept: refuse what does not fit."""
+    from mtkit.translation.markup import check_format
+
+    check_format(fmt)
+    clashing = [name for name, on in given.items() if on]
+    if fmt != "text" and clashing:
+        raise MtkitError(
+            f"--format {fmt} gives one translation per line with its markup: not with {', '.join(clashing)}"
+        )
+
+
+def model_beam(beam: int | None, engine: str, models: list[Path], checkpoint: str = "best") -> int:
+    """--beam, or where not given the model's own default (mtkit.interop.engines.default_beam_of)."""
+    if beam is not None:
+        return beam
+    from mtkit.interop.engines import default_beam_of
+
+    return default_beam_of(engine, models, checkpoint)
 
 
 def search_config(

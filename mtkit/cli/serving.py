@@ -9,7 +9,6 @@ import typer
 
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import (
-    BeamOption,
     CheckpointOption,
     CudaGraphsOption,
     DeviceOption,
@@ -21,10 +20,12 @@ from mtkit.cli.options import (
     MaxLenBOption,
     MaxSourceLenOption,
     MinLenOption,
+    ModelBeamOption,
     ModelOption,
     NoRepeatOption,
     PrecisionOption,
     TgtLangOption,
+    model_beam,
     search_config,
 )
 from mtkit.core import console
@@ -68,7 +69,7 @@ def serve(
         bool, typer.Option("--private-status", help="/health, /ready and /metrics need an API key too.")
     ] = False,
     checkpoint: CheckpointOption = "best",
-    beam: BeamOption = 5,
+    beam: ModelBeamOption = None,
     lenpen: LenpenOption = 0.6,
     max_len_a: MaxLenAOption = 1.0,
     max_len_b: MaxLenBOption = 50,
@@ -115,6 +116,7 @@ def serve(
     serve_cfg.validate()
     rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
     rules.validate()
+    beam = model_beam(beam, engine, [model], checkpoint)
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     make, tokenizers, info = _load(
         engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas

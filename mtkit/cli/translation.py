@@ -1,4 +1,4 @@
-"""Commands that decode: translate, evaluate, score."""
+"""Commands that decode: translate, evaluate."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from rich.console import Console
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import (
     BatchSizeOption,
-    BeamOption,
     CheckpointOption,
     CudaGraphsOption,
     DeviceOption,
     EngineOption,
+    FormatOption,
     LangPairsOption,
     LenpenOption,
     LoopNgramOption,
@@ -27,13 +27,15 @@ from mtkit.cli.options import (
     MaxSourceLenOption,
     MaxTokensOption,
     MinLenOption,
-    ModelOption,
+    ModelBeamOption,
     ModelsOption,
     NoRepeatOption,
     PrecisionOption,
     SplitSentencesOption,
     TgtLangOption,
+    check_markup_options,
     input_lines,
+    model_beam,
     parse_lang_pairs,
     search_config,
 )
@@ -50,7 +52,7 @@ def translate(
         Path | None, typer.Option("--output", "-o", help="Write translations here (default: stdout).")
     ] = None,
     checkpoint: CheckpointOption = "best",
-    beam: BeamOption = 5,
+    beam: ModelBeamOption = None,
     lenpen: LenpenOption = 0.6,
     nbest: Annotated[int, typer.Option(help="Print N lines per input: index<TAB>score<TAB>translation.")] = 1,
     max_len_a: MaxLenAOption = 1.0,
@@ -79,6 +81,7 @@ def translate(
     split_sentences: SplitSentencesOption = False,
     max_source_len: MaxSourceLenOption = 0,
     tgt_lang: TgtLangOption = None,
+    markup: FormatOption = "text",
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -91,14 +94,19 @@ def translate(
     averaged over heads. With --prefix-file or --prefix-in-input each translation begins with the
     given target text and continues as the model's best completion (both engines).
 
+    With --format html (or xml) each line is markup: block elements cut it into segments translated
+    separately, and inline elements are put back around the target words aligned to their source
+    words; attributes, comments, scripts, styles, code and translate="no" are kept as they are.
+
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
     from mtkit.core.textio import atomic_path, check_input_file, check_output_file, progress_size
     from mtkit.interop.engines import make_translator
+    from mtkit.translation.markup import MarkupTranslator
     from mtkit.translation.output import paired_with_prefixes, write_translations
 
     cfg = search_config(
-        beam,
+        model_beam(beam, engine, model, checkpoint),
         lenpen,
         max_len_a,
         max_len_b,
@@ -113,6 +121,8 @@ def translate(
         top_p,
         seed,
     )
+    check_markup_options(markup, **{"--nbest": nbest > 1, "--alignment": alignment, "--split-sentences": split_sentences,
+                                    "--prefix-file": bool(prefix_file), "--prefix-in-input": prefix_in_input})  # fmt: skip
     if alignment and (engine != "pytorch" or len(model) > 1):
         raise MtkitError("--alignment needs one model and --engine pytorch")
     if alignment and split_sentences:
@@ -129,6 +139,8 @@ def translate(
         engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
         max_source_len, tgt_lang,
     )  # fmt: skip
+    if markup != "text":
+        translator = MarkupTranslator(translator, markup)
     interactive = input is None and sys.stdin.isatty()
     lines = paired_with_prefixes(input_lines(input), str(input or "stdin"), prefix_file, prefix_in_input)
     with_prefixes = bool(prefix_file or prefix_in_input)
@@ -180,7 +192,7 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the translations here.")] = None,
     checkpoint: CheckpointOption = "best",
-    beam: BeamOption = 5,
+    beam: ModelBeamOption = None,
     lenpen: LenpenOption = 0.6,
     max_len_a: MaxLenAOption = 1.0,
     max_len_b: MaxLenBOption = 50,
@@ -193,12 +205,16 @@ def evaluate(
     tgt_lang: TgtLangOption = None,
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
+    markup: FormatOption = "text",
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
 ) -> None:
     """Translate a test set (or take translations) and score it with sacrebleu: BLEU, chrF, TER.
+
+    With --format html or xml the sources are markup (see translate), and translations and
+    references are scored on their text alone.
 
     Example: [bold]mtkit evaluate -m model.pt --src test2016.en --ref test2016.de[/bold]
     """
@@ -215,12 +231,14 @@ def evaluate(
     )
 
     names = parse_metrics(metrics)
+    check_markup_options(markup, **{"--split-sentences": split_sentences, "--lang-pairs": lang_pairs is not None})
     if lang_pairs is not None or hyp is None:  # a model translates
         from mtkit.interop.engines import make_translator
     if lang_pairs is not None:
         if not (model and test) or src or hyp or ref:
             raise MtkitError("--lang-pairs evaluates --test PREFIX with --model (not --src, --ref or --hyp)")
         pairs = parse_lang_pairs(lang_pairs)
+        beam = model_beam(beam, engine, model, checkpoint)
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
@@ -247,11 +265,16 @@ def evaluate(
     if hyp is not None:
         hypotheses = sources
     else:
+        beam = model_beam(beam, engine, model, checkpoint)
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
             max_source_len, tgt_lang,
         )  # fmt: skip
+        if markup != "text":
+            from mtkit.translation.markup import MarkupTranslator
+
+            translator = MarkupTranslator(translator, markup)
         started = time.perf_counter()  # translation only, not model loading
         hypotheses = translator.translate(sources)
         report_pieces(translator)
@@ -260,85 +283,15 @@ def evaluate(
         from mtkit.core.textio import write_text_atomic
 
         write_text_atomic(output, "".join(line + "\n" for line in hypotheses))
+    if markup != "text":  # scored on the text alone
+        from mtkit.translation.markup import without_markup
+
+        hypotheses, references = (
+            without_markup(hypotheses, markup),
+            {p: without_markup(r, markup) for p, r in references.items()},
+        )
     scores = corpus_scores(hypotheses, list(references.values()), names, lowercase, tokenize)
     if as_json:
         print(report_json(scores, len(hypotheses), seconds, translated=hyp is None))
     else:
         Console(soft_wrap=False).print(report_table(scores, f"{source_path} ({len(hypotheses)} sentences)"))
-
-
-@app.command()
-@handle_errors
-def score(
-    model: ModelOption,
-    src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
-    tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
-    normalize: Annotated[bool, typer.Option(help="Per target token (</s> included) instead of the sum.")] = False,
-    lenpen: Annotated[float, typer.Option(help="Divide by the search's length penalty ((5+n)/6)^lenpen.")] = 0.0,
-    drop_worst: Annotated[
-        float, typer.Option(help="With --normalize and --kept: drop this share of the pairs, the lowest scored.")
-    ] = 0.0,
-    kept: Annotated[
-        Path | None, typer.Option(help="Write the pairs kept to PREFIX.SRC_SUFFIX and PREFIX.TGT_SUFFIX.")
-    ] = None,
-    checkpoint: CheckpointOption = "best",
-    max_tokens: MaxTokensOption = 8192,
-    tgt_lang: TgtLangOption = None,
-    device: DeviceOption = "auto",
-    precision: PrecisionOption = "auto",
-) -> None:
-    """Score given translations: log p(target | source) by forced decoding, one number per line.
-
-    With --lenpen A the number is what beam search with --lenpen A ranks by; for filtering and reranking.
-    With --normalize --drop-worst 0.05 --kept PREFIX the 5% of pairs with the lowest per-token
-    log-probability are left out of PREFIX.en and PREFIX.de (for train.en and train.distilled.de):
-    the cross-entropy filter of distilled data.
-
-    Example: [bold]mtkit score -m model.pt --src test.en --tgt test.hyp.de --normalize[/bold]
-    """
-    from mtkit.model.files import load_model_file
-    from mtkit.translation.evaluate import check_line_counts, read_lines_checked
-    from mtkit.translation.forced_decoding import Scorer
-
-    if normalize and lenpen:
-        raise MtkitError("--normalize and --lenpen exclude each other")
-    outputs = _kept_files(src, tgt, drop_worst, kept, normalize)
-    sources, targets = read_lines_checked(src), read_lines_checked(tgt)
-    check_line_counts({src: sources, tgt: targets})
-    scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens, tgt_lang)
-    scores = scorer.score(sources, targets, normalize, lenpen)
-    sys.stdout.write("".join(f"{value:.6f}\n" for value in scores))
-    if outputs:
-        _write_kept(outputs, sources, targets, scores, drop_worst)
-
-
-def _kept_files(
-    src: Path, tgt: Path, drop_worst: float, kept: Path | None, normalize: bool
-) -> tuple[Path, Path] | None:
-    """score --drop-worst's two output files, checked before any work."""
-    from mtkit.core.textio import check_output_file
-
-    if not drop_worst and kept is None:
-        return None
-    if not 0 < drop_worst < 1 or kept is None or not normalize:
-        raise MtkitError("--drop-worst takes a share between 0 and 1, with --normalize and --kept PREFIX")
-    if not src.suffix or src.suffix == tgt.suffix:
-        raise MtkitError(f"--kept: {src} and {tgt} need suffixes of their own (train.en, train.distilled.de)")
-    outputs = (kept.with_name(kept.name + src.suffix), kept.with_name(kept.name + tgt.suffix))
-    for path in outputs:
-        check_output_file(path)
-    return outputs
-
-
-def _write_kept(outputs: tuple[Path, Path], sources: list[str], targets: list[str], scores, drop_worst: float) -> None:
-    from mtkit.core.textio import write_text_atomic
-    from mtkit.translation.forced_decoding import kept_pairs
-
-    kept = kept_pairs(scores, drop_worst)
-    for path, lines in zip(outputs, (sources, targets)):
-        write_text_atomic(path, "".join(lines[i] + "\n" for i in kept))
-    floor = min(scores[i] for i in kept) if kept else float("nan")
-    console.info(
-        f"kept {len(kept):,} of {len(scores):,} pairs in {outputs[0]} and {outputs[1]} "
-        f"(per-token log-probability at least {floor:.4f})"
-    )

@@ -26,9 +26,21 @@ PRESETS: dict[str, dict[str, Any]] = {
     # transformer-small's depth with 60% of its matrix products: more updates where training is slow
     # (the quick Multi30k recipe on a CPU that trains in fp32).
     "transformer-narrow": dict(d_model=192, heads=4, ffn_dim=768, encoder_layers=3, decoder_layers=3, dropout=0.3),
+    # Bergamot's "tiny" student (browsermt/students): a deep encoder, run once per sentence, and a
+    # shallow decoder, run once per output token; trained on a teacher's translations, decoded greedily.
+    "transformer-student": dict(d_model=256, heads=8, ffn_dim=1536, encoder_layers=6, decoder_layers=2, dropout=0.1),
     # A few thousand parameters besides the embeddings: for tests.
     "transformer-tiny": dict(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.0),
 }
+
+
+DEFAULT_BEAM = 5
+PRESET_BEAMS = {"transformer-student": 1}  # a student decodes greedily: its teacher's search is in its data
+
+
+def default_beam(preset: str) -> int:
+    """The beam a model of this preset decodes with unless told otherwise."""
+    return PRESET_BEAMS.get(preset, DEFAULT_BEAM)
 
 
 @dataclass

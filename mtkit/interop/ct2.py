@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mtkit.core.config import DEFAULT_BEAM, default_beam
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import atomic_directory
 from mtkit.decoding.search_rules import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
@@ -123,9 +124,18 @@ def export_ctranslate2(model_file: ModelFile, output: Path, quantization: str = 
             "format": "mtkit-ctranslate2",
             "quantization": quantization,
             "max_positions": MAX_POSITIONS,
+            "beam": default_beam(model_file.config.preset),  # what the model decodes with unless told otherwise
             "source": model_file.meta,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+
+def exported_beam(directory: Path) -> int:
+    """The beam an exported model decodes with unless told otherwise (5 where its export did not say)."""
+    try:
+        return int(json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8")).get("beam", DEFAULT_BEAM))
+    except (OSError, ValueError, AttributeError):  # loading it says what is wrong
+        return DEFAULT_BEAM
 
 
 class CTranslate2Translator(TextTranslator):

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtkit.core.config import default_beam
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.translation.sentences import require_splitter
 from mtkit.translation.translate import TextTranslator, Translator
 
 COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def default_beam_of(engine: str, models: list[Path], checkpoint: str = "best") -> int:
+    """The beam the (first) model decodes with unless told otherwise: 1 for a transformer-student,
+    else 5 (mtkit.core.config.default_beam); an exported model keeps its model's."""
+    if engine == "ctranslate2":
+        from mtkit.interop.ct2 import exported_beam
+
+        return exported_beam(models[0])
+    from mtkit.model.files import model_preset, resolve_model_path
+
+    return default_beam(model_preset(resolve_model_path(models[0], checkpoint)))
 
 
 def make_translator(

@@ -141,6 +141,15 @@ def model_file_from_payload(payload: dict, source: str) -> ModelFile:
         raise MtkitError(f"{source}: {err}") from None
 
 
+def model_preset(path: Path) -> str:
+    """The preset a model file was made with, read without loading its weights (they stay mapped)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return str(payload["config"].get("preset", ""))
+    except Exception:  # the file's own load says what is wrong with it
+        return ""
+
+
 def resolve_model_path(path: Path, checkpoint: str = "best") -> Path:
     """A model file as given, or a run directory's best (or last) checkpoint."""
     path = Path(path)

@@ -2,13 +2,14 @@
 
 Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?,
-                      "split_sentences"?, "source"?, "target"?} -> {"translations": [...]}, one
+                      "split_sentences"?, "source"?, "target"?, "format"?} -> {"translations": [...]}, one
                       item per text: the translation, or with nbest > 1 or alignment a list of
                       {"text", "score"[, "alignment"]}, best first (an empty list for a blank
-                      text), as `mtkit translate` prints them; split_sentences: translate each text
+                      text), as `mtkit translate` prints them; format: text, html or xml (the markup
+                      kept around the aligned words: mtkit.text.markup); split_sentences: translate each text
                       sentence by sentence (default: serve --split-sentences); target: for a model
                       of several targets (default: serve --tgt-lang), 400 where it has no such one
-  POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text",
+  POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text" or "html",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
   GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
                       "targets"}, ...]
@@ -84,6 +85,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         split_sentences: bool | None = None
         source: str | None = None
         target: str | None = None
+        format: str = "text"
         api_key: str | None = None
 
     class LibreTranslateRequest(BaseModel):
@@ -142,6 +144,10 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         check_source(service.info, body.source)
         options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
         texts = texts_of(body.text)
+        if body.format != "text":
+            if body.split_sentences:
+                raise RequestError(422, f"format {body.format} translates each segment whole: no split_sentences")
+            return {"translations": await service.run_markup(request, texts, options, body.format, body.target)}
         return {"translations": await service.run(request, texts, options, body.split_sentences, body.target)}
 
     @app.post("/translate")

@@ -19,8 +19,10 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     `body` is the validated request."""
     check_source(service.info, None if body.source == "auto" else body.source)
     service.source_tag(body.target)  # an unknown target: 400 before anything else
-    if body.format != "text":
-        raise RequestError(400, f"format {body.format}: only text is supported")
+    if body.format not in ("text", "html"):
+        raise RequestError(400, f"format {body.format}: must be text or html")
+    if body.format == "html" and body.alternatives:
+        raise RequestError(400, "format html: one translation per text (no alternatives)")
     if body.alternatives < 0:
         raise RequestError(400, f"alternatives {body.alternatives}: must be at least 0")
     default = service.defaults()
@@ -29,7 +31,10 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
         options = service.options(beam, body.alternatives + 1, None, False)
     else:
         options = default
-    results = await service.run(request, texts_of(body.q), options, target=body.target)
+    if body.format == "html":
+        results = await service.run_markup(request, texts_of(body.q), options, "html", body.target)
+    else:
+        results = await service.run(request, texts_of(body.q), options, target=body.target)
     if body.alternatives:
         best = [[h["text"] for h in hyps] or [""] for hyps in results]
         texts, alternatives = [b[0] for b in best], [b[1:] for b in best]

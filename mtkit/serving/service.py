@@ -6,7 +6,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull
 from mtkit.serving.engine import Engine, Options, Result, Sentence
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
+from mtkit.text.markup import FORMATS
+from mtkit.text.markup_placement import assemble, markup_segments, parse_alignment, pending_texts
 from mtkit.text.targets import tag_id, target_tag
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.sentences import Segmenter, require_splitter, segmenter_for
@@ -244,6 +246,37 @@ class Service:
             future.cancel()
         waiting.cancel()
         raise RequestError(499, "the client closed the connection")
+
+    async def run_markup(
+        self, request, texts: Sequence[str], options: Options, fmt: str, target: str | None = None
+    ) -> list[str]:
+        """Texts of markup (fmt html or xml): their segments translated, each with its word alignment,
+        and the markup put back around the aligned words (mtkit.text.markup_placement); a string per text."""
+        if fmt not in FORMATS:
+            raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
+        if fmt == "text":
+            return await self.run(request, texts, options, target=target)
+        if options.nbest > 1 or options.alignment:
+            raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
+        if not self.can_align:
+            raise RequestError(
+                422, f"format {fmt} needs a server with --engine pytorch and a model without target tags"
+            )
+        chars = sum(len(t) for t in texts)
+        if chars > self.cfg.max_chars:
+            raise RequestError(
+                413, f"{chars:,} characters: the limit is {self.cfg.max_chars:,} per request (--max-chars)"
+            )
+        try:
+            documents = markup_segments(texts, fmt, lambda i: f"text {i}")
+        except MtkitError as err:
+            raise RequestError(400, str(err)) from None
+        pending = pending_texts(documents)
+        aligned = replace(options, alignment=True)
+        answers = await self.run(request, pending, aligned, False, target) if pending else []
+        return assemble(
+            documents, [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
+        )
 
     def _joined(self, results: list[Result], counts: list[int], options: Options) -> list[Any]:
         """Each text's answer from its pieces' results, in order."""

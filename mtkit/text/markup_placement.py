@@ -1,0 +1,193 @@
+"""Where a segment's markup goes in its translation (mtkit.text.markup cuts the text into segments).
+
+An element spans the target words aligned to its source words, from the first to the last: the
+smallest contiguous span, widened to hold its children; where the spans of two siblings overlap,
+the later one starts where the earlier ends (and is empty if nothing is left), so that the output
+always nests properly, whatever the word order did. A node without words of its own (`<br/>`, an
+element kept whole, a comment) goes after the target word aligned to the source word before it,
+spaced as it was. Words are encoded as markup text again (`&` is `&amp;`).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mtkit.core.errors import MtkitError
+from mtkit.text.markup import Node, Segment, is_element, is_text, parse, plain, segments
+
+
+@dataclass
+class _Placed:
+    """An element, or a node kept whole, of a segment in the target: its span of target words
+    [begin, end), empty for a node without words."""
+
+    node: Node
+    begin: int
+    end: int
+    children: list[_Placed]
+
+
+def word_spans(root: Node) -> dict[int, tuple[int, int]]:
+    """For each node under the segment's root (by id), the source words it touches [first, last + 1);
+    a word that a tag cuts counts for both sides. A node without words: (w, w), w the number of
+    words that begin before it."""
+    spans: dict[int, tuple[int, int]] = {}
+    words, in_word = 0, False
+
+    def visit(node: Node) -> None:
+        nonlocal words, in_word
+        before, continues = words, in_word and plain(node)[:1].strip() != ""
+        if is_text(node):
+            for char in node.text:
+                if char.isspace():
+                    in_word = False
+                elif not in_word:
+                    words, in_word = words + 1, True
+        elif is_element(node):
+            for child in node.children:
+                visit(child)
+        first = before - 1 if continues else before
+        spans[id(node)] = (first, words) if words > first else (before, before)
+
+    for child in root.children:
+        visit(child)
+    return spans
+
+
+def place(segment: Segment, target_words: int, alignment: Sequence[tuple[int, int]]) -> list[_Placed]:
+    """The segment's elements and nodes kept whole, each with its span of target words, properly nested."""
+    spans = word_spans(segment.root)
+    targets: dict[int, list[int]] = {}
+    for i, j in alignment:
+        if 0 <= j < target_words:
+            targets.setdefault(i, []).append(j)
+    anchors = _anchors(len(segment.words), targets, target_words)
+
+    def hull(node: Node) -> _Placed:
+        first, last = spans[id(node)]
+        aligned = [j for i in range(first, last) for j in targets.get(i, [])] if is_element(node) else []
+        children = [hull(child) for child in node.children if not is_text(child)] if is_element(node) else []
+        begin, end = (min(aligned), max(aligned) + 1) if aligned else (anchors[first], anchors[first])
+        for child in children:
+            if child.end > child.begin:
+                begin, end = (min(begin, child.begin), max(end, child.end)) if end > begin else (child.begin, child.end)
+        return _Placed(node, begin, end, children)
+
+    top = [hull(child) for child in segment.root.children if not is_text(child)]
+    _nest(top, 0, target_words)
+    return top
+
+
+def _anchors(source_words: int, targets: dict[int, list[int]], target_words: int) -> list[int]:
+    """For a node without words after w source words: the target position after the last target
+    word aligned to one of those w words (0 where none is)."""
+    anchors, best = [0], 0
+    for i in range(source_words):
+        best = max([best] + [j + 1 for j in targets.get(i, [])])
+        anchors.append(min(best, target_words))
+    return anchors
+
+
+def _in_order(nodes: list[_Placed]) -> list[_Placed]:
+    """By where they begin; at the same place, the ones without words first (they belong to the word
+    before), then source order."""
+    return sorted(nodes, key=lambda n: (n.begin, n.end > n.begin))
+
+
+def _nest(nodes: list[_Placed], begin: int, end: int) -> None:
+    """Clip the nodes to [begin, end), then make siblings follow one another without overlap."""
+    cursor = begin
+    for node in _in_order(nodes):
+        node.begin = min(max(node.begin, cursor), end)
+        node.end = min(max(node.end, node.begin), end)
+        cursor = node.end
+        _nest(node.children, node.begin, node.end)
+
+
+def render(segment: Segment, translation: str, alignment: Sequence[tuple[int, int]]) -> str:
+    """The segment's translation with its markup put back, as markup text."""
+    words = translation.split()
+    tokens: list[tuple[str, Any]] = []  # (kind, text): word, open, close; or kept, a node kept whole
+
+    def emit(nodes: list[_Placed], begin: int, end: int) -> None:
+        cursor = begin
+        for placed in _in_order(nodes):
+            tokens.extend(("word", w) for w in words[cursor : placed.begin])
+            if is_element(placed.node):
+                tokens.append(("open", placed.node.start))
+                emit(placed.children, placed.begin, placed.end)
+                tokens.append(("close", placed.node.end))
+            else:
+                tokens.append(("kept", placed.node))
+            cursor = max(cursor, placed.end)
+        tokens.extend(("word", w) for w in words[cursor:end])
+
+    emit(place(segment, len(words), alignment), 0, len(words))
+    return segment.lead + _join(tokens) + segment.trail
+
+
+def _join(tokens: list[tuple[str, Any]]) -> str:
+    """Tokens with a space between words, an open tag against the word after it, a close tag against
+    the word before it, and a node kept whole spaced as it was in the source."""
+    out: list[str] = []
+    previous, space_after = "", False
+    for kind, item in tokens:
+        if kind == "kept":
+            space = previous in ("word", "close", "kept") and item.spaced[0]
+        else:
+            space = kind in ("word", "open") and (previous in ("word", "close") or previous == "kept" and space_after)
+        out.append(" " if space else "")
+        out.append(html.escape(item, quote=False) if kind == "word" else item.source() if kind == "kept" else item)
+        previous, space_after = kind, kind == "kept" and item.spaced[1]
+    return "".join(out)
+
+
+# A whole text.
+
+Translate = Callable[[list[str]], list[tuple[str, list[tuple[int, int]]]]]
+
+
+def markup_segments(
+    texts: Sequence[str], fmt: str, where: Callable[[int], str] = lambda i: f"line {i + 1}"
+) -> list[list[str | Segment]]:
+    """Each text as kept source text and segments to translate (mtkit.text.markup.segments). A text
+    that does not parse (XML that is not well-formed) is an MtkitError that starts with where(its index)."""
+    documents = []
+    for index, text in enumerate(texts):
+        try:
+            documents.append(segments(parse(text, fmt), fmt == "xml"))
+        except MtkitError as err:
+            raise MtkitError(f"{where(index)}, {err}") from None
+    return documents
+
+
+def assemble(
+    documents: list[list[str | Segment]], translated: Sequence[tuple[str, Sequence[tuple[int, int]]]]
+) -> list[str]:
+    """The texts again, each segment replaced by its translation (with its word alignment as
+    (source i, target j) pairs, in the documents' order) with its markup put back."""
+    results = iter(translated)
+    return ["".join(render(part, *next(results)) if isinstance(part, Segment) else part for part in parts)
+            for parts in documents]  # fmt: skip
+
+
+def translate_markup(
+    texts: Sequence[str], fmt: str, translate: Translate, where: Callable[[int], str] = lambda i: f"line {i + 1}"
+) -> list[str]:
+    """Each text translated with its markup kept: translate(plain segments) gives each segment's
+    translation and its word alignment."""
+    documents = markup_segments(texts, fmt, where)
+    return assemble(documents, translate(pending_texts(documents)))
+
+
+def pending_texts(documents: list[list[str | Segment]]) -> list[str]:
+    """The plain text of every segment to translate, in order."""
+    return [part.text for parts in documents for part in parts if isinstance(part, Segment)]
+
+
+def parse_alignment(text: str) -> list[tuple[int, int]]:
+    """Pharaoh pairs "i-j ..." as (i, j)."""
+    return [(int(i), int(j)) for i, j in (pair.split("-") for pair in text.split())]
