@@ -126,6 +126,21 @@ def test_a_document_keeps_its_lines(browser, server, trained_run, lines, tmp_pat
     assert by_id(browser, "document-status").text == f"{len(document)} of {len(document)} lines"
 
 
+def test_an_html_document_keeps_its_markup(browser, server, trained_run, lines, tmp_path):
+    document = f"<html><body>\n<h1>{lines[0]}</h1>\n<p>A <b>dog</b> runs.\n{lines[1]}</p>\n</body></html>\n"
+    path = tmp_path / "page.html"
+    path.write_text(document)
+    by_id(browser, "mode-document").click()
+    by_id(browser, "document-file").send_keys(str(path))
+    wait(browser, lambda: by_id(browser, "document-input").get_attribute("value") == document, "the upload")
+    by_id(browser, "document-go").click()
+    wait(browser, lambda: by_id(browser, "document-download").is_displayed(), "the download link")
+    expected = server.post("/v1/translate", json={"text": [document], "format": "html"}).json()["translations"][0]
+    assert "<h1>" in expected and "<b>" in expected  # the markup is kept
+    assert by_id(browser, "document-output").get_attribute("textContent") == expected
+    assert by_id(browser, "document-download").get_attribute("download") == "page.de.html"
+
+
 def test_an_error_shows_the_server_s_message(browser, server, trained_run, lines):
     open_page(browser, server.url)
     type_text(browser, lines[0])

@@ -1,7 +1,8 @@
 // The translation page of `mtkit serve`: plain JavaScript against the server's own API, nothing
 // loaded from another host. Text mode translates as the user types (debounced; a newer request
 // cancels the one before), with word alignments and, on request, alternatives; document mode
-// translates a .txt sentence by sentence, a few lines a request, and offers the result to download.
+// translates a .txt sentence by sentence, a few lines a request, or an .html file whole with its
+// markup kept (format "html"), and offers the result to download.
 "use strict";
 
 const DEBOUNCE_MS = 300;
@@ -194,9 +195,14 @@ function clearPointing() {
 
 // --- document mode --------------------------------------------------------------------------------
 
+function isHtml() {
+  return /\.html?$/i.test(state.documentName || "");
+}
+
 async function translateDocument() {
   const text = $("document-input").value;
-  const lines = text.replace(/\n$/, "").split("\n");
+  const html = isHtml();  // one request: an element may span lines
+  const lines = html ? [text] : text.replace(/\n$/, "").split("\n");
   const out = [];
   const progress = $("document-progress");
   progress.hidden = false;
@@ -208,7 +214,9 @@ async function translateDocument() {
   try {
     for (let first = 0; first < lines.length; first += DOCUMENT_LINES_PER_REQUEST) {
       const chunk = lines.slice(first, first + DOCUMENT_LINES_PER_REQUEST);
-      const body = { text: chunk, split_sentences: true, target: $("target").value || undefined };
+      const body = html
+        ? { text: chunk, format: "html", target: $("target").value || undefined }
+        : { text: chunk, split_sentences: true, target: $("target").value || undefined };
       const answer = await call("POST", "v1/translate", body);
       out.push(...answer.translations);
       progress.value = out.length;
@@ -218,12 +226,14 @@ async function translateDocument() {
     showError(error.message);
     return;
   }
-  const result = out.join("\n") + (text.endsWith("\n") ? "\n" : "");
+  const result = html ? out[0] : out.join("\n") + (text.endsWith("\n") ? "\n" : "");
   $("document-output").textContent = result;
   const link = $("document-download");
   if (link.href) URL.revokeObjectURL(link.href);
-  link.href = URL.createObjectURL(new Blob([result], { type: "text/plain;charset=utf-8" }));
-  link.download = `${(state.documentName || "document").replace(/\.txt$/, "")}.${$("target").value || "translated"}.txt`;
+  const type = html ? "text/html;charset=utf-8" : "text/plain;charset=utf-8";
+  link.href = URL.createObjectURL(new Blob([result], { type }));
+  const name = (state.documentName || "document").replace(/\.(txt|html?)$/i, "");
+  link.download = `${name}.${$("target").value || "translated"}.${html ? "html" : "txt"}`;
   link.hidden = false;
 }
 
