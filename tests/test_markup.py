@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mtkit.core.errors import MtkitError
 from mtkit.text.markup import plain_text
-from mtkit.text.markup_placement import translate_markup
+from mtkit.text.markup_placement import by_sentences, translate_markup
 
 WORDS = st.sampled_from(["dog", "runs", "a", "red", "ball", "on", "the", "beach", "x&y", "<3", "café", "5"])
 INLINE = ["b", "i", "em", "a", "span"]
@@ -180,6 +180,15 @@ def test_the_engine_sees_the_plain_segments_one_space_apart():
     assert seen == ["A dog runs.", "Fish & chips", "now"]
 
 
+def test_sentences_are_translated_one_by_one_and_their_words_counted_across():
+    def split(text):
+        return re.split(r"(?<=\.) ", text)
+
+    line = "<p>A <b>dog</b> runs. The <i>cat</i> sleeps.</p>"
+    translated = translate_markup([line], "html", lambda texts: by_sentences(texts, split, reverse))
+    assert translated == ["<p>runs. <b>dog</b> A sleeps. <i>cat</i> The</p>"]
+
+
 def test_xml_that_is_not_well_formed_names_the_line_and_column():
     with pytest.raises(MtkitError, match=r"^line 2, column 7: not well-formed XML \(mismatched tag\)$"):
         translate_markup(["<b>fine</b>", "<b>x</i>"], "xml", copy)
@@ -204,6 +213,17 @@ def test_translate_format_html_keeps_the_markup_around_the_model_s_translation(t
     segments = expected.stdout.decode().splitlines()
     assert plain_text(lines[0], "html") == segments[0]
     assert plain_text(lines[1], "html") == " ".join(segments[1:])
+
+
+def test_split_sentences_in_markup_translates_as_the_plain_text_does(trained_run):
+    pytest.importorskip("pysbd")
+    line = "<p>A dog runs on the beach. Two men <b>talk</b>.</p>"
+    options = ("-m", trained_run, "--split-sentences", "--precision", "fp32")
+    marked = run_mtkit("translate", *options, "--format", "html", stdin=f"{line}\n".encode())
+    plain = run_mtkit("translate", *options, stdin=b"A dog runs on the beach. Two men talk.\n")
+    assert marked.returncode == 0, marked.stderr.decode()
+    assert plain_text(marked.stdout.decode(), "html") == plain.stdout.decode().strip()
+    assert Elements(marked.stdout.decode()).nested
 
 
 @pytest.mark.parametrize(

@@ -121,7 +121,7 @@ def translate(
         top_p,
         seed,
     )
-    check_markup_options(markup, **{"--nbest": nbest > 1, "--alignment": alignment, "--split-sentences": split_sentences,
+    check_markup_options(markup, **{"--nbest": nbest > 1, "--alignment": alignment,
                                     "--prefix-file": bool(prefix_file), "--prefix-in-input": prefix_in_input})  # fmt: skip
     if alignment and (engine != "pytorch" or len(model) > 1):
         raise MtkitError("--alignment needs one model and --engine pytorch")
@@ -136,11 +136,11 @@ def translate(
     if output:
         check_output_file(output)
     translator = make_translator(
-        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-        max_source_len, tgt_lang,
+        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
+        split_sentences and markup == "text", max_source_len, tgt_lang,
     )  # fmt: skip
-    if markup != "text":
-        translator = MarkupTranslator(translator, markup)
+    if markup != "text":  # it splits each segment's sentences itself, keeping count of the words
+        translator = MarkupTranslator(translator, markup, split_sentences)
     interactive = input is None and sys.stdin.isatty()
     lines = paired_with_prefixes(input_lines(input), str(input or "stdin"), prefix_file, prefix_in_input)
     with_prefixes = bool(prefix_file or prefix_in_input)
@@ -231,7 +231,7 @@ def evaluate(
     )
 
     names = parse_metrics(metrics)
-    check_markup_options(markup, **{"--split-sentences": split_sentences, "--lang-pairs": lang_pairs is not None})
+    check_markup_options(markup, **{"--lang-pairs": lang_pairs is not None})
     if lang_pairs is not None or hyp is None:  # a model translates
         from mtkit.interop.engines import make_translator
     if lang_pairs is not None:
@@ -268,13 +268,13 @@ def evaluate(
         beam = model_beam(beam, engine, model, checkpoint)
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
-            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-            max_source_len, tgt_lang,
+            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
+            split_sentences and markup == "text", max_source_len, tgt_lang,
         )  # fmt: skip
         if markup != "text":
             from mtkit.translation.markup import MarkupTranslator
 
-            translator = MarkupTranslator(translator, markup)
+            translator = MarkupTranslator(translator, markup, split_sentences)
         started = time.perf_counter()  # translation only, not model loading
         hypotheses = translator.translate(sources)
         report_pieces(translator)

@@ -145,9 +145,10 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
         texts = texts_of(body.text)
         if body.format != "text":
-            if body.split_sentences:
-                raise RequestError(422, f"format {body.format} translates each segment whole: no split_sentences")
-            return {"translations": await service.run_markup(request, texts, options, body.format, body.target)}
+            translated = await service.run_markup(
+                request, texts, options, body.format, body.target, body.split_sentences
+            )
+            return {"translations": translated}
         return {"translations": await service.run(request, texts, options, body.split_sentences, body.target)}
 
     @app.post("/translate")

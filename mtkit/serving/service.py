@@ -21,10 +21,17 @@ from mtkit.serving.engine import Engine, Options, Result, Sentence
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
 from mtkit.text.markup import FORMATS
-from mtkit.text.markup_placement import assemble, markup_segments, parse_alignment, pending_texts
+from mtkit.text.markup_placement import (
+    assemble,
+    markup_segments,
+    parse_alignment,
+    pending_texts,
+    rejoined,
+    sentences_of,
+)
 from mtkit.text.targets import tag_id, target_tag
 from mtkit.text.tokenizer import Tokenizer
-from mtkit.translation.sentences import Segmenter, require_splitter, segmenter_for
+from mtkit.translation.sentences import Segmenter, SentenceSplitter, require_splitter, segmenter_for
 from mtkit.translation.translate import NbestList, TextTranslator
 
 MAX_BEAM = 16
@@ -105,6 +112,7 @@ class Service:
             False: segmenter_for(self.src_tokenizer, info.meta, False, cfg.max_source_len)
         }
         self._tags: dict[str | None, int | None] = {}
+        self._splitter: SentenceSplitter | None = None  # markup's sentences (run_markup)
 
     def engines_running(self) -> int:
         """The engine replicas running (1 where the engine is in this process)."""
@@ -248,14 +256,21 @@ class Service:
         raise RequestError(499, "the client closed the connection")
 
     async def run_markup(
-        self, request, texts: Sequence[str], options: Options, fmt: str, target: str | None = None
+        self,
+        request,
+        texts: Sequence[str],
+        options: Options,
+        fmt: str,
+        target: str | None = None,
+        split_sentences: bool | None = None,
     ) -> list[str]:
-        """Texts of markup (fmt html or xml): their segments translated, each with its word alignment,
-        and the markup put back around the aligned words (mtkit.text.markup_placement); a string per text."""
+        """Texts of markup (fmt html or xml): their segments translated (sentence by sentence, where
+        asked or by default), each with its word alignment, and the markup put back around the
+        aligned words (mtkit.text.markup_placement); a string per text."""
         if fmt not in FORMATS:
             raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
         if fmt == "text":
-            return await self.run(request, texts, options, target=target)
+            return await self.run(request, texts, options, split_sentences, target)
         if options.nbest > 1 or options.alignment:
             raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
         if not self.can_align:
@@ -271,12 +286,20 @@ class Service:
             documents = markup_segments(texts, fmt, lambda i: f"text {i}")
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
-        pending = pending_texts(documents)
-        aligned = replace(options, alignment=True)
-        answers = await self.run(request, pending, aligned, False, target) if pending else []
-        return assemble(
-            documents, [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
+        split = self.cfg.split_sentences if split_sentences is None else split_sentences
+        cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])
+        sentences = [sentence for parts in cut for sentence in parts]
+        answers = (
+            await self.run(request, sentences, replace(options, alignment=True), False, target) if sentences else []
         )
+        translated = [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
+        return assemble(documents, rejoined(cut, translated))
+
+    def _sentence_splitter(self) -> SentenceSplitter:
+        self.segmenter(True)  # 422 where the splitter is not installed
+        if self._splitter is None:
+            self._splitter = SentenceSplitter(self.info.source_language)
+        return self._splitter
 
     def _joined(self, results: list[Result], counts: list[int], options: Options) -> list[Any]:
         """Each text's answer from its pieces' results, in order."""

@@ -183,6 +183,40 @@ def translate_markup(
     return assemble(documents, translate(pending_texts(documents)))
 
 
+Aligned = list[tuple[str, list[tuple[int, int]]]]  # translations, each with its (source i, target j) pairs
+
+
+def sentences_of(texts: Sequence[str], split: Callable[[str], list[str]]) -> list[list[str]]:
+    """Each text's sentences, by split; a text whose sentences do not hold exactly its words stays whole."""
+    cut = []
+    for text in texts:
+        sentences = split(text)
+        cut.append(sentences if " ".join(sentences).split() == text.split() else [text])
+    return cut
+
+
+def rejoined(cut: list[list[str]], translated: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> Aligned:
+    """Each text's sentences' translations (in order, as sentences_of cut them) put together again:
+    one space apart, their alignments counted across the sentences."""
+    results = iter(translated)
+    out = []
+    for sentences in cut:
+        translations, pairs, source_words, target_words = [], [], 0, 0
+        for sentence in sentences:
+            translation, alignment = next(results)
+            pairs += [(i + source_words, j + target_words) for i, j in alignment]
+            source_words, target_words = source_words + len(sentence.split()), target_words + len(translation.split())
+            translations.append(translation)
+        out.append((" ".join(t for t in translations if t.strip()), pairs))
+    return out
+
+
+def by_sentences(texts: Sequence[str], split: Callable[[str], list[str]], translate: Translate) -> Aligned:
+    """translate's results for the texts, translated sentence by sentence."""
+    cut = sentences_of(texts, split)
+    return rejoined(cut, translate([sentence for sentences in cut for sentence in sentences]))
+
+
 def pending_texts(documents: list[list[str | Segment]]) -> list[str]:
     """The plain text of every segment to translate, in order."""
     return [part.text for parts in documents for part in parts if isinstance(part, Segment)]

@@ -10,7 +10,8 @@ from mtkit.core.errors import MtkitError
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.search_rules import Hypothesis
 from mtkit.text.markup import FORMATS, plain_text
-from mtkit.text.markup_placement import parse_alignment, translate_markup
+from mtkit.text.markup_placement import Aligned, by_sentences, parse_alignment, translate_markup
+from mtkit.translation.sentences import SentenceSplitter
 from mtkit.translation.translate import NbestList, TextTranslator, Translator
 
 
@@ -34,9 +35,11 @@ class MarkupTranslator(TextTranslator):
     """A Translator for lines of markup: each line's translation keeps its elements; its n-best list
     holds that one translation (its score 0: a line is several searches)."""
 
-    def __init__(self, inner: Translator, fmt: str):
+    def __init__(self, inner: Translator, fmt: str, split_sentences: bool = False):
+        """split_sentences: translate each segment sentence by sentence (inner keeps lines whole)."""
         require_alignment(inner, fmt)
         self.inner, self.fmt = inner, fmt
+        self.splitter = SentenceSplitter(inner.model_meta.get("src_lang")) if split_sentences else None
         self.src_tokenizer, self.tgt_tokenizer = inner.src_tokenizer, inner.tgt_tokenizer
         self.model_meta = inner.model_meta
 
@@ -66,8 +69,13 @@ class MarkupTranslator(TextTranslator):
                 on_line(index, results[-1])
         return results
 
-    def _aligned(self, texts: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-        """Each segment's translation and its word alignment."""
+    def _aligned(self, texts: list[str]) -> Aligned:
+        """Each segment's translation and its word alignment (sentence by sentence, where asked)."""
+        if self.splitter is not None:
+            return by_sentences(texts, self.splitter.split, self._aligned_whole)
+        return self._aligned_whole(texts)
+
+    def _aligned_whole(self, texts: list[str]) -> Aligned:
         out = []
         for text, nbest in zip(texts, self.inner.translate_hypotheses(texts)):
             hypothesis, translation = nbest[0]
