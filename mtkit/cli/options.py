@@ -75,7 +75,7 @@ FormatOption = Annotated[
 
 def check_markup_options(fmt: str, **given: bool) -> None:
     """--format html|xml gives one translation per line, its markup kept: refuse what does not fit."""
-    from mtkit.translation.markup import check_format
+    from mtkit.text.markup import check_format
 
     check_format(fmt)
     clashing = [name for name, on in given.items() if on]

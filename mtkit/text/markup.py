@@ -175,6 +175,12 @@ def _supply_ends(node: Node) -> None:
             _supply_ends(child)
 
 
+def check_format(fmt: str, option: str = "--format") -> str:
+    if fmt not in FORMATS:
+        raise MtkitError(f"{option} {fmt}: must be one of {', '.join(FORMATS)}")
+    return fmt
+
+
 def parse(text: str, fmt: str) -> Node:
     """The markup of `text` as a tree (fmt html or xml); XML that is not well-formed is an
     MtkitError naming the line and column."""

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
+from mtkit.data.batching import pad_batch
 from mtkit.model.transformer import MultiHeadAttention, Transformer
 from mtkit.text.tokenizer import BOS_ID, EOS_ID
 
@@ -55,6 +56,28 @@ def attention_weights(model: Transformer, src_ids: Sequence[int], tgt_ids: Seque
         return {
             kind: torch.stack([m.weights[0].float().cpu() for m in attention_modules(model, kind)]) for kind in KINDS
         }
+
+
+@torch.no_grad()
+def cross_attention_batch(
+    model: Transformer, src_rows: Sequence[Sequence[int]], tgt_rows: Sequence[Sequence[int]]
+) -> list[torch.Tensor]:
+    """attention_weights(...)["cross"] of many pairs in one padded batch (no output layer, no other
+    kind recorded): each pair's (layers, heads, T + 1, S + 1)."""
+    device = next(model.parameters()).device
+    src = pad_batch([list(row) + [EOS_ID] for row in src_rows], device)
+    tgt_in = pad_batch([[BOS_ID, *row] for row in tgt_rows], device)
+    modules = attention_modules(model, "cross")
+    for module in modules:
+        module.keep_weights = True
+    try:
+        memory, src_mask = model.encode(src)
+        model.decode(tgt_in, memory, src_mask)
+        weights = torch.stack([m.weights.float() for m in modules], dim=1).cpu()  # (B, layers, heads, T, S)
+    finally:
+        for module in modules:
+            module.keep_weights, module.weights = False, None
+    return [weights[b, :, :, : len(t) + 1, : len(s) + 1] for b, (s, t) in enumerate(zip(src_rows, tgt_rows))]
 
 
 def word_starts(tokens: Sequence[str]) -> list[int]:

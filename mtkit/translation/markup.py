@@ -9,16 +9,10 @@ from collections.abc import Callable, Sequence
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.search_rules import Hypothesis
-from mtkit.text.markup import FORMATS, plain_text
+from mtkit.text.markup import plain_text
 from mtkit.text.markup_placement import Aligned, by_sentences, parse_alignment, translate_markup
 from mtkit.translation.sentences import SentenceSplitter
 from mtkit.translation.translate import NbestList, TextTranslator, Translator
-
-
-def check_format(fmt: str, option: str = "--format") -> str:
-    if fmt not in FORMATS:
-        raise MtkitError(f"{option} {fmt}: must be one of {', '.join(FORMATS)}")
-    return fmt
 
 
 def require_alignment(translator: TextTranslator, fmt: str) -> None:
@@ -76,11 +70,9 @@ class MarkupTranslator(TextTranslator):
         return self._aligned_whole(texts)
 
     def _aligned_whole(self, texts: list[str]) -> Aligned:
-        out = []
-        for text, nbest in zip(texts, self.inner.translate_hypotheses(texts)):
-            hypothesis, translation = nbest[0]
-            out.append((translation, parse_alignment(self.inner.alignment(text, hypothesis))))
-        return out
+        best = [nbest[0] for nbest in self.inner.translate_hypotheses(texts)]
+        alignments = self.inner.alignments(texts, [hypothesis for hypothesis, _ in best])
+        return [(translation, parse_alignment(a)) for (_, translation), a in zip(best, alignments)]
 
 
 def without_markup(lines: Sequence[str], fmt: str) -> list[str]:

@@ -22,7 +22,7 @@ from mtkit.model.packed import cast_linear_weights, pack_linear_layers
 from mtkit.model.transformer import Transformer
 from mtkit.text.targets import source_tag_id
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
-from mtkit.translation.alignment import attention_weights, pharaoh, word_alignment
+from mtkit.translation.alignment import cross_attention_batch, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
 
 
@@ -257,19 +257,27 @@ class Translator(TextTranslator):
     def alignment(self, line: str, hypothesis: Hypothesis) -> str:
         """Pharaoh-format word alignment of a translation (see mtkit.translation.alignment.word_alignment); none
         for a line translated in pieces."""
+        return self.alignments([line], [hypothesis])[0]
+
+    def alignments(self, lines: Sequence[str], hypotheses: Sequence[Hypothesis], batch_size: int = 64) -> list[str]:
+        """alignment() of many translations, their attention read in batches."""
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
         if self.source_tag is not None:
             raise MtkitError("--alignment is not available for a model that chooses its target by a tag")
-
-        src_line = line.strip()
-        src_ids = self.src_tokenizer.encode_batch([src_line])[0]
-        if len(src_ids) > self.segmenter.max_len:  # translated in pieces: no one attention to align by
-            return ""
-        with autocast(self.device, self.precision):
-            weights = attention_weights(self.model, src_ids, hypothesis.tokens)
-        tgt_tokens = [self.tgt_tokenizer.id_to_token(i) for i in hypothesis.tokens]
-        return pharaoh(word_alignment(weights["cross"], self.src_tokenizer.tokens(src_line), tgt_tokens))
+        sources = [line.strip() for line in lines]
+        src_rows = self.src_tokenizer.encode_batch(sources)
+        whole = [i for i, row in enumerate(src_rows) if len(row) <= self.segmenter.max_len]  # else: no one attention
+        out = [""] * len(lines)
+        for start in range(0, len(whole), batch_size):
+            chunk = whole[start : start + batch_size]
+            with autocast(self.device, self.precision):
+                weights = cross_attention_batch(self.model, [src_rows[i] for i in chunk],
+                                                [hypotheses[i].tokens for i in chunk])  # fmt: skip
+            for i, cross in zip(chunk, weights):
+                tgt_tokens = [self.tgt_tokenizer.id_to_token(t) for t in hypotheses[i].tokens]
+                out[i] = pharaoh(word_alignment(cross, self.src_tokenizer.tokens(sources[i]), tgt_tokens))
+        return out
 
 
 NbestList = list[tuple[Hypothesis, str]]
