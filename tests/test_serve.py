@@ -211,7 +211,7 @@ def test_libretranslate_clients_work_unchanged(server, trained_run, sentences):
             400,
             "source fr: this server translates from en",
         ),
-        ("/translate", {"json": {"q": "A dog.", "format": "html"}}, 400, "format html"),
+        ("/translate", {"json": {"q": "A dog.", "format": "xml"}}, 400, "format xml: must be text or html"),
         ("/translate", {"json": {"source": "en"}}, 400, "q: Field required"),
         ("/translate", {"content": b"[1]", "headers": {"Content-Type": "application/json"}}, 400, "JSON object"),
     ],
