@@ -259,7 +259,7 @@ class Translator(TextTranslator):
         for a line translated in pieces."""
         return self.alignments([line], [hypothesis])[0]
 
-    def alignments(self, lines: Sequence[str], hypotheses: Sequence[Hypothesis], batch_size: int = 64) -> list[str]:
+    def alignments(self, lines: Sequence[str], hypotheses: Sequence[Hypothesis], batch_size: int = 128) -> list[str]:
         """alignment() of many translations, their attention read in batches."""
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
@@ -268,6 +268,7 @@ class Translator(TextTranslator):
         sources = [line.strip() for line in lines]
         src_rows = self.src_tokenizer.encode_batch(sources)
         whole = [i for i, row in enumerate(src_rows) if len(row) <= self.segmenter.max_len]  # else: no one attention
+        whole.sort(key=lambda i: (len(src_rows[i]), len(hypotheses[i].tokens)))  # batches of like lengths: less padding
         out = [""] * len(lines)
         for start in range(0, len(whole), batch_size):
             chunk = whole[start : start + batch_size]
