@@ -60,24 +60,32 @@ def attention_weights(model: Transformer, src_ids: Sequence[int], tgt_ids: Seque
 
 @torch.no_grad()
 def cross_attention_batch(
-    model: Transformer, src_rows: Sequence[Sequence[int]], tgt_rows: Sequence[Sequence[int]]
+    model: Transformer, src_rows: Sequence[Sequence[int]], tgt_rows: Sequence[Sequence[int]], layers: int
 ) -> list[torch.Tensor]:
-    """attention_weights(...)["cross"] of many pairs in one padded batch (no output layer, no other
-    kind recorded): each pair's (layers, heads, T + 1, S + 1)."""
+    """attention_weights(...)["cross"] of the first `layers` decoder layers, for many pairs in one
+    padded batch (the later layers and the output layer are not run): each pair's (layers, heads,
+    T + 1, S + 1)."""
     device = next(model.parameters()).device
     src = pad_batch([list(row) + [EOS_ID] for row in src_rows], device)
     tgt_in = pad_batch([[BOS_ID, *row] for row in tgt_rows], device)
-    modules = attention_modules(model, "cross")
+    modules = attention_modules(model, "cross")[:layers]
     for module in modules:
         module.keep_weights = True
     try:
         memory, src_mask = model.encode(src)
-        model.decode(tgt_in, memory, src_mask)
+        x = model.tgt_embed(tgt_in)
+        for layer in model.decoder_layers[:layers]:
+            x = layer(x, layer.cross_attn.keys_values(memory), src_mask)
         weights = torch.stack([m.weights.float() for m in modules], dim=1).cpu()  # (B, layers, heads, T, S)
     finally:
         for module in modules:
             module.keep_weights, module.weights = False, None
     return [weights[b, :, :, : len(t) + 1, : len(s) + 1] for b, (s, t) in enumerate(zip(src_rows, tgt_rows))]
+
+
+def alignment_layer(model: Transformer) -> int:
+    """The decoder layer whose cross-attention word alignments come from: the penultimate."""
+    return max(0, len(model.decoder_layers) - 2)
 
 
 def word_starts(tokens: Sequence[str]) -> list[int]:
@@ -90,13 +98,15 @@ def word_starts(tokens: Sequence[str]) -> list[int]:
     return out
 
 
-def word_alignment(cross: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> list[tuple[int, int]]:
+def word_alignment(
+    cross: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: Sequence[str], layer: int | None = None
+) -> list[tuple[int, int]]:
     """Hard source-target word alignment (i, j) from cross-attention (layers, heads, T + 1, S + 1).
 
-    Each target subword is linked to the source subword it attends to most in the
-    penultimate layer (averaged over heads); subword links become word links.
+    Each target subword is linked to the source subword it attends to most in `layer` (by default
+    the penultimate of those given), averaged over heads; subword links become word links.
     """
-    layer = max(0, cross.size(0) - 2)
+    layer = max(0, cross.size(0) - 2) if layer is None else layer
     weights = cross[layer].mean(dim=0)[: len(tgt_tokens), : len(src_tokens)]  # drop </s> row and column
     if weights.numel() == 0:
         return []

@@ -22,7 +22,7 @@ from mtkit.model.packed import cast_linear_weights, pack_linear_layers
 from mtkit.model.transformer import Transformer
 from mtkit.text.targets import source_tag_id
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
-from mtkit.translation.alignment import cross_attention_batch, pharaoh, word_alignment
+from mtkit.translation.alignment import alignment_layer, cross_attention_batch, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
 
 
@@ -269,15 +269,15 @@ class Translator(TextTranslator):
         src_rows = self.src_tokenizer.encode_batch(sources)
         whole = [i for i, row in enumerate(src_rows) if len(row) <= self.segmenter.max_len]  # else: no one attention
         whole.sort(key=lambda i: (len(src_rows[i]), len(hypotheses[i].tokens)))  # batches of like lengths: less padding
-        out = [""] * len(lines)
+        out, layer = [""] * len(lines), alignment_layer(self.model)
         for start in range(0, len(whole), batch_size):
             chunk = whole[start : start + batch_size]
             with autocast(self.device, self.precision):
                 weights = cross_attention_batch(self.model, [src_rows[i] for i in chunk],
-                                                [hypotheses[i].tokens for i in chunk])  # fmt: skip
+                                                [hypotheses[i].tokens for i in chunk], layer + 1)  # fmt: skip
             for i, cross in zip(chunk, weights):
                 tgt_tokens = [self.tgt_tokenizer.id_to_token(t) for t in hypotheses[i].tokens]
-                out[i] = pharaoh(word_alignment(cross, self.src_tokenizer.tokens(sources[i]), tgt_tokens))
+                out[i] = pharaoh(word_alignment(cross, self.src_tokenizer.tokens(sources[i]), tgt_tokens, layer))
         return out
 
 
