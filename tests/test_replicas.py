@@ -3,13 +3,12 @@
 import os
 import re
 import signal
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import run_mtkit
-from test_serve import Server, offline, wait_until
+from test_serve import Server, concurrent_translations, offline, wait_until
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.model.files import load_model_file, resolve_model_path
@@ -123,21 +122,7 @@ def test_a_server_with_two_replicas_answers_as_offline_and_stops_them(trained_ru
         assert server.metric("mtkit_engine_replicas") == 2
         engines = engine_processes(server.process.pid)
         assert len(engines) == 2
-        answers: dict[int, list[str]] = {}
-        start = threading.Barrier(8)
-
-        def client(i: int) -> None:
-            start.wait()
-            response = server.post("/v1/translate", json={"text": sentences[2 * i : 2 * i + 2]})
-            assert response.status_code == 200, response.text
-            answers[i] = response.json()["translations"]
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert [t for i in range(8) for t in answers[i]] == expected_lines
+        assert concurrent_translations(server, sentences, 8) == expected_lines
         rows = [row.split("\t") for row in offline(trained_run, sentences[:2], "--nbest", "2", "--alignment")]
         response = server.post("/v1/translate", json={"text": sentences[:2], "nbest": 2, "alignment": True})
         got = [[str(i), f"{h['score']:.4f}", h["text"], h["alignment"]]
