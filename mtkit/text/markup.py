@@ -270,15 +270,23 @@ def _segment(root: Node) -> Segment | str:
     words = "".join(item for item in flat if isinstance(item, str)).split()
     if not words:
         return "".join(child.source() for child in root.children)
-    chars = [item if isinstance(item, str) else None for item in flat]
-    for index, item in enumerate(flat):
+    before, after = _neighbours(flat), _neighbours(flat[::-1])[::-1]
+    for item, previous, following in zip(flat, before, after):
         if isinstance(item, Node):  # spaced as in the source (the segment's edges count as spaces)
-            before = next((c for c in reversed(chars[:index]) if c is not None), " ")
-            after = next((c for c in chars[index + 1 :] if c is not None), " ")
-            item.spaced = (before.isspace(), after.isspace())
+            item.spaced = (previous.isspace(), following.isspace())
     lead = len(flat) - len(_strip_spaces(flat))
     trail = len(flat) - len(_strip_spaces(flat[::-1]))
     return Segment(root, words, "".join(flat[:lead]), "".join(flat[len(flat) - trail :]))
+
+
+def _neighbours(flat: list[Node | str]) -> list[str]:
+    """For each item, the last character before it (a space at the start)."""
+    out, last = [], " "
+    for item in flat:
+        out.append(last)
+        if isinstance(item, str):
+            last = item
+    return out
 
 
 def _flatten(node: Node) -> list[Node | str]:
