@@ -92,4 +92,4 @@ class Engine:
     def _result(self, line: str, options: Options, nbest_list: NbestList) -> Result:
         if not options.alignment:
             return nbest_list, None
-        return nbest_list, [self.translator.alignment(line, h) for h, _ in nbest_list]
+        return nbest_list, self.translator.alignments([line] * len(nbest_list), [h for h, _ in nbest_list])
