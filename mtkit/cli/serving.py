@@ -162,9 +162,10 @@ def _load(
         info = ModelInfo(
             model.name, model / "model.bin", engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta
         )
-        spec = EngineSpec(engine, model, cfg, device, precision, max_tokens, cuda_graphs)
-        make = spec if replicas > 1 else lambda: translator
-        return make, (translator.src_tokenizer, translator.tgt_tokenizer), info
+        tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
+        if replicas > 1:
+            return EngineSpec(engine, model, cfg, device, precision, max_tokens, cuda_graphs), tokenizers, info
+        return (lambda: translator), tokenizers, info
     if engine != "pytorch":
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
     from mtkit.core.device import resolve_device, resolve_precision
@@ -183,9 +184,11 @@ def _load(
         target_tag(meta, tgt_lang)  # a wrong --tgt-lang fails now; the service puts the tags in
     info = ModelInfo(path.name, path, engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta)
 
+    tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
+    if replicas > 1:
+        return EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs), tokenizers, info
+
     def make() -> Translator:
         return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
 
-    if replicas > 1:
-        make = EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs)
-    return make, (model_file.src_tokenizer, model_file.tgt_tokenizer), info
+    return make, tokenizers, info

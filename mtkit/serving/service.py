@@ -142,6 +142,14 @@ class Service:
             self._tags[target] = tag_id(self.src_tokenizer, tag)
         return self._tags[target]
 
+    def _check_chars(self, texts: Sequence[str]) -> None:
+        """A request over --max-chars is a 413."""
+        chars = sum(len(t) for t in texts)
+        if chars > self.cfg.max_chars:
+            raise RequestError(
+                413, f"{chars:,} characters: the limit is {self.cfg.max_chars:,} per request (--max-chars)"
+            )
+
     def segmenter(self, split_sentences: bool) -> Segmenter:
         """How texts are cut into the pieces translated one by one (mtkit.translation.sentences)."""
         if split_sentences not in self._segmenters:
@@ -194,11 +202,7 @@ class Service:
         are split), each starting with its target's tag where the model has tags (so that requests for
         different targets share batches); each text's number of pieces, and how many texts were long."""
         tag = self.source_tag(target)
-        chars = sum(len(t) for t in texts)
-        if chars > self.cfg.max_chars:
-            raise RequestError(
-                413, f"{chars:,} characters: the limit is {self.cfg.max_chars:,} per request (--max-chars)"
-            )
+        self._check_chars(texts)
         if not texts:
             raise RequestError(422, "text: give at least one")
         if self.cfg.max_texts and len(texts) > self.cfg.max_texts:
@@ -277,11 +281,7 @@ class Service:
             raise RequestError(
                 422, f"format {fmt} needs a server with --engine pytorch and a model without target tags"
             )
-        chars = sum(len(t) for t in texts)
-        if chars > self.cfg.max_chars:
-            raise RequestError(
-                413, f"{chars:,} characters: the limit is {self.cfg.max_chars:,} per request (--max-chars)"
-            )
+        self._check_chars(texts)
         try:
             documents = markup_segments(texts, fmt, lambda i: f"text {i}")
         except MtkitError as err:
