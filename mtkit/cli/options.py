@@ -51,6 +51,10 @@ TgtLangOption = Annotated[
     str | None,
     typer.Option("--tgt-lang", help="The language to translate into: needed by a model of several targets."),
 ]
+SrcLangOption = Annotated[
+    str | None,
+    typer.Option("--src-lang", help="The source's language: needed by a model that names both (NLLB, M2M100)."),
+]
 BatchSizeOption = Annotated[int, typer.Option(help="Most sentences per batch.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most source tokens x beam per batch.")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]

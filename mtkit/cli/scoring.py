@@ -15,6 +15,7 @@ from mtkit.cli.options import (
     MaxTokensOption,
     ModelOption,
     PrecisionOption,
+    SrcLangOption,
     TgtLangOption,
 )
 from mtkit.core import console
@@ -37,6 +38,7 @@ def score(
     ] = None,
     checkpoint: CheckpointOption = "best",
     max_tokens: MaxTokensOption = 8192,
+    src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -59,7 +61,7 @@ def score(
     outputs = _kept_files(src, tgt, drop_worst, kept, normalize)
     sources, targets = read_lines_checked(src), read_lines_checked(tgt)
     check_line_counts({src: sources, tgt: targets})
-    scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens, tgt_lang)
+    scorer = Scorer(load_model_file(model, checkpoint), device, precision, max_tokens, tgt_lang, src_lang)
     scores = scorer.score(sources, targets, normalize, lenpen)
     sys.stdout.write("".join(f"{value:.6f}\n" for value in scores))
     if outputs:

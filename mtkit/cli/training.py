@@ -115,27 +115,44 @@ def average(
 @app.command("import")
 @handle_errors
 def import_command(
-    directory: Annotated[Path, typer.Argument(help="A MarianMT directory as transformers saves it (OPUS-MT models).")],
+    directory: Annotated[
+        Path, typer.Argument(help="A MarianMT, NLLB-200 or M2M100 directory as transformers saves it.")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="The mtkit model file to write.")],
     force: Annotated[bool, typer.Option(help="Replace an existing model file.")] = False,
 ) -> None:
-    """Import a MarianMT model (an OPUS-MT model) to fine-tune, translate, serve or export it.
+    """Import a MarianMT (OPUS-MT), NLLB-200 or M2M100 model to fine-tune, translate, serve or export it.
 
     Writes the model file and, beside it, its two tokenizers (OUTPUT's name with .src-tokenizer.json
-    and .tgt-tokenizer.json), to preprocess data for fine-tuning with. Needs pip install 'mtkit\\[marian]'.
+    and .tgt-tokenizer.json), to preprocess data for fine-tuning with. An NLLB or M2M100 model then
+    takes --src-lang and --tgt-lang: its own codes (deu_Latn, de) or ISO 639 codes. Needs pip
+    install 'mtkit\\[marian]'.
 
     Example: [bold]mtkit import opus-mt-en-de -o en-de.pt[/bold]
     """
+    from mtkit.interop.m2m100 import import_m2m100, is_m2m100
     from mtkit.interop.marian import import_marian, tokenizer_paths
 
-    model_file = import_marian(directory, output, force)
+    m2m100 = is_m2m100(directory)
+    model_file = (import_m2m100 if m2m100 else import_marian)(directory, output, force)
     src, tgt = tokenizer_paths(output)
     model_file.src_tokenizer.save(src)
     model_file.tgt_tokenizer.save(tgt)
     cfg = model_file.config
+    shape = f"{cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}"
+    if m2m100:
+        tensors = {w.data_ptr(): w for w in model_file.weights.values() if w.is_floating_point()}  # tied ones once
+        parameters = sum(w.numel() for w in tensors.values())
+        languages = model_file.meta["language_tokens"]
+        console.info(
+            f"wrote {output}: {model_file.meta['family']}, {shape}, {parameters / 1e6:,.1f}M parameters, "
+            f"{len(languages)} languages, {cfg.tgt_vocab_size - 1:,} subwords (and <s> for the decoder's start); "
+            f"tokenizers {src} and {tgt}"
+        )
+        return
     console.info(
-        f"wrote {output}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
-        f"{cfg.tgt_vocab_size - 1:,} subwords (vocab.json's, and <s> for the decoder's start); tokenizers {src} and {tgt}"
+        f"wrote {output}: {shape}, {cfg.tgt_vocab_size - 1:,} subwords (vocab.json's, and <s> for the decoder's start); "
+        f"tokenizers {src} and {tgt}"
     )
     tags = model_file.meta.get("target_tags")
     if tags:

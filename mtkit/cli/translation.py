@@ -32,6 +32,7 @@ from mtkit.cli.options import (
     NoRepeatOption,
     PrecisionOption,
     SplitSentencesOption,
+    SrcLangOption,
     TgtLangOption,
     check_markup_options,
     input_lines,
@@ -80,6 +81,7 @@ def translate(
     ] = False,
     split_sentences: SplitSentencesOption = False,
     max_source_len: MaxSourceLenOption = 0,
+    src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
     markup: FormatOption = "text",
     engine: EngineOption = "pytorch",
@@ -137,7 +139,7 @@ def translate(
         check_output_file(output)
     translator = make_translator(
         engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-        split_sentences and markup == "text", max_source_len, tgt_lang,
+        split_sentences and markup == "text", max_source_len, tgt_lang, src_lang,
     )  # fmt: skip
     if markup != "text":  # it splits each segment's sentences itself, keeping count of the words
         translator = MarkupTranslator(translator, markup, split_sentences)
@@ -202,6 +204,7 @@ def evaluate(
     loop_repeats: LoopRepeatsOption = 2,
     split_sentences: SplitSentencesOption = False,
     max_source_len: MaxSourceLenOption = 0,
+    src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
@@ -269,7 +272,7 @@ def evaluate(
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-            split_sentences and markup == "text", max_source_len, tgt_lang,
+            split_sentences and markup == "text", max_source_len, tgt_lang, src_lang,
         )  # fmt: skip
         if markup != "text":
             from mtkit.translation.markup import MarkupTranslator

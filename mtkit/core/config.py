@@ -33,7 +33,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "transformer-tiny": dict(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.0),
 }
 
-
 DEFAULT_BEAM = 5
 PRESET_BEAMS = {"transformer-student": 1}  # a student decodes greedily: its teacher's search is in its data
 
@@ -64,6 +63,7 @@ class ModelConfig:
     output_vocab: Literal["all", "target"] = "all"
     activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's: the paper's ReLU; swish (SiLU) as OPUS-MT's
     output_bias: bool = False  # a bias on the output layer's logits (MarianMT's final_logits_bias)
+    positions: Literal["sinusoidal", "fairseq"] = "sinusoidal"  # the paper's table, or fairseq's (NLLB's, M2M100's)
 
     def validate(self) -> None:
         if self.d_model % self.heads:

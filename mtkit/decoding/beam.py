@@ -192,7 +192,8 @@ class BeamStream:
         n_alive, k, cfg = len(self.ids), self.k, self.cfg
         lprobs = F.log_softmax(self.model.decode_step(self.tokens, self.state).float(), dim=-1)
         row_steps = self.steps.repeat_interleave(k)
-        pin = Pin(lprobs, row_steps, self.forced.repeat_interleave(k, dim=0) if self.forced.size(1) else None)
+        forced = self.forced.repeat_interleave(k, dim=0) if self.forced.size(1) else None
+        pin = Pin(lprobs, row_steps, forced, cfg.given_prefix)
         constrained = constrain(
             lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard
         )

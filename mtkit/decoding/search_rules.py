@@ -53,6 +53,9 @@ class SearchConfig:
     # Target id sequences a translation never contains: the engine sets its tokenizer's line breaks
     # (Tokenizer.line_break_sequences), so that one line in gives one line out.
     banned: tuple[tuple[int, ...], ...] = ()
+    # The first given_prefix tokens of every target prefix are given, not predicted: each scores 0, as
+    # transformers' forced_bos_token_id scores the target language's token (mtkit.text.targets).
+    given_prefix: int = 0
 
     def validate(self) -> None:
         if self.beam < 1:
@@ -115,10 +118,11 @@ def prefix_tensor(prefixes: list[list[int]] | None, batch: int, device: torch.de
 
 
 class Pin:
-    """Forces each row's prefix token at this step: only it keeps its (unconstrained) log-probability.
-    Rows without a prefix token at this step are left alone; nothing waits for the device."""
+    """Forces each row's prefix token at this step: only it keeps its (unconstrained) log-probability,
+    or 0 among the first `given` tokens (SearchConfig.given_prefix). Rows without a prefix token at
+    this step are left alone; nothing waits for the device."""
 
-    def __init__(self, lprobs: Tensor, steps: Tensor, forced: Tensor | None):
+    def __init__(self, lprobs: Tensor, steps: Tensor, forced: Tensor | None, given: int = 0):
         """steps: each row's tokens so far."""
         self.pinned = self.row = None
         if forced is not None:
@@ -128,6 +132,8 @@ class Pin:
             values = lprobs.gather(1, token)  # before constrain() bans anything
             # An id the model does not score (model.output_vocab = target) counts as <unk>.
             values = torch.where(values.isneginf(), lprobs[:, UNK_ID : UNK_ID + 1], values)
+            if given:
+                values = values.masked_fill((steps < given)[:, None], 0.0)
             self.row = torch.full_like(lprobs, float("-inf")).scatter_(1, token, values)
 
     def apply(self, lprobs: Tensor) -> Tensor:

@@ -38,11 +38,12 @@ def make_translator(
     split_sentences: bool = False,
     max_source_len: int = 0,
     tgt_lang: str | None = None,
+    src_lang: str | None = None,
 ) -> TextTranslator:
     """The engine's translator for one model, or (PyTorch) for an ensemble of several; lines cut into
     sentences with split_sentences, and lines longer than max_source_len subwords (0: the model's
-    training limit) into pieces (mtkit.translation.sentences); tgt_lang: the target, for a model of several
-    (mtkit.text.targets)."""
+    training limit) into pieces (mtkit.translation.sentences); tgt_lang: the target, for a model of several,
+    and src_lang the source, for a model with language tokens (mtkit.text.targets)."""
     if split_sentences:
         require_splitter()  # before the model loads
     translator: TextTranslator
@@ -65,6 +66,6 @@ def make_translator(
         translator = CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)
     else:
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
-    translator.set_target(tgt_lang)
+    translator.set_target(tgt_lang, src_lang)
     translator.set_segmenter(split_sentences, max_source_len)
     return translator

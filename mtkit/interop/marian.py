@@ -30,31 +30,27 @@ import json
 from pathlib import Path
 
 import torch
-from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
-from tokenizers import Tokenizer as HFTokenizer
 
 from mtkit.core.config import ModelConfig
 from mtkit.core.errors import MtkitError
 from mtkit.interop.hf import layer_names, marian_order
+from mtkit.interop.sentencepiece import read_model, tokenizer_json
 from mtkit.model.files import ModelFile, save_model_file
 from mtkit.model.transformer import Transformer, sinusoidal_positions
 from mtkit.text.targets import marian_target_tags
-from mtkit.text.tokenizer import BOS, BOS_ID, EOS, PAD, SPECIAL_TOKENS, UNK, UNPRODUCED, Tokenizer
+from mtkit.text.tokenizer import BOS, BOS_ID, EOS, PAD, UNK, Tokenizer
 
-# The special tokens' score: below any path of real pieces, so that typed "</s>" stays text, as
-# SentencePiece's control symbols do (mtkit finds them by their plain names: no NUL for them).
-SPECIAL_SCORE = -1e6
 MARIAN_ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
-UNIGRAM, NORMAL = 1, 1  # SentencePiece's model type and piece type
+MARIAN_EXTRA = "pip install 'mtkit[marian]'"
 
 
 def import_marian(directory: Path, output: Path, force: bool = False) -> ModelFile:
     directory = Path(directory)
     if Path(output).exists() and not force:
         raise MtkitError(f"{output}: exists; use --force to replace it")
-    config = _read_json(directory / "config.json")
-    vocab = _read_json(directory / "vocab.json")
-    weights = _read_weights(directory)
+    config = read_json(directory / "config.json")
+    vocab = read_json(directory / "vocab.json")
+    weights = read_weights(directory)
     try:
         model_config = _model_config(config, directory)
         token_of = {i: t for t, i in vocab.items()}
@@ -67,7 +63,8 @@ def import_marian(directory: Path, output: Path, force: bool = False) -> ModelFi
     except KeyError as missing:  # a setting or a weight that every MarianMT model has
         raise MtkitError(f"{directory}: not a complete MarianMT model (no {missing})") from None
     tokens = [PAD, UNK, BOS, EOS] + [token_of[i] for i in marian_ids[4:].tolist()]
-    tokenizers = [Tokenizer(_tokenizer_json(directory / name, tokens)) for name in ("source.spm", "target.spm")]
+    protos = [read_model(directory / name, MARIAN_EXTRA) for name in ("source.spm", "target.spm")]
+    tokenizers = [Tokenizer(tokenizer_json(proto, tokens)) for proto in protos]
     meta = {"imported_from": str(directory), "architecture": "MarianMTModel"}
     tags = marian_target_tags(list(vocab))
     if tags:  # a multilingual model: >>fra<< at the start of the source chooses the target
@@ -84,21 +81,23 @@ def tokenizer_paths(output: Path) -> tuple[Path, Path]:
     return output.with_suffix(".src-tokenizer.json"), output.with_suffix(".tgt-tokenizer.json")
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A JSON file of a model directory as transformers saves it."""
     if not path.is_file():
-        raise MtkitError(f"{path}: missing (a MarianMT directory holds config.json, vocab.json, source.spm, target.spm and the weights)")  # fmt: skip
+        raise MtkitError(f"{path}: missing")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise MtkitError(f"{path}: not JSON ({err})") from None
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+def read_weights(directory: Path, needs: str = MARIAN_EXTRA) -> dict[str, torch.Tensor]:
+    """The weights of a transformers model directory, in float32, without their leading "model."."""
     if (directory / "model.safetensors").is_file():
         try:
             from safetensors.torch import load_file
         except ImportError:
-            raise MtkitError("importing a MarianMT model needs safetensors: pip install 'mtkit[marian]'") from None
+            raise MtkitError(f"importing this model needs safetensors: {needs}") from None
         weights = load_file(str(directory / "model.safetensors"))
     elif (directory / "pytorch_model.bin").is_file():
         weights = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)  # data only
@@ -190,45 +189,3 @@ def _weights(w: dict[str, torch.Tensor], cfg: ModelConfig, marian_ids: torch.Ten
     model = Transformer(cfg)  # the tied names, as the model's own state dict holds them
     model.load_state_dict(out, strict=True)
     return model.state_dict()
-
-
-def _sentencepiece_model(path: Path):
-    try:
-        from sentencepiece import sentencepiece_model_pb2
-    except ImportError:
-        raise MtkitError("importing a MarianMT model needs sentencepiece and protobuf: pip install 'mtkit[marian]'") from None  # fmt: skip
-    if not path.is_file():
-        raise MtkitError(f"{path}: missing (a MarianMT directory holds source.spm and target.spm)")
-    proto = sentencepiece_model_pb2.ModelProto()
-    try:
-        proto.ParseFromString(path.read_bytes())
-    except Exception as err:  # noqa: BLE001 - protobuf's DecodeError and friends
-        raise MtkitError(f"{path}: not a SentencePiece model ({err})") from None
-    if proto.trainer_spec.model_type != UNIGRAM:
-        raise MtkitError(f"{path}: a SentencePiece model of type {proto.trainer_spec.model_type}; only unigram ones are supported")  # fmt: skip
-    return proto
-
-
-def _tokenizer_json(path: Path, tokens: list[str]) -> str:
-    """A tokenizers Unigram with this SentencePiece model's pieces and scores, in mtkit's id order."""
-    proto = _sentencepiece_model(path)
-    scores = {p.piece: p.score for p in proto.pieces if p.type == NORMAL}
-    vocab = [(t, scores[t]) if t in scores else (t, SPECIAL_SCORE * len(t)) for t in SPECIAL_TOKENS]
-    vocab += [(t, scores[t]) if t in scores else (UNPRODUCED + t, SPECIAL_SCORE) for t in tokens[len(SPECIAL_TOKENS) :]]
-    tokenizer = HFTokenizer(models.Unigram(vocab, unk_id=SPECIAL_TOKENS.index(UNK), byte_fallback=False))
-    spec = proto.normalizer_spec
-    steps = [normalizers.Replace(UNPRODUCED, "")]
-    if spec.precompiled_charsmap:
-        steps.append(normalizers.Precompiled(spec.precompiled_charsmap))
-    if spec.remove_extra_whitespaces:
-        steps += [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
-    tokenizer.normalizer = normalizers.Sequence(steps)
-    prepend = "always" if spec.add_dummy_prefix else "never"
-    # "<" starts a piece of its own, as in mtkit's tokenizers, so that typed "</s>" stays text
-    # (MarianTokenizer would take it for the control token)
-    metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend)
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([metaspace, pre_tokenizers.Split(Regex("▁?<"), "isolated")])
-    unspace = decoders.Metaspace(replacement="▁", prepend_scheme=prepend)
-    tokenizer.decoder = decoders.Sequence([decoders.Replace(UNPRODUCED, ""), unspace])
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    return tokenizer.to_str()

@@ -38,22 +38,41 @@ def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-class Embedding(nn.Module):
-    """Learned subword vectors scaled by sqrt(d), plus sinusoidal positions, then dropout."""
+FAIRSEQ_FIRST_POSITION = 2  # fairseq counts positions from its padding id (1) + 1
 
-    def __init__(self, vocab_size: int, d_model: int, dropout: float):
+
+def fairseq_positions(length: int, d_model: int) -> Tensor:
+    """fairseq's SinusoidalPositionalEmbedding (NLLB's, M2M100's) at positions 2 .. length + 1:
+    sin(pos * f_j) for j < d/2, then cos(pos * f_j), f_j = 10000^(-j / (d/2 - 1)); computed in float32
+    as fairseq computes it, so that an imported model's table is its own to the last bit."""
+    half = d_model // 2
+    frequencies = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+    position = torch.arange(FAIRSEQ_FIRST_POSITION, FAIRSEQ_FIRST_POSITION + length, dtype=torch.int64).float()
+    angle = position[:, None] * frequencies[None, :]
+    encoding = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    return torch.cat([encoding, torch.zeros(length, d_model % 2)], dim=1)
+
+
+POSITION_TABLES = {"sinusoidal": sinusoidal_positions, "fairseq": fairseq_positions}
+
+
+class Embedding(nn.Module):
+    """Learned subword vectors scaled by sqrt(d), plus sinusoidal positions (model.positions'), then dropout."""
+
+    def __init__(self, vocab_size: int, d_model: int, dropout: float, positions: str = "sinusoidal"):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
         nn.init.normal_(self.tokens.weight, mean=0.0, std=d_model**-0.5)
         nn.init.zeros_(self.tokens.weight[PAD_ID])
         self.scale = math.sqrt(d_model)
         self.dropout = Dropout(dropout)
-        self.register_buffer("positions", sinusoidal_positions(256, d_model), persistent=False)
+        self.table = POSITION_TABLES[positions]
+        self.register_buffer("positions", self.table(256, d_model), persistent=False)
 
     def cover(self, length: int) -> None:
         """Extend the position table to at least `length` positions (sinusoids extend to any length)."""
         if length > self.positions.size(0):
-            self.positions = sinusoidal_positions(2 * length, self.positions.size(1)).to(self.positions.device)
+            self.positions = self.table(2 * length, self.positions.size(1)).to(self.positions.device)
 
     def forward(self, ids: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """ids (B, L) at positions start.. start + L - 1; or at `positions` (B, L): packed rows'
@@ -201,9 +220,12 @@ class Transformer(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.tgt_embed = Embedding(cfg.tgt_vocab_size, cfg.d_model, cfg.dropout)
+        self.tgt_embed = Embedding(cfg.tgt_vocab_size, cfg.d_model, cfg.dropout, cfg.positions)
         share_src = cfg.tie_embeddings and cfg.joint_vocab
-        self.src_embed = self.tgt_embed if share_src else Embedding(cfg.src_vocab_size, cfg.d_model, cfg.dropout)
+        if share_src:
+            self.src_embed = self.tgt_embed
+        else:
+            self.src_embed = Embedding(cfg.src_vocab_size, cfg.d_model, cfg.dropout, cfg.positions)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         pre = cfg.norm == "pre"

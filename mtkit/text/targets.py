@@ -7,6 +7,11 @@ token}) for one that chooses its target by a tag, as multilingual OPUS-MT models
 A multilingual model needs --tgt-lang (the error lists its languages); a bilingual one takes it only
 where it names the model's own target. A tag's language may also be given by its ISO 639-1 code
 (fr for >>fra<<) where exactly one of the model's tags has that code.
+
+NLLB and M2M100 name both languages by tokens: meta "language_tokens" ({code: token}). The source
+starts with its language's token, and the target's token is given as the first after the decoder's
+start (mtkit.interop.m2m100). Such a model needs --src-lang and --tgt-lang: its own codes (deu_Latn,
+de), or an ISO 639-1 or 639-3 code that exactly one of its codes has (de and deu for deu_Latn).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.text.tokenizer import Tokenizer
 
 MARIAN_TAG = re.compile(r">>(\w+)<<")
+LANGUAGE_TOKENS = "language_tokens"
 TARGET_TAG_PREFIX = "2"  # <2de> (train-tokenizer --tag 2de) starts a multilingual dataset's sources into German
 
 
@@ -33,6 +39,50 @@ def _iso639_1(code: str) -> str | None:
         return None
     language = pycountry.languages.get(alpha_3=code.split("_")[0].lower())
     return getattr(language, "alpha_2", None) if language else None
+
+
+def _iso639_names(code: str) -> set[str]:
+    """The ISO 639 codes a model's language code answers to: its own first part (deu for deu_Latn),
+    and that part's two- or three-letter twin (de and deu), where pycountry knows one."""
+    base = code.split("_")[0].lower()
+    names = {base}
+    try:
+        import pycountry
+    except ImportError:
+        return names
+    language = pycountry.languages.get(**{"alpha_3" if len(base) == 3 else "alpha_2": base})
+    names.update(getattr(language, key, None) for key in ("alpha_2", "alpha_3") if language)
+    return names - {None}
+
+
+def model_language(codes: list[str], asked: str, option: str) -> str:
+    """The one code of `codes` that `asked` names: itself, or its ISO 639-1/3 code (_iso639_names)."""
+    if asked in codes:
+        return asked
+    matches = [code for code in codes if asked.lower() in _iso639_names(code)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise MtkitError(f"{option} {asked}: several of this model's languages have that code ({', '.join(matches)})")
+    shown = ", ".join(codes[:12]) + (f" and {len(codes) - 12} more" if len(codes) > 12 else "")
+    raise MtkitError(f"{option} {asked}: not one of this model's {len(codes)} languages ({shown})")
+
+
+def language_token_ids(
+    meta: dict, tokenizer: Tokenizer, src_lang: str | None, tgt_lang: str | None
+) -> tuple[int, int] | None:
+    """For a model with language tokens: the ids of the source's and the target's; None for another model."""
+    tokens = meta.get(LANGUAGE_TOKENS)
+    if not tokens:
+        return None
+    codes = list(tokens)
+    ids = []
+    for asked, option in ((src_lang, "--src-lang"), (tgt_lang, "--tgt-lang")):
+        if asked is None:
+            example = "deu_Latn" if "deu_Latn" in tokens else codes[0]
+            raise MtkitError(f"this model translates between {len(codes)} languages: give {option} (e.g. {example})")
+        ids.append(tag_id(tokenizer, tokens[model_language(codes, asked, option)]))
+    return ids[0], ids[1]
 
 
 def target_tag(meta: dict, tgt_lang: str | None) -> str | None:

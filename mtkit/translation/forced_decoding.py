@@ -18,7 +18,7 @@ from mtkit.data.batching import length_batches, pad_batch
 from mtkit.decoding.search_rules import length_penalty
 from mtkit.model.files import ModelFile
 from mtkit.model.transformer import Transformer
-from mtkit.text.targets import source_tag_id
+from mtkit.text.targets import language_token_ids, source_tag_id
 from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -29,18 +29,21 @@ def forced_log_probs(
     device: torch.device,
     precision: str = "fp32",
     max_tokens: int = 8192,
+    given: Sequence[int] = (),
 ) -> list[tuple[float, int]]:
-    """(log p(target + </s> | source), target length with </s>) of each pair of id lists, in input order."""
+    """(log p(target + </s> | source), target length with </s>) of each pair of id lists, in input order;
+    `given`: ids every target starts with that are given, not scored (the target language's token)."""
     out: list[tuple[float, int]] = [(0.0, 0)] * len(pairs)
-    widths = [len(src) + len(tgt) + 1 for src, tgt in pairs]
+    widths = [len(src) + len(given) + len(tgt) + 1 for src, tgt in pairs]
     for group in length_batches(widths, len(pairs) or 1, max_tokens):
         src = pad_batch([pairs[i][0] for i in group], device, suffix=EOS_ID)
-        tgt_in = pad_batch([pairs[i][1] for i in group], device, prefix=BOS_ID)
-        tgt_out = pad_batch([pairs[i][1] for i in group], device, suffix=EOS_ID)
+        tgt_in = pad_batch([[*given, *pairs[i][1]] for i in group], device, prefix=BOS_ID)
+        tgt_out = pad_batch([[*given, *pairs[i][1]] for i in group], device, suffix=EOS_ID)
         with autocast(device, precision):
             logits = model(src, tgt_in)
         lprobs = F.log_softmax(logits.float(), dim=-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)
         real = tgt_out != PAD_ID
+        real[:, : len(given)] = False
         sums = lprobs.masked_fill(~real, 0.0).sum(dim=1)
         for i, total, length in zip(group.tolist(), sums.tolist(), real.sum(dim=1).tolist()):
             out[i] = (total, length)
@@ -57,9 +60,15 @@ class Scorer:
         precision: str = "auto",
         max_tokens: int = 8192,
         tgt_lang: str | None = None,
+        src_lang: str | None = None,
     ):
-        """tgt_lang: the target language, for a model that chooses it by a tag (mtkit.text.targets)."""
-        self.source_tag = source_tag_id(model_file.meta, model_file.src_tokenizer, tgt_lang)
+        """tgt_lang: the target language, for a model that chooses it by a tag or by language tokens
+        (then src_lang too; mtkit.text.targets)."""
+        languages = language_token_ids(model_file.meta, model_file.src_tokenizer, src_lang, tgt_lang)
+        if languages is None:
+            self.source_tag, self.given = source_tag_id(model_file.meta, model_file.src_tokenizer, tgt_lang), []
+        else:
+            self.source_tag, self.given = languages[0], [languages[1]]
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.model = model_file.build_model(self.device)
@@ -75,7 +84,8 @@ class Scorer:
         if self.source_tag is not None:
             src_ids = [[self.source_tag, *row] for row in src_ids]
         tgt_ids = self.tgt_tokenizer.encode_batch([line.strip() for line in targets])
-        scored = forced_log_probs(self.model, list(zip(src_ids, tgt_ids)), self.device, self.precision, self.max_tokens)
+        pairs = list(zip(src_ids, tgt_ids))
+        scored = forced_log_probs(self.model, pairs, self.device, self.precision, self.max_tokens, self.given)
         if normalize:
             return [total / length for total, length in scored]
         return [total / length_penalty(length, lenpen) for total, length in scored]

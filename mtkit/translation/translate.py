@@ -16,11 +16,11 @@ from mtkit.data.batching import length_batches, pad_batch
 from mtkit.decoding.beam import BeamStream
 from mtkit.decoding.cuda_graphs import GraphedDecoder, check_device
 from mtkit.decoding.ensemble import Ensemble
-from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, search
+from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, prefix_tensor, search
 from mtkit.model.files import ModelFile
 from mtkit.model.packed import cast_linear_weights, pack_linear_layers
 from mtkit.model.transformer import Transformer
-from mtkit.text.targets import source_tag_id
+from mtkit.text.targets import language_token_ids, source_tag_id
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 from mtkit.translation.alignment import alignment_layer, cross_attention_batch, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
@@ -78,13 +78,22 @@ class TextTranslator:
     tgt_tokenizer: Tokenizer
     model_meta: dict[str, Any] = {}  # the model file's meta: its languages and training lengths
     lines_in_pieces = 0  # lines longer than the segmenter's max_len, so far
+    cfg: SearchConfig
     source_tag: int | None = None  # the id that starts every source: the target's tag (mtkit.text.targets)
+    target_start: list[int] = []  # the ids every translation starts with, given: the target language's token
     _segmenter: Segmenter | None = None
 
-    def set_target(self, tgt_lang: str | None) -> None:
+    def set_target(self, tgt_lang: str | None, src_lang: str | None = None) -> None:
         """The language to translate into (--tgt-lang): its tag starts every source, where the model
-        has tags; a bilingual model takes only its own target (mtkit.text.targets)."""
-        self.source_tag = source_tag_id(self.model_meta, self.src_tokenizer, tgt_lang)
+        has tags; a bilingual model takes only its own target. A model with language tokens (NLLB)
+        takes both languages: the source's token starts every source, the target's every translation
+        (mtkit.text.targets)."""
+        languages = language_token_ids(self.model_meta, self.src_tokenizer, src_lang, tgt_lang)
+        if languages is None:
+            self.source_tag, self.target_start = source_tag_id(self.model_meta, self.src_tokenizer, tgt_lang), []
+        else:
+            self.source_tag, self.target_start = languages[0], [languages[1]]
+        self.cfg = dataclasses.replace(self.cfg, given_prefix=len(self.target_start))
 
     def tagged(self, rows: list[list[int]]) -> list[list[int]]:
         return rows if self.source_tag is None else [[self.source_tag, *row] for row in rows]
@@ -148,15 +157,16 @@ class TextTranslator:
         starts = [0]  # the first piece of each non-blank line
         for parts in pieces:
             starts.append(starts[-1] + len(parts))
-        forced = None
+        forced = [self.target_start] * len(owner) if self.target_start else None
         if prefixes:
             encoded_prefixes = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted])
-            forced = [encoded_prefixes[j] if k == starts[j] else [] for k, j in enumerate(owner)]
+            forced = [self.target_start + (encoded_prefixes[j] if k == starts[j] else []) for k, j in enumerate(owner)]
         out: list[NbestList] = [[] for _ in lines]
         found: list[NbestList | None] = [None] * len(owner)
         waiting = [len(parts) for parts in pieces]
 
         def finish(k: int, hyps: list[Hypothesis]) -> None:  # k: the k-th piece
+            hyps = self.without_start(hyps)
             found[k] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
             j = owner[k]
             waiting[j] -= 1
@@ -174,6 +184,11 @@ class TextTranslator:
             if found[k] is None:
                 finish(k, hyps)
         return out
+
+    def without_start(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
+        """The hypotheses without target_start, which the search was given."""
+        given = len(self.target_start)
+        return [dataclasses.replace(h, tokens=h.tokens[given:]) for h in hyps] if given else hyps
 
     def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:
         """A running search that lines can join between steps (see LineStream); None where the
@@ -313,13 +328,15 @@ class LineStream:
         else:
             ids = [list(ids) for _, _, ids in joining]
         src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in translator.tagged(ids)], translator.device, suffix=EOS_ID)
+        forced = prefix_tensor([translator.target_start] * len(joining), len(joining), translator.device)
         with autocast(translator.device, translator.precision):
-            self.search.add(src, [key for key, _, _ in joining])
+            self.search.add(src, [key for key, _, _ in joining], forced)
         self.lines.update((key, line) for key, line, _ in joining)
 
     def step(self) -> None:
         with autocast(self.translator.device, self.translator.precision):
             finished = self.search.step()
         for key, hyps in finished:
+            hyps = self.translator.without_start(hyps)
             texts = self.translator.tgt_tokenizer.decode_batch([h.tokens for h in hyps])
             self.deliver(key, self.lines.pop(key), list(zip(hyps, texts)))
