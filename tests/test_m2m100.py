@@ -8,9 +8,11 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_mtkit
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.interop.m2m100 import import_m2m100
+from mtkit.model.files import load_model_file
 from mtkit.text.tokenizer import BOS_ID, UNPRODUCED
 from mtkit.translation.forced_decoding import Scorer
 from mtkit.translation.translate import Translator
@@ -147,3 +149,69 @@ def test_translations_are_generate_s_for_two_targets(family, corpus, beam):
         assert [nbest[0][0].tokens for nbest in found] == expected, target_lang
         if name == "nllb":  # (M2M100Tokenizer's decoding keeps the language tokens that a random model writes)
             assert [nbest[0][1] for nbest in found] == tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def nllb_file(corpus, tmp_path_factory):
+    """An NLLB directory imported by the CLI: (model file, the import's report)."""
+    root = tmp_path_factory.mktemp("nllb-cli")
+    directory = build(root, corpus, "nllb")
+    result = run_mtkit("import", directory, "-o", root / "m.pt")
+    assert result.returncode == 0, result.stderr.decode()
+    return root / "m.pt", result.stderr.decode()
+
+
+def test_the_import_says_what_it_found(nllb_file):
+    path, report = nllb_file
+    model_file = load_model_file(path)
+    rows = model_file.config.tgt_vocab_size
+    parameters = rows * 16 + sum(w.numel() for n, w in model_file.weights.items() if "layers" in n or "_norm" in n)
+    assert f"nllb, 2+2 layers, d_model 16, {parameters / 1e6:,.1f}M parameters, 5 languages, {rows - 1:,} subwords" in report
+    assert (path.with_suffix(".src-tokenizer.json")).is_file() and (path.with_suffix(".tgt-tokenizer.json")).is_file()
+
+
+def test_iso_codes_name_the_model_s_languages(nllb_file, corpus):
+    """de and deu are deu_Latn: the same translations as the model's own code, from translate and score."""
+    path, _ = nllb_file
+    source = (corpus / "test.en").read_bytes()
+    outputs = []
+    for code in ("deu_Latn", "de", "deu"):
+        result = run_mtkit("translate", "-m", path, "--src-lang", "en", "--tgt-lang", code, "--precision", "fp32",
+                           stdin=source)  # fmt: skip
+        assert result.returncode == 0, result.stderr.decode()
+        outputs.append(result.stdout)
+    assert outputs[0] == outputs[1] == outputs[2] and outputs[0].count(b"\n") == source.count(b"\n")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--src-lang", "en"], "this model translates between 5 languages: give --tgt-lang (e.g. deu_Latn)"),
+        (["--tgt-lang", "de"], "this model translates between 5 languages: give --src-lang (e.g. deu_Latn)"),
+        (["--src-lang", "en", "--tgt-lang", "zh"], "--tgt-lang zh: several of this model's languages have that code (zho_Hans, zho_Hant)"),  # fmt: skip
+        (["--src-lang", "xx", "--tgt-lang", "de"], "--src-lang xx: not one of this model's 5 languages (eng_Latn, deu_Latn, fra_Latn, zho_Hans, zho_Hant)"),  # fmt: skip
+    ],
+)
+def test_a_missing_or_wrong_language_is_one_line(nllb_file, options, message):
+    path, _ = nllb_file
+    for command in (["translate", "-m", path], ["score", "-m", path, "--src", "/dev/null", "--tgt", "/dev/null"]):
+        result = run_mtkit(*command, *options, stdin=b"A dog.\n")
+        assert result.returncode == 1 and result.stderr.decode().strip() == f"error: {message}"
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_ctranslate2_export_translates_as_mtkit(nllb_file, corpus, tmp_path, beam):
+    pytest.importorskip("ctranslate2", reason="needs ctranslate2 (pip install -e .[ct2])")
+    from mtkit.interop.ct2 import CTranslate2Translator, export_ctranslate2
+
+    path, _ = nllb_file
+    model_file = load_model_file(path)
+    export_ctranslate2(model_file, tmp_path / "ct2")
+    lines = (corpus / "train.en").read_text(encoding="utf-8").splitlines()[:50]
+    cfg = SearchConfig(beam=beam, lenpen=0.0, max_len_a=0, max_len_b=10, loop_ngram=0)
+    engines = [Translator(model_file, cfg, device="cpu", precision="fp32"), CTranslate2Translator(tmp_path / "ct2", cfg)]
+    for engine in engines:
+        engine.set_target("fra_Latn", "eng_Latn")
+    ours, theirs = (engine.translate_hypotheses(lines) for engine in engines)
+    assert [n[0][0].tokens for n in theirs] == [n[0][0].tokens for n in ours]
+    assert [n[0][1] for n in theirs] == [n[0][1] for n in ours]

@@ -1,8 +1,8 @@
 """CTranslate2 as a deployment engine: export an mtkit model, and translate with it.
 
 The export describes mtkit's Transformer with CTranslate2's TransformerSpec: post- or pre-norm,
-ReLU FFN, embeddings scaled by sqrt(d_model), mtkit's own (interleaved) sinusoidal positions
-as a fixed table, tied embeddings. The tokenizer(s) are copied beside the model, so the
+ReLU FFN, embeddings scaled by sqrt(d_model), the model's sinusoidal positions (mtkit's own
+interleaved ones, or fairseq's) as a fixed table, tied embeddings. The tokenizer(s) are copied beside the model, so the
 directory is all that `mtkit translate --engine ctranslate2 -m DIR` needs.
 Needs the optional extra: pip install 'mtkit[ct2]'.
 """
@@ -23,7 +23,7 @@ from mtkit.core.textio import atomic_directory
 from mtkit.decoding.search_rules import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
 from mtkit.model.files import ModelFile
 from mtkit.model.output_layer import export_logit_bias
-from mtkit.model.transformer import sinusoidal_positions
+from mtkit.model.transformer import POSITION_TABLES
 from mtkit.text.tokenizer import PAD, Tokenizer
 from mtkit.translation.translate import TextTranslator, without_line_breaks
 
@@ -53,7 +53,7 @@ def _spec(model_file: ModelFile):
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=cfg.norm == "pre", activation=activation
     )
-    positions = sinusoidal_positions(MAX_POSITIONS, cfg.d_model).numpy()
+    positions = POSITION_TABLES[cfg.positions](MAX_POSITIONS, cfg.d_model).numpy()
 
     def linear(target, prefix: str) -> None:
         target.weight = weights[f"{prefix}.weight"]

@@ -94,7 +94,7 @@ def direction_scores(translator, prefixes: list[Path], pairs, names, lowercase: 
             paths = Path(f"{prefix}.{source}"), Path(f"{prefix}.{target}")
             sources, references = (read_lines_checked(path) for path in paths)
             check_line_counts(dict(zip(paths, (sources, references))))
-            translator.set_target(target)
+            translator.set_target(target, source)
             key = f"{source}-{target}" if len(prefixes) == 1 else f"{Path(prefix).name}:{source}-{target}"
             results[key] = (
                 len(sources),
