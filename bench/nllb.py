@@ -141,7 +141,7 @@ def main() -> None:
             where = {"mtkit": model, "transformers": directory, "ctranslate2": ct2}[engine]
             result = args.work / f"{shape}-{engine}.json"
             with open(result, "wb") as out:
-                _, peak = run_measured([sys.executable, __file__, "--data", args.data, "--lines", str(args.lines),
+                _, peak = run_measured([sys.executable, __file__, "--data", str(args.data), "--lines", str(args.lines),
                                         "--beam", str(args.beam), "--length", str(args.length),
                                         "--engine-run", engine, shape, str(where)], stdout=out)  # fmt: skip
             found = json.loads(result.read_text(encoding="utf-8"))

@@ -83,7 +83,7 @@ def to_mtkit(model_file, tokenizer) -> dict[int, int]:
         found = hf.token_to_id(name)
         out[i] = found if found is not None else hf.token_to_id(UNPRODUCED + name)
     for i in range(model_file.config.tgt_vocab_size - 1):  # the rows no token names
-        out.setdefault(i, hf.token_to_id(f"{UNPRODUCED}<unused-{i}>"))
+        out.setdefault(i, hf.token_to_id(f"<unused-{i}>"))
     return out
 
 

@@ -39,7 +39,8 @@ from mtkit.text.tokenizer import BOS_ID, EOS, PAD, UNK, Tokenizer
 
 EXTRA = "pip install 'mtkit[marian]'"
 FAIRSEQ_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0..3 of every fairseq dictionary
-FAIRSEQ_BOS = "<s:fairseq>"  # fairseq's <s>: a row of the model that mtkit's <s> (the decoder's start) is not
+FAIRSEQ_BOS = "<s:fairseq>"
+UNUSED = "<unused-"  # <unused-N>: row N, which the tokenizer does not name  # fairseq's <s>: a row of the model that mtkit's <s> (the decoder's start) is not
 M2M100_CODES = {  # transformers' M2M100Tokenizer: the __xx__ tokens follow vocab.json in this order
     "m2m100": (
         "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi hr ht hu "
@@ -71,7 +72,9 @@ def import_m2m100(directory: Path, output: Path, force: bool = False) -> ModelFi
     except KeyError as missing:
         raise MtkitError(f"{directory}: not a complete M2M100 model (no weight {missing})") from None
     tokens = [PAD, UNK, "<s>", EOS] + [FAIRSEQ_BOS if i == 0 else names[i] for i in order[4:].tolist()]
-    tokenizer = Tokenizer(tokenizer_json(proto, tokens, tuple(languages.values())))
+    # Language codes, fairseq's <s>, <mask> and the unnamed rows: special tokens, never text, dropped when decoding
+    controls = {*languages.values(), FAIRSEQ_BOS, "<mask>"} | {t for t in tokens if t.startswith(UNUSED)}
+    tokenizer = Tokenizer(tokenizer_json(proto, tokens, tuple(t for t in tokens if t in controls)))
     family = "nllb" if "Nllb" in _tokenizer_class(directory) else "m2m100"
     meta = {"imported_from": str(directory), "architecture": "M2M100ForConditionalGeneration", "family": family,
             LANGUAGE_TOKENS: languages}  # fmt: skip
@@ -141,7 +144,7 @@ def _fairseq_vocabulary(directory: Path, proto, rows: int) -> tuple[list[str], d
         raise MtkitError(f"{directory / 'tokenizer_config.json'}: names no language codes")
     if max(named) >= rows:
         raise MtkitError(f"{directory}: the tokenizer names id {max(named):,}, but the model has {rows:,} rows")
-    return [named.get(i, f"<unused-{i}>") for i in range(rows)], languages
+    return [named.get(i, f"{UNUSED}{i}>") for i in range(rows)], languages
 
 
 def _added_tokens(directory: Path, first: int) -> dict[int, str]:
