@@ -99,8 +99,7 @@ def translate(engine: str, shape: str, model: Path, lines: list[str], beam: int,
 
     cfg = SearchConfig(beam=beam, lenpen=0.0, max_len_a=0, max_len_b=length, loop_ngram=0)
     name = "pytorch" if engine == "mtkit" else "ctranslate2"
-    precision = "fp32" if engine == "mtkit" else "float32"
-    translator = make_translator(name, [model], "best", cfg, "cpu", precision, 128, 8192, False, False, 0,
+    translator = make_translator(name, [model], "best", cfg, "cpu", "fp32", 128, 8192, False, False, 0,
                                  spec["target"], spec["source"])  # fmt: skip
     started = time.perf_counter()
     out = translator.translate(lines)
