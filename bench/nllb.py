@@ -133,7 +133,7 @@ def main() -> None:
         rows.append([shape, "mtkit import", f"{parameters / 1e6:,.0f}M parameters", f"{seconds:.1f} s",
                      f"{peak:,.0f} MiB ({peak / fp32:.2f}x the fp32 size)", ""])  # fmt: skip
         ct2 = args.work / f"{shape}-ct2"
-        if "ctranslate2" in args.engines and not (ct2 / "model.bin").is_file():
+        if "ctranslate2" in args.engines:
             run_measured(mtkit_command("export", "-m", model, "-o", ct2, "--format", "ctranslate2", "--force"))
         reference = None
         for engine in args.engines.split(","):

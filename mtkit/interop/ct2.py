@@ -242,7 +242,7 @@ class CTranslate2Translator(TextTranslator):
         for result in results:
             # A hypothesis that has the limit's full length was cut there, without </s>.
             hyps = [
-                Hypothesis([self.tgt_tokenizer.token_to_id(t) for t in tokens], score, score, len(tokens) < limit)
+                Hypothesis([self.tgt_tokenizer.entry_id(t) for t in tokens], score, score, len(tokens) < limit)
                 for tokens, score in zip(result.hypotheses, result.scores)
             ]
             out.append((hyps[: cfg.nbest], max(len(h.tokens) for h in hyps)))
