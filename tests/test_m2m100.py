@@ -166,7 +166,10 @@ def test_the_import_says_what_it_found(nllb_file):
     model_file = load_model_file(path)
     rows = model_file.config.tgt_vocab_size
     parameters = rows * 16 + sum(w.numel() for n, w in model_file.weights.items() if "layers" in n or "_norm" in n)
-    assert f"nllb, 2+2 layers, d_model 16, {parameters / 1e6:,.1f}M parameters, 5 languages, {rows - 1:,} subwords" in report
+    assert (
+        f"nllb, 2+2 layers, d_model 16, {parameters / 1e6:,.1f}M parameters, 5 languages, {rows - 1:,} subwords"
+        in report
+    )
     assert (path.with_suffix(".src-tokenizer.json")).is_file() and (path.with_suffix(".tgt-tokenizer.json")).is_file()
 
 
@@ -188,8 +191,14 @@ def test_iso_codes_name_the_model_s_languages(nllb_file, corpus):
     [
         (["--src-lang", "en"], "this model translates between 5 languages: give --tgt-lang (e.g. deu_Latn)"),
         (["--tgt-lang", "de"], "this model translates between 5 languages: give --src-lang (e.g. deu_Latn)"),
-        (["--src-lang", "en", "--tgt-lang", "zh"], "--tgt-lang zh: several of this model's languages have that code (zho_Hans, zho_Hant)"),  # fmt: skip
-        (["--src-lang", "xx", "--tgt-lang", "de"], "--src-lang xx: not one of this model's 5 languages (eng_Latn, deu_Latn, fra_Latn, zho_Hans, zho_Hant)"),  # fmt: skip
+        (
+            ["--src-lang", "en", "--tgt-lang", "zh"],
+            "--tgt-lang zh: several of this model's languages have that code (zho_Hans, zho_Hant)",
+        ),  # fmt: skip
+        (
+            ["--src-lang", "xx", "--tgt-lang", "de"],
+            "--src-lang xx: not one of this model's 5 languages (eng_Latn, deu_Latn, fra_Latn, zho_Hans, zho_Hant)",
+        ),  # fmt: skip
     ],
 )
 def test_a_missing_or_wrong_language_is_one_line(nllb_file, options, message):
@@ -209,7 +218,10 @@ def test_the_ctranslate2_export_translates_as_mtkit(nllb_file, corpus, tmp_path,
     export_ctranslate2(model_file, tmp_path / "ct2")
     lines = (corpus / "train.en").read_text(encoding="utf-8").splitlines()[:50]
     cfg = SearchConfig(beam=beam, lenpen=0.0, max_len_a=0, max_len_b=10, loop_ngram=0)
-    engines = [Translator(model_file, cfg, device="cpu", precision="fp32"), CTranslate2Translator(tmp_path / "ct2", cfg)]
+    engines = [
+        Translator(model_file, cfg, device="cpu", precision="fp32"),
+        CTranslate2Translator(tmp_path / "ct2", cfg),
+    ]
     for engine in engines:
         engine.set_target("fra_Latn", "eng_Latn")
     ours, theirs = (engine.translate_hypotheses(lines) for engine in engines)

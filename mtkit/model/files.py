@@ -74,8 +74,16 @@ class ModelFile:
     meta: dict[str, Any]
 
     def build_model(self, device: torch.device | str = "cpu") -> Transformer:
-        model = Transformer(self.config)
-        model.load_state_dict(self.weights)
+        """The model, for inference. Its parameters are this file's fp32 tensors themselves, not copies
+        (a model of NLLB's size then needs one copy of its weights, not two, and no random init)."""
+        if any(w.is_floating_point() and w.dtype != torch.float32 for w in self.weights.values()):
+            model = Transformer(self.config)
+            model.load_state_dict(self.weights)
+        else:
+            with torch.device("meta"):
+                model = Transformer(self.config)
+            model.load_state_dict(self.weights, assign=True)
+            model.make_tables()
         return model.to(device).eval()
 
 

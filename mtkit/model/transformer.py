@@ -246,6 +246,11 @@ class Transformer(nn.Module):
             elif isinstance(module, OutputLayer) and module.weight is not None:
                 nn.init.xavier_uniform_(module.weight)
 
+    def make_tables(self) -> None:
+        """Compute the tables that are not weights (the positions): for a model built on the meta device."""
+        for embed in {self.src_embed, self.tgt_embed}:
+            embed.positions = embed.table(256, self.cfg.d_model)
+
     def encode(self, src: Tensor, layout: PackedLayout | None = None) -> tuple[Tensor, Tensor]:
         """src (B, S) ids -> memory (B, S, d) and source mask (B, 1, 1, S), True on real tokens;
         packed rows (see mtkit.data.sentence_packing): the mask keeps each sentence to itself, (B, 1, S, S)."""
