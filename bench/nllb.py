@@ -97,8 +97,8 @@ def translate(
                 batch = tokenizer([lines[i] for i in chunk], return_tensors="pt", padding=True)
                 generated = hf.generate(**batch, num_beams=beam, do_sample=False, max_new_tokens=length,
                                         length_penalty=0.0, forced_bos_token_id=forced)  # fmt: skip
-                for i, text in zip(chunk, tokenizer.batch_decode(generated, skip_special_tokens=True)):
-                    out[i] = text
+                for i, row in zip(chunk, generated.tolist()):  # not decoded: its tokenizer fails on unnamed rows
+                    out[i] = " ".join(map(str, row))
         return out, time.perf_counter() - started
     from mtkit.decoding.search import SearchConfig
     from mtkit.interop.engines import make_translator
