@@ -139,6 +139,10 @@ CASES = {
     # import
     "im-missing-directory": ("import {root}/no_marian -o {root}/im.pt", "", "no_marian/config.json: missing", 1),
     "im-not-marian": ("import {root}/dir -o {root}/im.pt", "", "dir/config.json: missing", 1),
+    # trim-vocab
+    "trim-missing-text": ("trim-vocab -m {model} -i {root}/none.en -o {root}/t.pt", "", "none.en: no such file", 1),
+    "trim-output-exists": ("trim-vocab -m {model} -i {root}/existing.txt -o {root}/existing.txt", "", "existing.txt: exists; use --force", 1),
+    "trim-missing-model": ("trim-vocab -m {root}/none.pt -i {root}/existing.txt -o {root}/t.pt", "", "none.pt: no such model file", 1),
     # serve (refused before a server starts)
     "serve-missing-model": ("serve -m {root}/none.pt", "", "none.pt: no such model file", 1),
     "serve-cuda-graphs-on-cpu": ("serve -m {model} --device cpu --cuda-graphs", "", "--cuda-graphs: CUDA graphs need a GPU", 1),

@@ -227,3 +227,170 @@ def test_the_ctranslate2_export_translates_as_mtkit(nllb_file, corpus, tmp_path,
     ours, theirs = (engine.translate_hypotheses(lines) for engine in engines)
     assert [n[0][0].tokens for n in theirs] == [n[0][0].tokens for n in ours]
     assert [n[0][1] for n in theirs] == [n[0][1] for n in ours]
+
+
+def preprocessed(model_file, corpus, out):
+    """corpus's en-de training and valid pairs, encoded with the imported model's tokenizer."""
+    from mtkit.data.preprocess import preprocess
+
+    model_file.src_tokenizer.save(out / "tokenizer.json")
+    preprocess("en", "de", {"train": corpus / "train", "valid": corpus / "valid"}, out / "tokenizer.json", out / "bin")
+    return out / "bin"
+
+
+@torch.no_grad()
+def test_training_batches_and_loss_are_transformers(family, corpus, tmp_path):
+    """Fine-tuning data: each source starts with its language's token and each target with its own,
+    as the family's tokenizer gives them (src_lang, tgt_lang, text_target); the training loss is
+    transformers' loss on those labels."""
+    from mtkit.data.batching import collate
+    from mtkit.data.dataset import ParallelDataset
+    from mtkit.text.targets import language_leads
+    from mtkit.training.loss import TrainingObjective
+
+    name, directory, model_file, hf_model, tokenizer_class = family
+    source_lang, (target_lang, _) = FAMILIES[name]
+    leads = language_leads(model_file.meta, model_file.src_tokenizer, "en", "de")  # ISO codes, as a dataset names them
+    data = ParallelDataset(preprocessed(model_file, corpus, tmp_path), "train", leads=leads)
+    batch = collate(data, list(range(8)))
+    tokenizer = tokenizer_class.from_pretrained(
+        directory, src_lang=source_lang, tgt_lang="deu_Latn" if name == "nllb" else "de"
+    )
+    lines = [(corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:8] for lang in ("en", "de")]
+    expected = tokenizer(lines[0], text_target=lines[1], return_tensors="pt", padding=True)
+    mapping = to_mtkit(model_file, tokenizer)
+    assert torch.equal(batch.src, expected["input_ids"].clone().apply_(mapping.get))
+    assert torch.equal(batch.tgt_out, expected["labels"].clone().apply_(mapping.get))  # <pad> 1 -> 0
+    assert torch.equal(batch.tgt_in[:, 1:], batch.tgt_out[:, :-1].masked_fill(batch.tgt_out[:, :-1] == 3, 0))
+    assert (batch.tgt_in[:, 0] == BOS_ID).all()
+    _, nll = TrainingObjective(model_file.build_model(), 0.0)(batch.src, batch.tgt_in, batch.tgt_out)
+    hf_labels = expected["labels"].masked_fill(expected["labels"] == 1, -100)
+    theirs = hf_model(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"], labels=hf_labels).loss
+    assert float(nll) / int((hf_labels != -100).sum()) == pytest.approx(float(theirs), abs=1e-5)
+
+
+def test_fine_tuning_keeps_the_languages_and_can_freeze_the_embeddings(nllb_file, corpus, tmp_path):
+    path, _ = nllb_file
+    model_file = load_model_file(path)
+    data = preprocessed(model_file, corpus, tmp_path)
+    result = run_mtkit("train", "-d", data, "-o", tmp_path / "ft", "--init-from", path, "--set", "train.max_tokens=600",
+                       "--set", "train.max_steps=3", "--set", "train.warmup=1", "--set", "train.lr=1e-2",
+                       "--set", "train.freeze_embeddings=true", "--set", "train.valid_every=3")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    tuned = load_model_file(tmp_path / "ft")
+    assert tuned.meta["language_tokens"] == model_file.meta["language_tokens"] and tuned.meta["tgt_lang"] == "de"
+    name = "src_embed.tokens.weight"
+    assert torch.equal(tuned.weights[name], model_file.weights[name])
+    moved = [n for n, w in tuned.weights.items() if w.is_floating_point() and not torch.equal(w, model_file.weights[n])]
+    assert moved and name not in moved and "tgt_embed.tokens.weight" not in moved
+    source = (corpus / "test.en").read_bytes()
+    default = run_mtkit("translate", "-m", tmp_path / "ft", "--precision", "fp32", stdin=source)
+    named = run_mtkit("translate", "-m", tmp_path / "ft", "--precision", "fp32", "--src-lang", "eng_Latn",
+                      "--tgt-lang", "deu_Latn", stdin=source)  # fmt: skip
+    assert default.returncode == 0 and default.stdout == named.stdout and default.stdout.count(b"\n") == 20
+    exported_as_mtkit_translates(tmp_path / "ft", corpus, tmp_path / "hf")
+
+
+@torch.no_grad()
+def exported_as_mtkit_translates(model, corpus, output):
+    """`export --format huggingface` of a model with language tokens: transformers' M2M100 with
+    NllbTokenizerFast gives mtkit's greedy translations (forced_bos_token_id) and scores."""
+    result = run_mtkit("export", "-m", model, "-o", output, "--format", "huggingface")
+    assert result.returncode == 0, result.stderr.decode()
+    lines = (corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    hf_model = transformers.M2M100ForConditionalGeneration.from_pretrained(output).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(output, src_lang="eng_Latn", tgt_lang="fra_Latn")
+    assert type(tokenizer).__name__ == "NllbTokenizerFast"
+    generated = hf_model.generate(**tokenizer(lines, return_tensors="pt", padding=True), num_beams=1,
+                                  max_new_tokens=12, forced_bos_token_id=tokenizer.convert_tokens_to_ids("fra_Latn"))  # fmt: skip
+    theirs = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=12, loop_ngram=0)
+    ours = Translator(load_model_file(model), cfg, device="cpu", precision="fp32")
+    ours.set_target("fra_Latn", "eng_Latn")
+    assert ours.translate(lines) == theirs
+    batch = tokenizer(lines[:4], text_target=theirs[:4], return_tensors="pt", padding=True)
+    labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+    logits = hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).logits
+    token_scores = F.log_softmax(logits.double(), dim=-1).gather(2, labels.clamp(min=0)[..., None]).squeeze(2)
+    sums = token_scores.masked_fill(labels == -100, 0)[:, 1:].sum(dim=1)  # without the given language token
+    scorer = Scorer(load_model_file(model), "cpu", "fp32", tgt_lang="fra_Latn", src_lang="eng_Latn")
+    assert scorer.score(lines[:4], theirs[:4]) == pytest.approx(sums.tolist(), abs=1e-4)
+
+
+def test_the_server_takes_each_request_s_languages(nllb_file, corpus, tmp_path):
+    """Requests into German and French at once (sharing batches) get translate's translations; the
+    languages may be ISO codes; /languages lists the model's; a wrong one is a 400 naming it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_serve import Server, offline
+
+    httpx = pytest.importorskip("httpx")
+    path, _ = nllb_file
+    sources = (corpus / "test.en").read_text(encoding="utf-8").splitlines()[:6]
+    expected = {target: offline(path, sources, "--src-lang", "en", "--tgt-lang", target) for target in ("de", "fr")}
+    server = Server(path, tmp_path / "serve.log", "--src-lang", "eng_Latn")
+    try:
+        requests = [("de", None), ("fra_Latn", "eng"), ("de", "en"), ("fr", None)]
+        with ThreadPoolExecutor(len(requests)) as pool:
+            answers = list(pool.map(lambda r: server.post("/v1/translate", json={"text": sources, "target": r[0],
+                                                                                 "source": r[1]}), requests))  # fmt: skip
+        for (target, _), answer in zip(requests, answers):
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["translations"] == expected[target[:2]], target
+        libre = server.post("/translate", json={"q": sources[0], "source": "en", "target": "fr"})
+        assert libre.status_code == 200 and libre.json()["translatedText"] == expected["fr"][0]
+        languages = httpx.get(f"{server.url}/languages").json()
+        assert [entry["code"] for entry in languages] == NLLB_LANGUAGES
+        assert all(len(entry["targets"]) == len(NLLB_LANGUAGES) - 1 for entry in languages)
+        for body, message in [
+            ({"text": ["A dog."]}, "target: give one of this model's 5 languages (see /languages)"),
+            (
+                {"text": ["A dog."], "target": "zh"},
+                "target zh: several of this model's languages have that code (zho_Hans, zho_Hant)",
+            ),  # fmt: skip
+            ({"text": ["A dog."], "target": "de", "source": "xx"}, "source xx: not one of this model's 5 languages"),
+        ]:
+            refused = server.post("/v1/translate", json=body)
+            assert refused.status_code == 400 and refused.json()["error"].startswith(message), refused.text
+    finally:
+        assert server.stop() == 0
+
+
+@torch.no_grad()
+def test_a_trimmed_vocabulary_keeps_the_texts_and_their_logits(family, corpus):
+    """The texts encode as before (each id renumbered), and the kept ids' logits are the model's own."""
+    from mtkit.interop.vocab_trim import kept_ids, trim_vocabulary
+
+    _, _, model_file, _, _ = family
+    lines = [line for lang in ("en", "de") for line in (corpus / f"train.{lang}").read_text().splitlines()[:40]]
+    trimmed, differing = trim_vocabulary(model_file, lines)
+    kept = kept_ids(model_file.src_tokenizer, lines)
+    assert differing == 0 and trimmed.config.tgt_vocab_size == len(kept) < model_file.config.tgt_vocab_size
+    assert trimmed.src_tokenizer.vocabulary() == [model_file.src_tokenizer.vocabulary()[i] for i in kept]
+    new_id = {old: new for new, old in enumerate(kept)}
+    ids = model_file.src_tokenizer.encode_batch(lines[:8])
+    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(row + [3]) for row in ids], batch_first=True)
+    tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([2] + row) for row in ids], batch_first=True)
+    full = model_file.build_model()(src, tgt_in)
+    small = trimmed.build_model()(src.clone().apply_(new_id.get), tgt_in.clone().apply_(new_id.get))
+    torch.testing.assert_close(small, full[..., kept], rtol=0, atol=1e-5)
+
+
+def test_trim_vocab_writes_a_model_that_translates(nllb_file, corpus, tmp_path):
+    path, _ = nllb_file
+    result = run_mtkit("trim-vocab", "-m", path, "-i", corpus / "train.en", "-i", corpus / "train.de",
+                       "-o", tmp_path / "small.pt")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    total = load_model_file(path).config.tgt_vocab_size
+    kept = load_model_file(tmp_path / "small.pt").config.tgt_vocab_size
+    assert (
+        result.stderr.decode()
+        .strip()
+        .endswith(
+            f"{kept:,} of {total:,} subwords kept ({kept / total:.1%}); tokenizers {tmp_path / 'small.src-tokenizer.json'} "
+            f"and {tmp_path / 'small.tgt-tokenizer.json'}"
+        )
+    )
+    translated = run_mtkit("translate", "-m", tmp_path / "small.pt", "--src-lang", "en", "--tgt-lang", "de",
+                           stdin=(corpus / "test.en").read_bytes())  # fmt: skip
+    assert translated.returncode == 0 and translated.stdout.count(b"\n") == 20

@@ -21,6 +21,7 @@ from mtkit.cli.options import (
     MaxTokensOption,
     ModelsOption,
     PrecisionOption,
+    SrcLangOption,
     TgtLangOption,
     parse_lang_pairs,
     search_config,
@@ -257,6 +258,7 @@ def distill(
     max_len_b: MaxLenBOption = 50,
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
+    src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
@@ -287,9 +289,10 @@ def distill(
     paths = [resolve_model_path(m, checkpoint) if engine == "pytorch" else m for m in model]
     teacher = [sha256_file(p if p.is_file() else p / "model.bin") for p in paths]  # a CTranslate2 export: its weights
     settings = {"teacher": teacher, "engine": engine, "precision": precision, "tgt_lang": tgt_lang,
-                "beam": beam, "lenpen": lenpen, "max_len_a": max_len_a, "max_len_b": max_len_b}  # fmt: skip
+                "beam": beam, "lenpen": lenpen, "max_len_a": max_len_a, "max_len_b": max_len_b,
+                **({"src_lang": src_lang} if src_lang else {})}  # fmt: skip
     translator = make_translator(
-        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, False, False, 0, tgt_lang
+        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, False, False, 0, tgt_lang, src_lang
     )
     lines, shards, done = distill_corpus(translator.translate, src, output, settings, shard_lines)
     resumed = f" (resumed after {done:,} of {shards:,} shards)" if done else ""

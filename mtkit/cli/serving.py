@@ -24,6 +24,7 @@ from mtkit.cli.options import (
     ModelOption,
     NoRepeatOption,
     PrecisionOption,
+    SrcLangOption,
     TgtLangOption,
     model_beam,
     search_config,
@@ -85,6 +86,7 @@ def serve(
         ),
     ] = False,
     max_source_len: MaxSourceLenOption = 0,
+    src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -119,8 +121,9 @@ def serve(
     beam = model_beam(beam, engine, [model], checkpoint)
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     make, tokenizers, info = _load(
-        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas
-    )
+        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas,
+        src_lang,
+    )  # fmt: skip
     service = Service(make, tokenizers, cfg, info, serve_cfg)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
     run_server(
@@ -145,22 +148,18 @@ def _load(
     cuda_graphs: bool,
     tgt_lang: str | None,
     replicas: int = 1,
+    src_lang: str | None = None,
 ):
     """What makes the engine's translator (on the server's worker thread, or in each replica's process:
     then an EngineSpec that loads the model there), the tokenizers, and the model's name, languages
     and the file /v1/models checksums. Bad models and options fail here."""
     from mtkit.interop.engines import make_translator
     from mtkit.serving.replicas import EngineSpec
-    from mtkit.serving.service import ModelInfo
-    from mtkit.text.targets import target_tag
 
     if engine == "ctranslate2":
         translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
-        meta = translator.meta.get("source", {})
-        if tgt_lang is not None:
-            target_tag(meta, tgt_lang)  # a wrong --tgt-lang fails now; the service puts the tags in
-        info = ModelInfo(
-            model.name, model / "model.bin", engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta
+        info = _model_info(
+            model.name, model / "model.bin", engine, translator.meta.get("source", {}), src_lang, tgt_lang
         )
         tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
         if replicas > 1:
@@ -179,10 +178,7 @@ def _load(
         check_device(resolved)
     path = resolve_model_path(model, checkpoint)
     model_file = load_model_file(path)
-    meta = model_file.meta
-    if tgt_lang is not None:
-        target_tag(meta, tgt_lang)  # a wrong --tgt-lang fails now; the service puts the tags in
-    info = ModelInfo(path.name, path, engine, meta.get("src_lang"), tgt_lang or meta.get("tgt_lang"), meta)
+    info = _model_info(path.name, path, engine, model_file.meta, src_lang, tgt_lang)
 
     tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
     if replicas > 1:
@@ -192,3 +188,22 @@ def _load(
         return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
 
     return make, tokenizers, info
+
+
+def _model_info(name: str, path: Path, engine: str, meta: dict, src_lang: str | None, tgt_lang: str | None):
+    """The served model's information, with --src-lang and --tgt-lang as its default languages; wrong
+    ones fail now (the service frames each request's pieces itself: mtkit.serving.languages)."""
+    from mtkit.serving.service import ModelInfo
+    from mtkit.text.targets import LANGUAGE_TOKENS, model_language, target_tag
+
+    source, target = src_lang or meta.get("src_lang"), tgt_lang or meta.get("tgt_lang")
+    if meta.get(LANGUAGE_TOKENS):
+        codes = list(meta[LANGUAGE_TOKENS])
+        source = model_language(codes, source, "--src-lang") if source else None
+        target = model_language(codes, target, "--tgt-lang") if target else None
+    else:
+        if tgt_lang is not None:
+            target_tag(meta, tgt_lang)
+        if src_lang is not None and meta.get("src_lang") not in (None, src_lang):
+            raise MtkitError(f"--src-lang {src_lang}: this model translates from {meta['src_lang']} only")
+    return ModelInfo(name, path, engine, source, target, meta)

@@ -1,4 +1,4 @@
-"""Commands that make models: train, average, import, export."""
+"""Commands that make models: train, average, import, trim-vocab, export."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mtkit.cli.app import app, handle_errors
-from mtkit.cli.options import CheckpointOption, ModelOption
+from mtkit.cli.options import CheckpointOption, ModelOption, input_lines
 from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
@@ -159,6 +159,50 @@ def import_command(
         console.info(f"translates into {len(tags)} languages, chosen with --tgt-lang: {', '.join(sorted(tags))}")
 
 
+@app.command("trim-vocab")
+@handle_errors
+def trim_vocab(
+    model: ModelOption,
+    text: Annotated[
+        list[Path], typer.Option("--text", "-i", help="A text file whose subwords the model keeps; repeat it.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The trimmed model file to write.")],
+    checkpoint: CheckpointOption = "best",
+    force: Annotated[bool, typer.Option(help="Replace an existing model file.")] = False,
+) -> None:
+    """Keep only the subwords that these texts use: smaller embedding and output matrices, for
+    fine-tuning in less memory and decoding faster (an imported NLLB model's 256k rows, say).
+
+    The texts encode exactly as before; other text may segment otherwise. Writes the model file
+    and its tokenizers beside it (OUTPUT's name with .src-tokenizer.json and .tgt-tokenizer.json):
+    preprocess the fine-tuning data with them.
+
+    Example: [bold]mtkit trim-vocab -m nllb.pt -i train.en -i train.de -o nllb-en-de.pt[/bold]
+    """
+    from mtkit.core.textio import check_input_file
+    from mtkit.interop.marian import tokenizer_paths
+    from mtkit.interop.vocab_trim import trim_vocabulary
+    from mtkit.model.files import load_model_file, save_model_file
+
+    for path in text:
+        check_input_file(path)
+    if output.exists() and not force:
+        raise MtkitError(f"{output}: exists; use --force to replace it")
+    model_file = load_model_file(model, checkpoint)
+    lines = (line for path in text for line in input_lines(path))
+    trimmed, differing = trim_vocabulary(model_file, lines)
+    save_model_file(output, trimmed)
+    src, tgt = tokenizer_paths(output)
+    trimmed.src_tokenizer.save(src)
+    trimmed.tgt_tokenizer.save(tgt)
+    kept, total = trimmed.config.tgt_vocab_size, model_file.config.tgt_vocab_size
+    console.info(
+        f"wrote {output}: {kept:,} of {total:,} subwords kept ({kept / total:.1%}); tokenizers {src} and {tgt}"
+    )
+    if differing:
+        console.warn(f"{differing:,} lines of the texts encode otherwise than before")
+
+
 @app.command()
 @handle_errors
 def export(
@@ -175,7 +219,7 @@ def export(
 ) -> None:
     """Export a model for a deployment engine (CTranslate2) or for Hugging Face transformers, with its tokenizer.
 
-    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus) with
+    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus; an NLLB or M2M100 model: M2M100) with
     config.json, model.safetensors and a fast tokenizer, that transformers.pipeline("translation",
     model=DIR) loads; models with a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
 
@@ -188,6 +232,14 @@ def export(
     if fmt == "huggingface" and quantization != "float32":
         raise MtkitError("--quantization: only for --format ctranslate2")
     model_file = load_model_file(model, checkpoint)
+    if fmt == "huggingface" and model_file.meta.get("language_tokens"):
+        from mtkit.interop.m2m100_export import export_m2m100
+
+        export_m2m100(model_file, output, force)
+        console.info(
+            f"wrote {output}: an M2M100ForConditionalGeneration with its languages' tokens (NllbTokenizerFast)"
+        )
+        return
     if fmt == "huggingface":
         from mtkit.interop.hf import export_huggingface
 

@@ -112,9 +112,8 @@ class TrainConfig:
     flex_attention: bool = False  # packed rows' attention by FlexAttention (no attention dropout; compile on GPUs)
     collective_timeout: float = 600.0  # seconds a process waits for the others in a collective before it stops
     sampling_temperature: float = 1.0  # corpus i's share of an epoch ~ (weight_i x pairs_i)^(1/T); 1 = as weighted
-    valid_direction: str = (
-        ""  # multilingual: the direction (en-de) whose valid_metric picks checkpoints; "" = macro average
-    )
+    valid_direction: str = ""  # multilingual: the direction (en-de) whose valid_metric picks checkpoints; "": average
+    freeze_embeddings: bool = False  # the embeddings (and the output layer tied to them) are not trained: no Adam state
 
     def validate(self) -> None:
         at_least_one = ("max_tokens", "update_freq", "max_steps", "log_every", "valid_every", "save_every")

@@ -21,6 +21,9 @@ from mtkit.text.tokenizer import Tokenizer
 MANIFEST = "manifest.json"
 
 
+Leads = tuple[tuple[int, ...], tuple[int, ...]]  # the ids before every source, and before every target
+
+
 def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.uint32)
 
@@ -66,21 +69,24 @@ class SentenceWriter:
 
 
 class SentenceArray:
-    """Read-only view of one `PREFIX.bin`/`PREFIX.idx` pair: `array[i]` is sentence i's ids."""
+    """Read-only view of one `PREFIX.bin`/`PREFIX.idx` pair: `array[i]` is sentence i's ids. `lead`:
+    ids that start every sentence as if they were stored with it (a model's language token)."""
 
-    def __init__(self, prefix: Path, dtype: np.dtype):
+    def __init__(self, prefix: Path, dtype: np.dtype, lead: tuple[int, ...] = ()):
         self.offsets = np.memmap(f"{prefix}.idx", dtype=np.int64, mode="r")  # file-backed pages, like the ids
         size = int(self.offsets[-1])
         self.ids = (
             np.memmap(f"{prefix}.bin", dtype=dtype, mode="r", shape=(size,)) if size else np.zeros(0, dtype=dtype)
         )
-        self.lengths = sentence_lengths(self.offsets)
+        self.lead = np.asarray(lead, dtype=np.int64)
+        self.lengths = sentence_lengths(self.offsets) + len(lead)
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+        stored = self.ids[self.offsets[index] : self.offsets[index + 1]]
+        return np.concatenate([self.lead.astype(stored.dtype), stored]) if len(self.lead) else stored
 
     def padded(self, indices: np.ndarray, prefix: int | None, suffix: int | None, pad: int) -> np.ndarray:
         """Sentences `indices` as one right-padded (B, L) int64 array, each with `prefix` before and
@@ -90,9 +96,12 @@ class SentenceArray:
         shift = int(prefix is not None)
         longest = int(lengths.max()) if len(indices) else 0
         out = np.full((len(indices), longest + shift + int(suffix is not None)), pad, dtype=np.int64)
-        inside = np.arange(longest)[None, :] < lengths[:, None]
+        lead = len(self.lead)
+        inside = np.arange(longest - lead)[None, :] < (lengths - lead)[:, None]
         rows, columns = np.nonzero(inside)
-        out[rows, columns + shift] = self.ids[self.offsets[indices][rows] + columns]
+        out[rows, columns + shift + lead] = self.ids[self.offsets[indices][rows] + columns]
+        if lead:
+            out[:, shift : shift + lead] = self.lead
         if prefix is not None:
             out[:, 0] = prefix
         if suffix is not None:
@@ -139,8 +148,9 @@ def sample_split(k: int) -> str:
 class ParallelDataset:
     """One split of a binarized dataset: `dataset[i]` is (source ids, target ids) without specials."""
 
-    def __init__(self, data_dir: Path, split: str, manifest: dict | None = None):
-        """manifest: the dataset's, where the caller has read it already."""
+    def __init__(self, data_dir: Path, split: str, manifest: dict | None = None, leads: Leads = ((), ())):
+        """manifest: the dataset's, where the caller has read it already; leads: the ids that start
+        every source and every target (SentenceArray's lead)."""
         self.data_dir = Path(data_dir)
         self.manifest = manifest if manifest is not None else read_manifest(self.data_dir)
         samples = {sample_split(k) for k in range(sample_count(self.manifest))}
@@ -148,8 +158,8 @@ class ParallelDataset:
             raise MtkitError(f"{data_dir}: has no {split} split (it has {', '.join(self.manifest['splits'])})")
         self.split = split
         dtype = np.dtype(self.manifest["dtype"])
-        self.src = SentenceArray(self.data_dir / f"{split}.{self.src_lang}", dtype)
-        self.tgt = SentenceArray(self.data_dir / f"{split}.{self.tgt_lang}", dtype)
+        self.src = SentenceArray(self.data_dir / f"{split}.{self.src_lang}", dtype, leads[0])
+        self.tgt = SentenceArray(self.data_dir / f"{split}.{self.tgt_lang}", dtype, leads[1])
 
     @property
     def src_lang(self) -> str:
@@ -187,10 +197,11 @@ class TrainingSamples:
     is index k x N + i, so batches, lengths and collation work on it unchanged; epoch e trains on
     sample e mod K (see mtkit.data.batching.BatchStream). With K = 1 it is the train split itself."""
 
-    def __init__(self, data_dir: Path, manifest: dict | None = None, temperature: float = 1.0):
-        """temperature: the corpora's sampling temperature (see tempered)."""
+    def __init__(self, data_dir: Path, manifest: dict | None = None, temperature: float = 1.0, leads: Leads = ((), ())):
+        """temperature: the corpora's sampling temperature (see tempered); leads: ParallelDataset's."""
         manifest = manifest if manifest is not None else read_manifest(data_dir)
-        self.samples = [ParallelDataset(data_dir, sample_split(k), manifest) for k in range(sample_count(manifest))]
+        count = sample_count(manifest)
+        self.samples = [ParallelDataset(data_dir, sample_split(k), manifest, leads) for k in range(count)]
         self.pairs = len(self.samples[0])
         if any(len(sample) != self.pairs for sample in self.samples):
             raise MtkitError(f"{data_dir}: damaged dataset (its training samples differ in length)")
@@ -312,12 +323,13 @@ def check_tokenizers_match(
 
 
 def open_splits(
-    data_dir: Path, model_cfg: ModelConfig, manifest: dict, temperature: float = 1.0
+    data_dir: Path, model_cfg: ModelConfig, manifest: dict, temperature: float = 1.0, leads: Leads = ((), ())
 ) -> tuple[TrainingSamples, ParallelDataset | None]:
     """The train split (all its samples, its corpora drawn at `temperature`) and (if any) the valid
-    split of a dataset with this manifest; fills the model's vocabulary sizes in from it."""
+    split of a dataset with this manifest, each sentence after its side's lead; fills the model's
+    vocabulary sizes in from it."""
     model_cfg.src_vocab_size = manifest["src_tokenizer"]["vocab_size"]
     model_cfg.tgt_vocab_size = manifest["tgt_tokenizer"]["vocab_size"]
     model_cfg.joint_vocab = bool(manifest["joint_vocab"])
-    valid = ParallelDataset(data_dir, "valid", manifest) if "valid" in manifest["splits"] else None
-    return TrainingSamples(data_dir, manifest, temperature), valid
+    valid = ParallelDataset(data_dir, "valid", manifest, leads) if "valid" in manifest["splits"] else None
+    return TrainingSamples(data_dir, manifest, temperature, leads), valid

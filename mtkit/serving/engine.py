@@ -14,10 +14,12 @@ Result = tuple[NbestList, list[str] | None]  # a piece's n-best, and with alignm
 
 @dataclass(frozen=True)
 class Sentence:
-    """A text of a request and its source subword ids: encoded once, to cost it and to translate it."""
+    """A text of a request and its source subword ids: encoded once, to cost it and to translate it;
+    `given`: the ids its translation starts with, given (a target language's token)."""
 
     text: str
     ids: list[int]
+    given: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class SentenceStream:
         self.stream = stream
 
     def add(self, keys: Sequence[Any], sentences: Sequence[Sentence]) -> None:
-        self.stream.add(keys, [s.text for s in sentences], [s.ids for s in sentences])
+        self.stream.add(keys, [s.text for s in sentences], [s.ids for s in sentences], [s.given for s in sentences])
 
     def step(self) -> None:
         self.stream.step()
@@ -72,6 +74,7 @@ class Engine:
             texts,
             on_line=lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list)),
             encoded=[s.ids for s in sentences],
+            starts=[s.given for s in sentences],
         )
 
     def open_stream(self, options: Options, deliver: Callable[[int, Result], None]) -> SentenceStream | None:

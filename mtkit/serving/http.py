@@ -141,7 +141,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
     @app.post("/v1/translate")
     async def translate(body: TranslateRequest, request: Request):
         admit(request, body.api_key)
-        check_source(service.info, body.source)
+        check_source(service, body.source)
         options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
         texts = texts_of(body.text)
         if body.format != "text":
@@ -149,7 +149,8 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
                 request, texts, options, body.format, body.target, body.split_sentences
             )
             return {"translations": translated}
-        return {"translations": await service.run(request, texts, options, body.split_sentences, body.target)}
+        translated = await service.run(request, texts, options, body.split_sentences, body.target, body.source)
+        return {"translations": translated}
 
     @app.post("/translate")
     async def translate_libretranslate(request: Request):
@@ -162,7 +163,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
 
     @app.get("/languages")
     async def languages():
-        return libretranslate_languages(service.info, service.targets())
+        return libretranslate_languages(service.languages)
 
     @app.post("/detect")
     async def detect(request: Request):
@@ -198,7 +199,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
                     "engine": info.engine,
                     "source_language": info.source_language,
                     "target_language": info.target_language,
-                    "target_languages": service.targets(),
+                    "target_languages": service.languages.targets(),
                     "source_vocab_size": tokenizers.src_tokenizer.vocab_size,
                     "target_vocab_size": tokenizers.tgt_tokenizer.vocab_size,
                     "sha256": service.checksum,

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from mtkit.core.errors import MtkitError
+from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.service import RequestError, Service
 
 
@@ -17,8 +18,9 @@ def texts_of(value: str | list[str]) -> list[str]:
 async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     """LibreTranslate's /translate: q (one text or a list) in, translatedText (and alternatives) out;
     `body` is the validated request."""
-    check_source(service.info, None if body.source == "auto" else body.source)
-    service.source_tag(body.target)  # an unknown target: 400 before anything else
+    source = None if body.source == "auto" else body.source
+    check_source(service, source)
+    service.framing(source, body.target)  # an unknown language: 400 before anything else
     if body.format not in ("text", "html"):
         raise RequestError(400, f"format {body.format}: must be text or html")
     if body.format == "html" and body.alternatives:
@@ -34,7 +36,7 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     if body.format == "html":
         results = await service.run_markup(request, texts_of(body.q), options, "html", body.target)
     else:
-        results = await service.run(request, texts_of(body.q), options, target=body.target)
+        results = await service.run(request, texts_of(body.q), options, target=body.target, source=source)
     if body.alternatives:
         best = [[h["text"] for h in hyps] or [""] for hyps in results]
         texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
@@ -49,11 +51,12 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     return answer
 
 
-def check_source(info, source: str | None) -> None:
+def check_source(service: Service, source: str | None) -> None:
     """A request's source language, where it names one, must be one of the model's (where it says them)."""
-    sources = sorted({s for s, _ in info.meta.get("directions", [])}) or [info.source_language]
-    if source is not None and None not in sources and source not in sources:
-        raise RequestError(400, f"source {source}: this server translates from {', '.join(sources)}")
+    try:
+        service.languages.check_source(source)
+    except LanguageError as err:
+        raise RequestError(400, str(err)) from None
 
 
 def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
@@ -77,11 +80,11 @@ LANGUAGE_NAMES = {
 }  # fmt: skip
 
 
-def libretranslate_languages(info, targets: list[str]) -> list[dict[str, Any]]:
+def libretranslate_languages(languages: Languages) -> list[dict[str, Any]]:
     """LibreTranslate's /languages: each source language with every target it translates into (a
     multilingual model's directions), then each target not also a source (which translates into
     nothing here); nothing where the model does not name its source."""
-    directions = info.meta.get("directions") or [[info.source_language, target] for target in targets]
+    directions, targets = languages.directions(), languages.targets()
     into: dict[str, list[str]] = {}
     for source, target in directions:
         if source and target in targets:

@@ -18,6 +18,7 @@ from mtkit.core.textio import sha256_file
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull
 from mtkit.serving.engine import Engine, Options, Result, Sentence
+from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
 from mtkit.text.markup import FORMATS
@@ -29,7 +30,7 @@ from mtkit.text.markup_placement import (
     rejoined,
     sentences_of,
 )
-from mtkit.text.targets import tag_id, target_tag
+from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.sentences import Segmenter, SentenceSplitter, require_splitter, segmenter_for
 from mtkit.translation.translate import NbestList, TextTranslator
@@ -111,36 +112,20 @@ class Service:
         self._segmenters: dict[bool, Segmenter] = {
             False: segmenter_for(self.src_tokenizer, info.meta, False, cfg.max_source_len)
         }
-        self._tags: dict[str | None, int | None] = {}
+        self.languages = Languages(info.meta, info.source_language, info.target_language, self.src_tokenizer)
         self._splitter: SentenceSplitter | None = None  # markup's sentences (run_markup)
 
     def engines_running(self) -> int:
         """The engine replicas running (1 where the engine is in this process)."""
         return self.batcher.alive if isinstance(self.batcher, Replicas) else 1
 
-    def targets(self) -> list[str]:
-        """The languages this server translates into."""
-        tags = self.info.meta.get("target_tags")
-        return sorted(tags) if tags else [lang for lang in [self.info.target_language] if lang]
-
-    def source_tag(self, target: str | None) -> int | None:
-        """The id before every source of a request for `target` (None: the model needs none; a request
-        without target gets the default); a target the model lacks is a 400 naming the ones it has."""
-        into = f"this server translates into {', '.join(self.targets()) or self.info.target_language}"
-        if not self.info.meta.get("target_tags"):
-            if target is not None and target != self.info.target_language:
-                raise RequestError(400, f"target {target}: {into}")
-            return None
-        target = target or self.info.target_language
-        if target is None:
-            raise RequestError(400, f"target: give one of {', '.join(self.targets())}")
-        if target not in self._tags:
-            try:
-                tag = target_tag(self.info.meta, target)
-            except MtkitError:
-                raise RequestError(400, f"target {target}: {into}") from None
-            self._tags[target] = tag_id(self.src_tokenizer, tag)
-        return self._tags[target]
+    def framing(self, source: str | None, target: str | None) -> tuple[int | None, tuple[int, ...]]:
+        """The id that starts each source of a request between these languages, and the ids given as
+        each translation's start (mtkit.serving.languages); a language the model lacks is a 400."""
+        try:
+            return self.languages.framing(source, target)
+        except LanguageError as err:
+            raise RequestError(400, str(err)) from None
 
     def _check_chars(self, texts: Sequence[str]) -> None:
         """A request over --max-chars is a 413."""
@@ -183,7 +168,8 @@ class Service:
     @property
     def can_align(self) -> bool:
         """Whether requests may ask for word alignments (/v1/models says so)."""
-        return self.info.engine == "pytorch" and not self.info.meta.get("target_tags")
+        meta = self.info.meta
+        return self.info.engine == "pytorch" and not meta.get("target_tags") and not meta.get(LANGUAGE_TOKENS)
 
     @staticmethod
     def _answer(options: Options, nbest_list: NbestList, alignments: list[str] | None) -> Any:
@@ -196,12 +182,17 @@ class Service:
         return hyps
 
     def jobs(
-        self, texts: Sequence[str], options: Options, split_sentences: bool = False, target: str | None = None
+        self,
+        texts: Sequence[str],
+        options: Options,
+        split_sentences: bool = False,
+        target: str | None = None,
+        source: str | None = None,
     ) -> tuple[list[Job], list[int], int]:
         """A job per piece of each text (mtkit.translation.sentences: one, unless the text is long or sentences
         are split), each starting with its target's tag where the model has tags (so that requests for
         different targets share batches); each text's number of pieces, and how many texts were long."""
-        tag = self.source_tag(target)
+        tag, given = self.framing(source, target)
         self._check_chars(texts)
         if not texts:
             raise RequestError(422, "text: give at least one")
@@ -226,7 +217,7 @@ class Service:
         for text, parts in zip(texts, pieces):
             piece_texts = [text] if len(parts) == 1 else self.src_tokenizer.decode_batch(parts)
             tagged = parts if tag is None else [[tag, *ids] for ids in parts]
-            jobs += [Job(Sentence(t, ids), len(ids) + 1, options) for t, ids in zip(piece_texts, tagged)]
+            jobs += [Job(Sentence(t, ids, given), len(ids) + 1, options) for t, ids in zip(piece_texts, tagged)]
         return jobs, [len(parts) for parts in pieces], sum(len(ids) > segmenter.max_len for ids in encoded)
 
     async def run(
@@ -236,11 +227,12 @@ class Service:
         options: Options,
         split_sentences: bool | None = None,
         target: str | None = None,
+        source: str | None = None,
     ) -> list[Any]:
         """Queue the texts' pieces and wait for their translations; drop them if the client goes away.
-        split_sentences: None for the server's default; target: None for the server's default."""
+        split_sentences, target, source: None for the server's defaults."""
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
-        jobs, counts, long = self.jobs(texts, options, split, target)
+        jobs, counts, long = self.jobs(texts, options, split, target, source)
         request.state.sentences, request.state.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
@@ -315,11 +307,12 @@ class Service:
     def warm_up(self) -> Future:
         """Translate one sentence through each replica (or the one engine); /ready says yes once all
         are back. The future says when, with the first error if one failed."""
-        target = self.info.target_language or next(iter(self.targets()), None)
+        source, target = (next(iter(langs), None) for langs in (self.languages.sources(), self.languages.targets()))
+        source, target = self.info.source_language or source, self.info.target_language or target
         done: Future = Future()
         futures = []
         for _ in range(self.cfg.replicas):  # each goes to the replica with the fewest in flight: a new one
-            (job,) = self.jobs(["Hello."], self.defaults(), target=target)[0]
+            (job,) = self.jobs(["Hello."], self.defaults(), target=target, source=source)[0]
             futures += self.batcher.submit([job])
         remaining, lock = [len(futures)], threading.Lock()
 

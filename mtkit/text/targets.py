@@ -68,15 +68,29 @@ def model_language(codes: list[str], asked: str, option: str) -> str:
     raise MtkitError(f"{option} {asked}: not one of this model's {len(codes)} languages ({shown})")
 
 
+def carried_languages(meta: dict) -> dict:
+    """What a model fine-tuned from this one keeps of its meta: its language tokens and family."""
+    return {key: meta[key] for key in (LANGUAGE_TOKENS, "family", "architecture") if key in meta}
+
+
+def language_leads(meta: dict, tokenizer: Tokenizer, src_lang: str, tgt_lang: str) -> tuple[tuple[int, ...], ...]:
+    """The ids that start every source and every target of a dataset of this pair, for training a
+    model with language tokens on it (none for another model)."""
+    ids = language_token_ids(meta, tokenizer, src_lang, tgt_lang)
+    return ((), ()) if ids is None else ((ids[0],), (ids[1],))
+
+
 def language_token_ids(
     meta: dict, tokenizer: Tokenizer, src_lang: str | None, tgt_lang: str | None
 ) -> tuple[int, int] | None:
-    """For a model with language tokens: the ids of the source's and the target's; None for another model."""
+    """For a model with language tokens: the ids of the source's and the target's (by default, those of
+    the pair it was fine-tuned on); None for another model."""
     tokens = meta.get(LANGUAGE_TOKENS)
     if not tokens:
         return None
     codes = list(tokens)
     ids = []
+    src_lang, tgt_lang = src_lang or meta.get("src_lang"), tgt_lang or meta.get("tgt_lang")  # a fine-tuned model's pair
     for asked, option in ((src_lang, "--src-lang"), (tgt_lang, "--tgt-lang")):
         if asked is None:
             example = "deu_Latn" if "deu_Latn" in tokens else codes[0]

@@ -52,4 +52,4 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam (AdamW with weight decay) with the paper's betas and eps, in torch's fused kernels."""
     options: dict[str, Any] = dict(lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg.weight_decay, fused=True)
     adam = torch.optim.AdamW if cfg.weight_decay else torch.optim.Adam
-    return adam(model.parameters(), **options)
+    return adam([p for p in model.parameters() if p.requires_grad], **options)

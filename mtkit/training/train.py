@@ -46,7 +46,8 @@ def train(
         if int(os.environ.get("RANK", "0")) == 0:
             prepare_run_dir(run_dir, force)
     try:  # the Trainer joins the process group first: a failure after that must still leave it
-        trainer = Trainer(config, data_dir, run_dir, state, init_from.weights if init_from else None)
+        init = (init_from.weights, init_from.meta) if init_from else (None, None)
+        trainer = Trainer(config, data_dir, run_dir, state, *init)
         if trainer.dist.is_main:
             config.save(run_dir / CONFIG_FILE)
             _describe(trainer)

@@ -30,6 +30,7 @@ from mtkit.data.dataset import check_tokenizers_match, dataset_digest, load_toke
 from mtkit.data.sentence_packing import pairs_of
 from mtkit.model.files import CHECKPOINT_DIR, model_payload, save_payload
 from mtkit.model.transformer import Transformer
+from mtkit.text.targets import carried_languages, language_leads
 from mtkit.training.checkpoints import Progress, rng_state, save_checkpoint, set_rng_state
 from mtkit.training.ema import WeightAverage
 from mtkit.training.float8 import resolve_training_precision, to_training_precision
@@ -44,9 +45,16 @@ COMPILE_BACKEND = "inductor"  # train.compile's; tests trace with "aot_eager", w
 
 class Trainer:
     def __init__(
-        self, config: Config, data_dir: Path, run_dir: Path, state: dict | None = None, init_weights: dict | None = None
+        self,
+        config: Config,
+        data_dir: Path,
+        run_dir: Path,
+        state: dict | None = None,
+        init_weights: dict | None = None,
+        init_meta: dict | None = None,
     ):
-        """state: the run's training state, to resume from; init_weights: a model's, to fine-tune."""
+        """state: the run's training state, to resume from; init_weights and init_meta: a model's, to
+        fine-tune (a model with language tokens has them start every source and target)."""
         resume = state is not None
         self.config, self.cfg = config, config.train
         self.data_dir, self.run_dir = Path(data_dir), Path(run_dir)
@@ -60,16 +68,21 @@ class Trainer:
             torch.set_num_threads(self.cfg.threads)
         self.manifest = read_manifest(self.data_dir)  # read once, here; each node may hold its own copy
         self.dist.require_same(dataset_digest(self.manifest), f"the dataset {self.data_dir}")
-        temperature = config.train.sampling_temperature
-        self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest, temperature)
-        check_valid_direction(config.train.valid_direction, self.manifest)
         self.src_tokenizer, self.tgt_tokenizer = load_tokenizers(self.data_dir, self.manifest)
+        self.carried_meta = carried_languages((state or {}).get("carried_meta") or init_meta or {})
+        leads = self._language_leads()
+        temperature = config.train.sampling_temperature
+        self.train_data, self.valid_data = open_splits(self.data_dir, config.model, self.manifest, temperature, leads)
+        check_valid_direction(config.train.valid_direction, self.manifest)
         torch.manual_seed(self.cfg.seed)
         self.model = Transformer(config.model)
         if init_weights is not None and not resume:  # fine-tuning: a model's weights, a fresh optimizer
             self.model.load_state_dict(init_weights)
         if config.model.output_vocab == "target" and not resume:
             self._score_training_targets(fine_tuning=init_weights is not None)
+        if self.cfg.freeze_embeddings:
+            for embedding in {self.model.src_embed, self.model.tgt_embed}:
+                embedding.tokens.weight.requires_grad_(False)
         to_training_precision(self.model.to(self.device), self.precision)  # before DDP and compile wrap it
         self.objective: nn.Module = TrainingObjective(
             self.model, self.cfg.label_smoothing, self.cfg.rdrop_alpha, fused=self.cfg.compile
@@ -88,6 +101,16 @@ class Trainer:
             torch.manual_seed(self.cfg.seed + self.dist.rank)  # each rank draws its own dropout masks
         start = (self.progress.epoch, self.progress.batch_in_epoch)  # the data position: where resuming goes on
         self.stream = BatchStream(self.train_data, self.cfg, self.dist, self.device, start)
+
+    def _language_leads(self) -> tuple[tuple[int, ...], ...]:
+        """A model with language tokens (NLLB) trains on sources that start with the source language's
+        token and targets that start with the target's (mtkit.text.targets)."""
+        if not self.carried_meta:
+            return ((), ())
+        if "directions" in self.manifest:
+            raise MtkitError("a model with language tokens (NLLB, M2M100) fine-tunes on a bilingual dataset (preprocess -s SRC -t TGT)")  # fmt: skip
+        src, tgt = self.manifest["src_lang"], self.manifest["tgt_lang"]
+        return language_leads(self.carried_meta, self.src_tokenizer, src, tgt)
 
     def _score_training_targets(self, fine_tuning: bool) -> None:
         """model.output_vocab = target: the output layer scores the ids of the training data's
@@ -183,11 +206,12 @@ class Trainer:
             return
         weights, step = self.model.state_dict(), self.progress.step
         meta = {"step": step, "epoch": self.progress.epoch, "data_dir": str(self.data_dir.resolve()),
-                **self.train_data.languages, "max_len": self.manifest.get("cleaning", {}).get("max_len", 0)}  # fmt: skip
+                **self.train_data.languages, "max_len": self.manifest.get("cleaning", {}).get("max_len", 0),
+                **self.carried_meta}  # fmt: skip
         state = {"config": self.config.to_dict(), "model": weights, "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict() if self.scaler else None, "progress": vars(self.progress),
                  "rng": rng_states, "data_dir": str(self.data_dir.resolve()),
-                 "ema": self.ema.state_dict() if self.ema else None,
+                 "ema": self.ema.state_dict() if self.ema else None, "carried_meta": self.carried_meta,
                  "src_tokenizer_sha256": self.src_tokenizer.sha256, "tgt_tokenizer_sha256": self.tgt_tokenizer.sha256}  # fmt: skip
         model_file = model_payload(weights, self.config.model, self.src_tokenizer, self.tgt_tokenizer, meta)
         keep = self.cfg.keep_last, self.cfg.keep_best

@@ -79,10 +79,12 @@ def _decoding_scores(
     segments = direction_segments(data, cfg.valid_max_sentences)
     chosen = [i for _, indices in segments for i in indices]
     shard = chosen[dist.rank :: dist.world_size]
-    search_cfg = SearchConfig(beam=cfg.valid_beam, lenpen=0.6 if cfg.valid_beam > 1 else 1.0)
+    lead = data.tgt.lead.tolist()  # given, as translation gives it: a model's target-language token
+    search_cfg = SearchConfig(beam=cfg.valid_beam, lenpen=0.6 if cfg.valid_beam > 1 else 1.0, given_prefix=len(lead))
     search_cfg = without_line_breaks(search_cfg, tgt_tokenizer)
-    hyps = translate_ids(model, [data.src[i] for i in shard], search_cfg, device, precision)
-    mine = tgt_tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
+    prefixes = [lead] * len(shard) if lead else None
+    hyps = translate_ids(model, [data.src[i] for i in shard], search_cfg, device, precision, prefixes=prefixes)
+    mine = tgt_tokenizer.decode_batch([h[0].tokens[len(lead) :] if h else [] for h in hyps])
     texts: dict[int, str] = {}
     for indices, decoded in zip(dist.gather_objects(shard), dist.gather_objects(mine)):
         texts.update(zip(indices, decoded))

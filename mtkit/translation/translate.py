@@ -20,7 +20,7 @@ from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchC
 from mtkit.model.files import ModelFile
 from mtkit.model.packed import cast_linear_weights, pack_linear_layers
 from mtkit.model.transformer import Transformer
-from mtkit.text.targets import language_token_ids, source_tag_id
+from mtkit.text.targets import LANGUAGE_TOKENS, language_token_ids, source_tag_id
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 from mtkit.translation.alignment import alignment_layer, cross_attention_batch, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
@@ -60,6 +60,10 @@ def one_line(prefix: str) -> str:
     return "".join(" " if char in LINE_BREAKS else char for char in prefix).strip()
 
 
+def without_start(hyps: list[Hypothesis], given: int) -> list[Hypothesis]:  # the search was given the first ones
+    return [dataclasses.replace(h, tokens=h.tokens[given:]) for h in hyps] if given else hyps
+
+
 def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
     """cfg, banning every id sequence that decodes to a line break: a translation is one line."""
     return dataclasses.replace(cfg, banned=tuple(map(tuple, tgt_tokenizer.line_break_sequences())))
@@ -68,10 +72,9 @@ def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchCo
 class TextTranslator:
     """Raw lines in, n-best hypotheses out: what every engine shares on top of its _search(ids).
 
-    An engine sets src_tokenizer and tgt_tokenizer; _search takes subword ids (no </s>), each
-    at most MAX_SOURCE_TOKENS long, target prefixes (ids, or None) and an optional on_done(i,
-    hypotheses) to call for each sentence as soon as it is finished (an engine may skip it), and
-    returns each sentence's n-best hypotheses.
+    An engine sets src_tokenizer, tgt_tokenizer and cfg; _search takes subword ids (no </s>), each at most
+    MAX_SOURCE_TOKENS long, target prefixes (ids, or None) and an optional on_done(i, hypotheses) to call
+    for each sentence as soon as it is finished (an engine may skip it), and returns each sentence's n-best.
     """
 
     src_tokenizer: Tokenizer
@@ -84,10 +87,8 @@ class TextTranslator:
     _segmenter: Segmenter | None = None
 
     def set_target(self, tgt_lang: str | None, src_lang: str | None = None) -> None:
-        """The language to translate into (--tgt-lang): its tag starts every source, where the model
-        has tags; a bilingual model takes only its own target. A model with language tokens (NLLB)
-        takes both languages: the source's token starts every source, the target's every translation
-        (mtkit.text.targets)."""
+        """The languages (mtkit.text.targets): a target's tag starts every source, where the model has tags; a
+        model with language tokens (NLLB) starts sources with the source's, translations with the target's."""
         languages = language_token_ids(self.model_meta, self.src_tokenizer, src_lang, tgt_lang)
         if languages is None:
             self.source_tag, self.target_start = source_tag_id(self.model_meta, self.src_tokenizer, tgt_lang), []
@@ -112,8 +113,9 @@ class TextTranslator:
 
     def keep_lines_whole(self) -> None:
         """Translate every line as one piece (of up to MAX_SOURCE_TOKENS subwords, its tag included):
-        for a caller that cuts and tags its lines itself, as a server does."""
+        for a caller that cuts and tags its lines itself, and gives their targets' starts, as a server does."""
         self._segmenter = Segmenter(self.src_tokenizer, MAX_SOURCE_TOKENS)
+        self.cfg = dataclasses.replace(self.cfg, given_prefix=1 if self.model_meta.get(LANGUAGE_TOKENS) else 0)
 
     def _search(
         self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
@@ -127,16 +129,17 @@ class TextTranslator:
         prefixes: Sequence[str] | None = None,
         on_line: Callable[[int, NbestList], None] | None = None,
         encoded: Sequence[Sequence[int]] | None = None,
+        starts: Sequence[Sequence[int]] | None = None,
     ) -> list[NbestList]:
         """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
 
-        Each line is translated in the pieces of self.segmenter (one, unless the line is long or
-        sentences are split), and a warning names each long line (lines count from first_line).
-        `prefixes`: per line, text every translation must begin with ("" for none; its first piece's).
-        on_line(i, n-best) is called once per line, as soon as that line's translation is known
-        (before the others, where the engine finishes sentences one by one). `encoded`: each line's
-        subword ids, where the caller has already encoded the stripped lines (a server costs its
-        requests by them).
+        Each line is translated in the pieces of self.segmenter (one, unless the line is long or sentences
+        are split), and a warning names each long line (lines count from first_line). `prefixes`: per line,
+        text every translation must begin with ("" for none; its first piece's). on_line(i, n-best) is
+        called once per line, as soon as that line's translation is known (before the others, where the
+        engine finishes sentences one by one). `encoded`: each line's subword ids, where the caller has
+        encoded the stripped lines (a server costs its requests by them); `starts`: each line's given
+        start in place of target_start (a server's requests differ in it).
         """
         segmenter = self.segmenter
         stripped = [line.strip() for line in lines]
@@ -154,24 +157,25 @@ class TextTranslator:
                     f"translated in {len(parts)} pieces"
                 )
         owner = [j for j, parts in enumerate(pieces) for _ in parts]  # the j-th non-blank line of each piece
-        starts = [0]  # the first piece of each non-blank line
+        first = [0]  # the first piece of each non-blank line
         for parts in pieces:
-            starts.append(starts[-1] + len(parts))
-        forced = [self.target_start] * len(owner) if self.target_start else None
+            first.append(first[-1] + len(parts))
+        given = [list(starts[i]) for i in wanted] if starts is not None else [self.target_start] * len(wanted)
+        forced = [given[j] for j in owner] if any(given) else None
         if prefixes:
             encoded_prefixes = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted])
-            forced = [self.target_start + (encoded_prefixes[j] if k == starts[j] else []) for k, j in enumerate(owner)]
+            forced = [given[j] + (encoded_prefixes[j] if k == first[j] else []) for k, j in enumerate(owner)]
         out: list[NbestList] = [[] for _ in lines]
         found: list[NbestList | None] = [None] * len(owner)
         waiting = [len(parts) for parts in pieces]
 
         def finish(k: int, hyps: list[Hypothesis]) -> None:  # k: the k-th piece
-            hyps = self.without_start(hyps)
-            found[k] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
             j = owner[k]
+            hyps = without_start(hyps, len(given[j]))
+            found[k] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
             waiting[j] -= 1
             if waiting[j] == 0:
-                out[wanted[j]] = segmenter.join(found[starts[j] : starts[j + 1]])
+                out[wanted[j]] = segmenter.join(found[first[j] : first[j + 1]])
                 if on_line:
                     on_line(wanted[j], out[wanted[j]])
 
@@ -184,11 +188,6 @@ class TextTranslator:
             if found[k] is None:
                 finish(k, hyps)
         return out
-
-    def without_start(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
-        """The hypotheses without target_start, which the search was given."""
-        given = len(self.target_start)
-        return [dataclasses.replace(h, tokens=h.tokens[given:]) for h in hyps] if given else hyps
 
     def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:
         """A running search that lines can join between steps (see LineStream); None where the
@@ -309,34 +308,43 @@ class LineStream:
     def __init__(self, translator: Translator, deliver: Callable[[Any, str, NbestList], None]):
         self.translator, self.deliver = translator, deliver
         self.search = BeamStream(translator.searcher, translator.cfg, translator.device)
-        self.lines: dict[Any, str] = {}
+        self.lines: dict[Any, tuple[str, int]] = {}  # each key's line, and its given start's length
 
-    def add(self, keys: Sequence[Any], lines: Sequence[str], encoded: Sequence[Sequence[int]] | None = None) -> None:
+    def add(
+        self,
+        keys: Sequence[Any],
+        lines: Sequence[str],
+        encoded: Sequence[Sequence[int]] | None = None,
+        starts: Sequence[Sequence[int]] | None = None,
+    ) -> None:
         """Lines join the search at the next step; `encoded`: their subword ids, where the caller has
-        already encoded the stripped lines."""
+        already encoded the stripped lines; `starts`: their translations' given starts (default: the
+        translator's target_start)."""
         translator = self.translator
         encoded = encoded if encoded is not None else [None] * len(lines)
-        joining = [(key, line.strip(), ids) for key, line, ids in zip(keys, lines, encoded)]
-        for key, line, _ in joining:
+        starts = starts if starts is not None else [translator.target_start] * len(lines)
+        joining = [(key, line.strip(), ids, list(start)) for key, line, ids, start in zip(keys, lines, encoded, starts)]
+        for key, line, *_ in joining:
             if not line:
                 self.deliver(key, line, [])
         joining = [entry for entry in joining if entry[1]]
         if not joining:
             return
-        if any(ids is None for _, _, ids in joining):
-            ids = translator.src_tokenizer.encode_batch([line for _, line, _ in joining])
+        if any(ids is None for _, _, ids, _ in joining):
+            ids = translator.src_tokenizer.encode_batch([line for _, line, *_ in joining])
         else:
-            ids = [list(ids) for _, _, ids in joining]
+            ids = [list(ids) for _, _, ids, _ in joining]
         src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in translator.tagged(ids)], translator.device, suffix=EOS_ID)
-        forced = prefix_tensor([translator.target_start] * len(joining), len(joining), translator.device)
+        forced = prefix_tensor([start for *_, start in joining], len(joining), translator.device)
         with autocast(translator.device, translator.precision):
-            self.search.add(src, [key for key, _, _ in joining], forced)
-        self.lines.update((key, line) for key, line, _ in joining)
+            self.search.add(src, [key for key, *_ in joining], forced)
+        self.lines.update((key, (line, len(start))) for key, line, _, start in joining)
 
     def step(self) -> None:
         with autocast(self.translator.device, self.translator.precision):
             finished = self.search.step()
         for key, hyps in finished:
-            hyps = self.translator.without_start(hyps)
+            line, given = self.lines.pop(key)
+            hyps = without_start(hyps, given)
             texts = self.translator.tgt_tokenizer.decode_batch([h.tokens for h in hyps])
-            self.deliver(key, self.lines.pop(key), list(zip(hyps, texts)))
+            self.deliver(key, line, list(zip(hyps, texts)))
