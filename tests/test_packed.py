@@ -90,6 +90,27 @@ def test_packed_model_computes_what_the_model_does(tied, output_vocab, bias):
 
 
 @needs_packing
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_model_that_leaves_out_few_ids_packs_every_row_and_masks_them_in_place(bias):
+    """An imported model scores every id but <s>: the packed copy holds every row, and the logits,
+    -inf on <s>, and the search are the model's."""
+    options = {"output_vocab": "target", "output_bias": bias}
+    plain, packed = (scoring(tiny_model(vocab=200, seed=3, **options), "all") for _ in range(2))
+    for model in (plain, packed):
+        model.output.set_vocab(torch.tensor([i for i in range(200) if i != BOS_ID]))
+        assert model.output.masks_in_place()
+    assert pack_linear_layers(packed, min_weights=0)
+    assert packed.output.scored.out_features == 200
+    src, tgt = torch.randint(4, 200, (3, 6)), torch.randint(4, 200, (3, 5))
+    with torch.no_grad():
+        logits = packed(src, tgt)
+        assert torch.allclose(logits, plain(src, tgt), atol=1e-5) and logits[..., BOS_ID].isneginf().all()
+    cfg = SearchConfig(beam=3, nbest=3, lenpen=0.6)
+    expected = [[h.tokens for h in hyps] for hyps in search(plain, src, cfg)]
+    assert [[h.tokens for h in hyps] for hyps in search(packed, src, cfg)] == expected
+
+
+@needs_packing
 @pytest.mark.parametrize("tied", [True, False])
 def test_only_weights_at_least_min_weights_are_packed(tied):
     model = tiny_model(vocab=300, tie_embeddings=tied)

@@ -147,6 +147,7 @@ class BeamStream:
         self.ids: list = []  # the caller's name for each sentence in the batch (done ones until read)
         self.clock = 0  # steps taken by the stream: the index of the next one
         self.started: list[int] = []  # the clock when each sentence joined
+        self.forcing_until = 0  # the clock from which no sentence is inside its target prefix
         self.last_steps: list[int] = []  # the step at which each sentence reaches its length limit
         self.next_read = self.sync_every - 1  # the step at which the host reads next
         self.all_done = AllDoneSignal(device)  # or earlier, once it sees every sentence done
@@ -179,6 +180,7 @@ class BeamStream:
         self.done = torch.cat([self.done, self.done.new_zeros(batch)])
         self.ended.add_sentences(batch)
         forced = forced if forced is not None else src.new_full((batch, 0), -1)
+        self.forcing_until = max(self.forcing_until, self.clock + forced.size(1))
         self.forced = torch.cat(pad_to_common_length([self.forced, forced], dim=1, value=-1))
         self.ids += ids
         self.started += [self.clock] * batch
@@ -192,7 +194,8 @@ class BeamStream:
         n_alive, k, cfg = len(self.ids), self.k, self.cfg
         lprobs = F.log_softmax(self.model.decode_step(self.tokens, self.state).float(), dim=-1)
         row_steps = self.steps.repeat_interleave(k)
-        forced = self.forced.repeat_interleave(k, dim=0) if self.forced.size(1) else None
+        forcing = self.forced.size(1) and self.clock < self.forcing_until  # else Pin has nothing to do
+        forced = self.forced.repeat_interleave(k, dim=0) if forcing else None
         pin = Pin(lprobs, row_steps, forced, cfg.given_prefix)
         constrained = constrain(
             lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard

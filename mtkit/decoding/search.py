@@ -68,7 +68,8 @@ def greedy_search(
     for step in range(int(max_lens.max())):
         lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
         steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike
-        pin = Pin(lprobs, steps, None if forced is None else forced[alive], cfg.given_prefix)
+        forcing = forced is not None and step < forced.size(1)  # else Pin has nothing to do
+        pin = Pin(lprobs, steps, forced[alive] if forcing else None, cfg.given_prefix)
         lprobs = pin.apply(
             constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
         )

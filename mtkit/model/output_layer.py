@@ -32,7 +32,7 @@ class OutputLayer(nn.Module):
             nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
         self.register_buffer("mask", torch.ones(vocab_size, dtype=torch.bool) if restricted else None)
-        self.scored: nn.Module | None = None  # an inference copy of the scored rows (mtkit.model.packed)
+        self.scored: nn.Module | None = None  # an inference copy of inference_weight() (mtkit.model.packed)
         self._ids_cache: tuple | None = None
 
     def projection(self) -> Tensor:
@@ -54,6 +54,19 @@ class OutputLayer(nn.Module):
         if self._ids_cache is None or self._ids_cache[0] != key:
             self._ids_cache = (key, self.mask.nonzero().squeeze(1))
         return self._ids_cache[1]
+
+    def masks_in_place(self) -> bool:
+        """Whether inference scores every row and sets the few unscored ids' logits to -inf in place
+        (an imported model leaves out only <s>): cheaper than writing every scored logit into a
+        row of -inf, which is what a vocabulary with many unscored ids takes."""
+        ids = self.ids()
+        return ids is not None and (self.vocab_size - ids.numel()) * 100 <= self.vocab_size
+
+    def inference_weight(self) -> tuple[Tensor, Tensor | None]:
+        """The rows (and bias) an inference copy holds: every row where masks_in_place(), else ids()'."""
+        if self.masks_in_place():
+            return self.projection(), self.bias
+        return self.scored_weight(), self.scored_bias()
 
     def scored_weight(self) -> Tensor:
         """The projection's rows for ids() (all rows when it scores every id)."""
@@ -77,7 +90,7 @@ class OutputLayer(nn.Module):
 
     def scored_logits(self, hidden: Tensor) -> Tensor:
         """(..., d) -> (..., len(ids())): the scored ids' logits only (what training needs)."""
-        if self.scored is not None:
+        if self.scored is not None and not self.masks_in_place():
             return self.scored(hidden)
         return F.linear(hidden, self.scored_weight(), self.scored_bias())
 
@@ -85,6 +98,9 @@ class OutputLayer(nn.Module):
         """(..., d) -> (..., V); softmax of these gives the output distribution (-inf on the ids
         outside ids())."""
         ids = self.ids()
+        if self.scored is not None and self.masks_in_place():
+            unscored = (~self.mask).nonzero().squeeze(1)
+            return self.scored(hidden).index_fill_(-1, unscored, float("-inf"))
         scored = self.scored_logits(hidden)
         if ids is None:
             return scored

@@ -78,13 +78,13 @@ def pack_linear_layers(model: Transformer, min_weights: int | None = None) -> bo
         return False
     min_weights = PACK_MIN_WEIGHTS if min_weights is None else min_weights
     with torch.no_grad():
-        output = model.output.scored_weight()  # the rows of the ids the model scores
+        output, output_bias = model.output.inference_weight()
         for module in list(model.modules()):
             for name, child in list(module.named_children()):
                 if isinstance(child, nn.Linear) and _worth_packing(child.weight, min_weights):
                     setattr(module, name, PackedLinear(child.weight, child.bias))
         if _worth_packing(output, min_weights):
-            model.output.scored = PackedLinear(output, model.output.scored_bias())
+            model.output.scored = PackedLinear(output, output_bias)
     return True
 
 
@@ -103,7 +103,7 @@ def cast_linear_weights(model: Transformer, dtype: torch.dtype) -> None:
     """
     with torch.no_grad():
         # A copy of the scored rows: a tied embedding's lookup stays fp32.
-        output, bias = model.output.scored_weight(), model.output.scored_bias()
+        output, bias = model.output.inference_weight()
         scored = nn.Linear(output.size(1), output.size(0), bias=bias is not None, device=output.device, dtype=dtype)
         scored.weight.copy_(output)
         if bias is not None:
