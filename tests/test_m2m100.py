@@ -394,3 +394,21 @@ def test_trim_vocab_writes_a_model_that_translates(nllb_file, corpus, tmp_path):
     translated = run_mtkit("translate", "-m", tmp_path / "small.pt", "--src-lang", "en", "--tgt-lang", "de",
                            stdin=(corpus / "test.en").read_bytes())  # fmt: skip
     assert translated.returncode == 0 and translated.stdout.count(b"\n") == 20
+
+
+def test_an_incomplete_directory_is_refused_in_one_line(family, tmp_path):
+    _, directory, _, _, _ = family
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for path in directory.iterdir():
+        if path.name != "sentencepiece.bpe.model":
+            (broken / path.name).write_bytes(path.read_bytes())
+    missing = run_mtkit("import", broken, "-o", tmp_path / "m.pt")
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "sentencepiece.bpe.model").write_bytes((directory / "sentencepiece.bpe.model").read_bytes())
+    (broken / "config.json").write_text(json.dumps({**config, "activation_function": "gelu"}))
+    gelu = run_mtkit("import", broken, "-o", tmp_path / "m.pt")
+    for result, message in ((missing, "sentencepiece.bpe.model: missing"), (gelu, "activation_function 'gelu'")):
+        lines = result.stderr.decode().strip().splitlines()
+        assert result.returncode == 1 and len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "m.pt").exists()

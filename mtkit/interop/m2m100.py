@@ -39,8 +39,8 @@ from mtkit.text.tokenizer import BOS_ID, EOS, PAD, UNK, Tokenizer
 
 EXTRA = "pip install 'mtkit[marian]'"
 FAIRSEQ_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0..3 of every fairseq dictionary
-FAIRSEQ_BOS = "<s:fairseq>"
-UNUSED = "<unused-"  # <unused-N>: row N, which the tokenizer does not name  # fairseq's <s>: a row of the model that mtkit's <s> (the decoder's start) is not
+FAIRSEQ_BOS = "<s:fairseq>"  # fairseq's <s>: a row of the model that mtkit's <s> (the decoder's start) is not
+UNUSED = "<unused-"  # <unused-N>: row N, which the tokenizer does not name
 M2M100_CODES = {  # transformers' M2M100Tokenizer: the __xx__ tokens follow vocab.json in this order
     "m2m100": (
         "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi hr ht hu "
@@ -63,6 +63,8 @@ def import_m2m100(directory: Path, output: Path, force: bool = False) -> ModelFi
     config = read_json(directory / "config.json")
     model_config = _model_config(config, directory)
     proto = read_model(directory / "sentencepiece.bpe.model", EXTRA)
+    if not isinstance(config.get("vocab_size"), int):
+        raise MtkitError(f"{directory / 'config.json'}: no vocab_size")
     names, languages = _fairseq_vocabulary(directory, proto, config["vocab_size"])
     order = _mtkit_order(config, names, directory)
     model_config.src_vocab_size = model_config.tgt_vocab_size = len(order)

@@ -30,7 +30,7 @@ from mtkit.data.dataset import check_tokenizers_match, dataset_digest, load_toke
 from mtkit.data.sentence_packing import pairs_of
 from mtkit.model.files import CHECKPOINT_DIR, model_payload, save_payload
 from mtkit.model.transformer import Transformer
-from mtkit.text.targets import carried_languages, language_leads
+from mtkit.text.targets import LANGUAGE_TOKENS, carried_languages, language_leads
 from mtkit.training.checkpoints import Progress, rng_state, save_checkpoint, set_rng_state
 from mtkit.training.ema import WeightAverage
 from mtkit.training.float8 import resolve_training_precision, to_training_precision
@@ -105,7 +105,7 @@ class Trainer:
     def _language_leads(self) -> tuple[tuple[int, ...], ...]:
         """A model with language tokens (NLLB) trains on sources that start with the source language's
         token and targets that start with the target's (mtkit.text.targets)."""
-        if not self.carried_meta:
+        if not self.carried_meta.get(LANGUAGE_TOKENS):
             return ((), ())
         if "directions" in self.manifest:
             raise MtkitError("a model with language tokens (NLLB, M2M100) fine-tunes on a bilingual dataset (preprocess -s SRC -t TGT)")  # fmt: skip
