@@ -6,6 +6,7 @@ as forced_bos_token_id gives it."""
 import json
 
 import pytest
+import sacrebleu
 import torch
 import torch.nn.functional as F
 from conftest import run_mtkit
@@ -184,6 +185,23 @@ def test_iso_codes_name_the_model_s_languages(nllb_file, corpus):
         assert result.returncode == 0, result.stderr.decode()
         outputs.append(result.stdout)
     assert outputs[0] == outputs[1] == outputs[2] and outputs[0].count(b"\n") == source.count(b"\n")
+
+
+def test_evaluate_takes_the_directions_of_the_file_names(nllb_file, corpus):
+    """--lang-pairs en-de,de-en: ISO codes of the test files' suffixes name the model's languages;
+    each direction scores what translate gives."""
+    path, _ = nllb_file
+    result = run_mtkit("evaluate", "-m", path, "--test", corpus / "test", "--lang-pairs", "en-de,de-en", "--json",
+                       "--precision", "fp32")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    directions = json.loads(result.stdout)["directions"]
+    assert list(directions) == ["en-de", "de-en"]
+    translated = run_mtkit("translate", "-m", path, "--src-lang", "de", "--tgt-lang", "en", "--precision", "fp32",
+                           stdin=(corpus / "test.de").read_bytes())  # fmt: skip
+    hypotheses = translated.stdout.decode().splitlines()
+    references = (corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    expected = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert directions["de-en"]["bleu"]["score"] == pytest.approx(expected, abs=1e-4)
 
 
 @pytest.mark.parametrize(

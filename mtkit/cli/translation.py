@@ -245,7 +245,7 @@ def evaluate(
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-            max_source_len, pairs[0][1],
+            max_source_len, pairs[0][1], pairs[0][0],
         )  # fmt: skip
         print_direction_scores(direction_scores(translator, test, pairs, names, lowercase, tokenize), as_json)
         return
