@@ -412,6 +412,7 @@ def test_trim_vocab_writes_a_model_that_translates(nllb_file, corpus, tmp_path):
     translated = run_mtkit("translate", "-m", tmp_path / "small.pt", "--src-lang", "en", "--tgt-lang", "de",
                            stdin=(corpus / "test.en").read_bytes())  # fmt: skip
     assert translated.returncode == 0 and translated.stdout.count(b"\n") == 20
+    exported_as_mtkit_translates(tmp_path / "small.pt", corpus, tmp_path / "hf")
 
 
 def test_an_incomplete_directory_is_refused_in_one_line(family, tmp_path):

@@ -2,9 +2,9 @@
 matrices (an imported NLLB model's 256k rows to the tens of thousands a few languages need), so
 that fine-tuning needs less memory and the output layer costs less per decoding step.
 
-Kept: the specials, every added token (language codes, tags) but an imported model's rows that no
-text produces (fairseq's <s> and <mask>, rows no token names), and every subword the tokenizer produces
-on the texts; for a BPE tokenizer also every piece a kept piece is merged from, so that each merge
+Kept: the specials, every added token (language codes, tags, an imported model's fairseq <s>, which
+its export puts back in place) but an imported model's rows that nothing produces (<mask>, rows no
+token names), and every subword the tokenizer produces on the texts; for a BPE tokenizer also every piece a kept piece is merged from, so that each merge
 that the texts take is still there. The texts then encode exactly as before, each id renumbered
 (checked). Other text loses the pieces it alone used: a unigram model segments it with the kept
 ones, a BPE model stops at the last kept merge, and characters no kept piece covers become <unk>.
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import torch
 
 from mtkit.core.errors import MtkitError
-from mtkit.interop.m2m100 import FAIRSEQ_BOS, UNUSED
+from mtkit.interop.m2m100 import UNUSED
 from mtkit.model.files import ModelFile
 from mtkit.text.tokenizer import SPECIAL_TOKENS, Tokenizer
 
@@ -29,9 +29,8 @@ CHUNK = 10_000  # lines encoded at a time
 def kept_ids(tokenizer: Tokenizer, lines: Iterable[str]) -> list[int]:
     """The ids to keep, in order: the specials, the added tokens, those the lines use and their merge parts."""
     spec = json.loads(tokenizer.json_text)
-    unused = {FAIRSEQ_BOS, "<mask>"}
     added = {entry["id"] for entry in spec["added_tokens"]
-             if entry["content"] not in unused and not entry["content"].startswith(UNUSED)}  # fmt: skip
+             if entry["content"] != "<mask>" and not entry["content"].startswith(UNUSED)}  # fmt: skip
     keep = set(range(len(SPECIAL_TOKENS))) | added
     chunk: list[str] = []
     for line in lines:
