@@ -16,7 +16,6 @@ steps it made when the host decided everything.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from mtkit.decoding.constraints import constrain
@@ -192,7 +191,9 @@ class BeamStream:
         """One token more for every sentence; returns (id, n-best) for the sentences finished since
         the last read, at a step where the host reads."""
         n_alive, k, cfg = len(self.ids), self.k, self.cfg
-        lprobs = F.log_softmax(self.model.decode_step(self.tokens, self.state).float(), dim=-1)
+        logits = self.model.decode_step(self.tokens, self.state).float()
+        # log_softmax in place: a step's rows span the vocabulary, and a fresh tensor that large costs its page faults
+        lprobs = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))
         row_steps = self.steps.repeat_interleave(k)
         forcing = self.forced.size(1) and self.clock < self.forcing_until  # else Pin has nothing to do
         forced = self.forced.repeat_interleave(k, dim=0) if forcing else None
@@ -202,7 +203,7 @@ class BeamStream:
         )
         lprobs = pin.apply(constrained)
         vocab = lprobs.size(-1)
-        candidates = (self.scores.view(-1, 1) + lprobs).view(n_alive, k * vocab)
+        candidates = lprobs.add_(self.scores.view(-1, 1)).reshape(n_alive, k * vocab)  # lprobs is not read again
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
         top_beam, top_token = top_index // vocab, top_index % vocab
         last_step = self.steps + 1 >= self.max_lens
