@@ -219,9 +219,10 @@ def export(
 ) -> None:
     """Export a model for a deployment engine (CTranslate2) or for Hugging Face transformers, with its tokenizer.
 
-    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus; an NLLB or M2M100 model: M2M100) with
-    config.json, model.safetensors and a fast tokenizer, that transformers.pipeline("translation",
-    model=DIR) loads; models with a joint vocabulary only. Needs pip install 'mtkit\\[hf]'.
+    --format huggingface writes a MarianMTModel directory (a pre-norm model: Pegasus; an imported
+    NLLB or M2M100 model: M2M100) with config.json, model.safetensors and a fast tokenizer, that
+    transformers.pipeline("translation", model=DIR) loads; models with a joint vocabulary only.
+    Needs pip install 'mtkit\\[hf]'.
 
     Example: [bold]mtkit export -m model.pt --format ctranslate2 --quantization int8 -o model-ct2[/bold]
     """
