@@ -29,12 +29,11 @@ LANGUAGES = ("en", "de", "fr", "cs")
 
 
 def prepared(model: Path, data: Path, out: Path) -> Path:
-    """Multi30k en-de encoded with the model's tokenizer (once)."""
-    if not (out / "manifest.json").is_file():
-        tokenizer = model.with_suffix(".src-tokenizer.json")
-        run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", data / "train", "--valid",
-                                   data / "val", "--tokenizer", tokenizer, "--tgt-tokenizer", tokenizer, "-o", out,
-                                   "--force"))  # fmt: skip
+    """Multi30k en-de encoded with the model's tokenizer (every time: a model trimmed again has another)."""
+    tokenizer = model.with_suffix(".src-tokenizer.json")
+    run_measured(mtkit_command("preprocess", "-s", "en", "-t", "de", "--train", data / "train", "--valid",
+                               data / "val", "--tokenizer", tokenizer, "--tgt-tokenizer", tokenizer, "-o", out,
+                               "--force"))  # fmt: skip
     return out
 
 
