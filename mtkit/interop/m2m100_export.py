@@ -110,7 +110,8 @@ def _tokenizer_config(meta: dict, languages: dict[str, str]) -> dict:
     src = languages[model_language(codes, meta["src_lang"], "src_lang")] if meta.get("src_lang") else None
     tgt = languages[model_language(codes, meta["tgt_lang"], "tgt_lang")] if meta.get("tgt_lang") else None
     return {
-        "tokenizer_class": "NllbTokenizerFast", "src_lang": src or next(iter(languages.values())), "tgt_lang": tgt,
+        "tokenizer_class": "NllbTokenizerFast", "src_lang": src or languages.get("eng_Latn", next(iter(languages.values()))),
+        "tgt_lang": tgt,
         "additional_special_tokens": list(languages.values()), "legacy_behaviour": False,
         "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>", "unk_token": "<unk>",
         "pad_token": "<pad>", "mask_token": "<mask>", "model_max_length": 1024,
