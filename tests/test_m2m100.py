@@ -431,3 +431,12 @@ def test_an_incomplete_directory_is_refused_in_one_line(family, tmp_path):
         lines = result.stderr.decode().strip().splitlines()
         assert result.returncode == 1 and len(lines) == 1 and message in lines[0], lines
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_alignments_and_markup_say_they_are_not_available(nllb_file):
+    path, _ = nllb_file
+    languages = ["--src-lang", "en", "--tgt-lang", "de"]
+    for options, what in ((["--alignment"], "--alignment"), (["--format", "html"], "--format html")):
+        result = run_mtkit("translate", "-m", path, *languages, *options, stdin=b"A <b>dog</b>.\n")
+        expected = f"error: {what} is not available for a model with target tags or language tokens"
+        assert result.returncode == 1 and result.stderr.decode().strip() == expected

@@ -162,7 +162,7 @@ class Service:
         if alignment and not self.can_align:
             if self.info.engine != "pytorch":
                 raise RequestError(422, "alignment needs a server started with --engine pytorch")
-            raise RequestError(422, "alignment is not available for a model that chooses its target by a tag")
+            raise RequestError(422, "alignment is not available for a model with target tags or language tokens")
         return Options(beam, nbest, lenpen, alignment)
 
     @property
@@ -271,7 +271,7 @@ class Service:
             raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
         if not self.can_align:
             raise RequestError(
-                422, f"format {fmt} needs a server with --engine pytorch and a model without target tags"
+                422, f"format {fmt} needs --engine pytorch and a model without target tags or language tokens"
             )
         self._check_chars(texts)
         try:

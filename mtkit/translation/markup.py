@@ -22,7 +22,7 @@ def require_alignment(translator: TextTranslator, fmt: str) -> None:
             f"--format {fmt} needs one model and --engine pytorch (its elements follow the word alignment)"
         )
     if translator.source_tag is not None:
-        raise MtkitError(f"--format {fmt} is not available for a model that chooses its target by a tag")
+        raise MtkitError(f"--format {fmt} is not available for a model with target tags or language tokens")
 
 
 class MarkupTranslator(TextTranslator):

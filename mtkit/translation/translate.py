@@ -278,7 +278,7 @@ class Translator(TextTranslator):
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
         if self.source_tag is not None:
-            raise MtkitError("--alignment is not available for a model that chooses its target by a tag")
+            raise MtkitError("--alignment is not available for a model with target tags or language tokens")
         sources = [line.strip() for line in lines]
         src_rows = self.src_tokenizer.encode_batch(sources)
         whole = [i for i, row in enumerate(src_rows) if len(row) <= self.segmenter.max_len]  # else: no one attention
