@@ -192,8 +192,9 @@ class BeamStream:
         the last read, at a step where the host reads."""
         n_alive, k, cfg = len(self.ids), self.k, self.cfg
         logits = self.model.decode_step(self.tokens, self.state).float()
-        # log_softmax in place: a step's rows span the vocabulary, and a fresh tensor that large costs its page faults
-        lprobs = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))
+        # In place where it can be: a step's rows span the vocabulary, and a fresh tensor that large costs its page faults
+        in_place = {"out": logits} if logits.is_contiguous() else {}
+        lprobs = torch.log_softmax(logits, dim=-1, **in_place)
         row_steps = self.steps.repeat_interleave(k)
         forcing = self.forced.size(1) and self.clock < self.forcing_until  # else Pin has nothing to do
         forced = self.forced.repeat_interleave(k, dim=0) if forcing else None
