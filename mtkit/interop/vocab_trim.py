@@ -43,9 +43,9 @@ def kept_ids(tokenizer: Tokenizer, lines: Iterable[str]) -> list[int]:
     if model["type"] == "BPE":
         vocab = model["vocab"]
         parts = {}
-        for merge in model["merges"]:
-            left, right = merge if isinstance(merge, list) else merge.split(" ", 1)
-            parts.setdefault(vocab[left + right], []).append((vocab[left], vocab[right]))
+        for left, right in map(_pair, model["merges"]):
+            if left + right in vocab:
+                parts.setdefault(vocab[left + right], []).append((vocab[left], vocab[right]))
         pending = list(keep)
         while pending:
             for pair in parts.get(pending.pop(), []):
@@ -54,6 +54,12 @@ def kept_ids(tokenizer: Tokenizer, lines: Iterable[str]) -> list[int]:
                         keep.add(piece)
                         pending.append(piece)
     return sorted(keep)
+
+
+def _pair(merge: list[str] | str) -> tuple[str, str]:
+    """A BPE merge as (left, right): tokenizers writes [left, right], older files "left right"."""
+    left, right = merge if isinstance(merge, list) else merge.split(" ", 1)
+    return left, right
 
 
 def trimmed_tokenizer(tokenizer: Tokenizer, kept: list[int]) -> Tokenizer:
@@ -67,7 +73,8 @@ def trimmed_tokenizer(tokenizer: Tokenizer, kept: list[int]) -> Tokenizer:
     elif model["type"] == "BPE":
         vocab = model["vocab"]
         model["vocab"] = {token: new_id[i] for token, i in vocab.items() if i in new_id}
-        model["merges"] = [m for m in model["merges"] if vocab["".join(m if isinstance(m, list) else m.split(" ", 1))] in new_id]  # fmt: skip
+        kept_pieces = {token for token, i in vocab.items() if i in new_id}
+        model["merges"] = [m for m in model["merges"] if {*_pair(m), "".join(_pair(m))} <= kept_pieces]
     else:
         raise MtkitError(f"trimming a {model['type']} tokenizer is not supported (unigram and BPE are)")
     spec["added_tokens"] = [
