@@ -80,6 +80,17 @@ def language_leads(meta: dict, tokenizer: Tokenizer, src_lang: str, tgt_lang: st
     return ((), ()) if ids is None else ((ids[0],), (ids[1],))
 
 
+def framing(
+    meta: dict, tokenizer: Tokenizer, src_lang: str | None, tgt_lang: str | None
+) -> tuple[int | None, list[int]]:
+    """The id that starts every source (a target's tag, or the source language's token; None: none) and
+    the ids given as every translation's start (the target language's token; none for other models)."""
+    languages = language_token_ids(meta, tokenizer, src_lang, tgt_lang)
+    if languages is None:
+        return source_tag_id(meta, tokenizer, tgt_lang), []
+    return languages[0], [languages[1]]
+
+
 def language_token_ids(
     meta: dict, tokenizer: Tokenizer, src_lang: str | None, tgt_lang: str | None
 ) -> tuple[int, int] | None:

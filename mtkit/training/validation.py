@@ -23,7 +23,7 @@ from mtkit.model.transformer import Transformer
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.training.loss import TrainingObjective
 from mtkit.translation.evaluate import corpus_scores
-from mtkit.translation.translate import translate_ids, without_line_breaks
+from mtkit.translation.translate import translate_ids, without_line_breaks, without_start
 
 VALID_BATCH_TOKENS = 1 << 14  # validation batches are at least this large: no gradients to keep
 
@@ -84,7 +84,7 @@ def _decoding_scores(
     search_cfg = without_line_breaks(search_cfg, tgt_tokenizer)
     prefixes = [lead] * len(shard) if lead else None
     hyps = translate_ids(model, [data.src[i] for i in shard], search_cfg, device, precision, prefixes=prefixes)
-    mine = tgt_tokenizer.decode_batch([h[0].tokens[len(lead) :] if h else [] for h in hyps])
+    mine = tgt_tokenizer.decode_batch([without_start(h, len(lead))[0].tokens if h else [] for h in hyps])
     texts: dict[int, str] = {}
     for indices, decoded in zip(dist.gather_objects(shard), dist.gather_objects(mine)):
         texts.update(zip(indices, decoded))

@@ -18,7 +18,7 @@ from mtkit.data.batching import length_batches, pad_batch
 from mtkit.decoding.search_rules import length_penalty
 from mtkit.model.files import ModelFile
 from mtkit.model.transformer import Transformer
-from mtkit.text.targets import language_token_ids, source_tag_id
+from mtkit.text.targets import framing
 from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -64,11 +64,7 @@ class Scorer:
     ):
         """tgt_lang: the target language, for a model that chooses it by a tag or by language tokens
         (then src_lang too; mtkit.text.targets)."""
-        languages = language_token_ids(model_file.meta, model_file.src_tokenizer, src_lang, tgt_lang)
-        if languages is None:
-            self.source_tag, self.given = source_tag_id(model_file.meta, model_file.src_tokenizer, tgt_lang), []
-        else:
-            self.source_tag, self.given = languages[0], [languages[1]]
+        self.source_tag, self.given = framing(model_file.meta, model_file.src_tokenizer, src_lang, tgt_lang)
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.model = model_file.build_model(self.device)

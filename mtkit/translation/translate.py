@@ -20,7 +20,7 @@ from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchC
 from mtkit.model.files import ModelFile
 from mtkit.model.packed import cast_linear_weights, pack_linear_layers
 from mtkit.model.transformer import Transformer
-from mtkit.text.targets import LANGUAGE_TOKENS, language_token_ids, source_tag_id
+from mtkit.text.targets import LANGUAGE_TOKENS, framing
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 from mtkit.translation.alignment import alignment_layer, cross_attention_batch, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
@@ -89,11 +89,7 @@ class TextTranslator:
     def set_target(self, tgt_lang: str | None, src_lang: str | None = None) -> None:
         """The languages (mtkit.text.targets): a target's tag starts every source, where the model has tags; a
         model with language tokens (NLLB) starts sources with the source's, translations with the target's."""
-        languages = language_token_ids(self.model_meta, self.src_tokenizer, src_lang, tgt_lang)
-        if languages is None:
-            self.source_tag, self.target_start = source_tag_id(self.model_meta, self.src_tokenizer, tgt_lang), []
-        else:
-            self.source_tag, self.target_start = languages[0], [languages[1]]
+        self.source_tag, self.target_start = framing(self.model_meta, self.src_tokenizer, src_lang, tgt_lang)
         self.cfg = dataclasses.replace(self.cfg, given_prefix=len(self.target_start))
 
     def tagged(self, rows: list[list[int]]) -> list[list[int]]:
