@@ -9,7 +9,7 @@ import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
-from conftest import run_mtkit
+from conftest import perturb_layer_norms, run_mtkit
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.interop.m2m100 import import_m2m100
@@ -53,11 +53,7 @@ def build(root, corpus, family: str):
     )  # fmt: skip
     torch.manual_seed(0)
     model = transformers.M2M100ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.1)
+    perturb_layer_norms(model)
     directory = root / family
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)

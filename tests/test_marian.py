@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_mtkit
+from conftest import perturb_layer_norms, run_mtkit
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.interop.marian import import_marian
@@ -71,10 +71,7 @@ def build_marian(root, corpus, name: str, extra_tokens: tuple[str, ...] = ()):
     model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
         model.final_logits_bias.normal_()
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.1)
+    perturb_layer_norms(model)
     directory = root / name
     model.save_pretrained(directory)
     tokenizer = transformers.MarianTokenizer(str(root / "en.model"), str(root / "de.model"), str(root / "vocab.json"))
