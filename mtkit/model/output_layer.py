@@ -50,10 +50,14 @@ class OutputLayer(nn.Module):
         """The ids this layer scores, in order; None when it scores the whole vocabulary."""
         if self.mask is None:
             return None
-        key = (self.mask._version, self.mask.device)  # loading weights bumps the version
+        return self._mask_ids()[0]
+
+    def _mask_ids(self) -> tuple[Tensor, Tensor]:
+        """The mask's scored ids and unscored ids, computed once per mask (loading weights bumps its version)."""
+        key = (self.mask._version, self.mask.device)
         if self._ids_cache is None or self._ids_cache[0] != key:
-            self._ids_cache = (key, self.mask.nonzero().squeeze(1))
-        return self._ids_cache[1]
+            self._ids_cache = (key, self.mask.nonzero().squeeze(1), (~self.mask).nonzero().squeeze(1))
+        return self._ids_cache[1:]
 
     def masks_in_place(self) -> bool:
         """Whether inference scores every row and sets the few unscored ids' logits to -inf in place
@@ -99,8 +103,7 @@ class OutputLayer(nn.Module):
         outside ids())."""
         ids = self.ids()
         if self.scored is not None and self.masks_in_place():
-            unscored = (~self.mask).nonzero().squeeze(1)
-            return self.scored(hidden).index_fill_(-1, unscored, float("-inf"))
+            return self.scored(hidden).index_fill_(-1, self._mask_ids()[1], float("-inf"))
         scored = self.scored_logits(hidden)
         if ids is None:
             return scored
