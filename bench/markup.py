@@ -1,18 +1,20 @@
 """Markup through translation on Multi30k test2016: the sentences with spans wrapped in markup,
 translated as HTML (`translate --format html`), against the same sentences as plain text.
 
-    python bench/markup.py -m MODEL [--data ../shared/data/multi30k] [--lines N] [--seed 1]
+    python bench/markup.py -m MODEL [--data ../shared/data/multi30k] [--lines N] [--seed 1] [--beam 1]
 
 Markup (seeded): in each sentence one to three random spans of one to four words go in <b>, <i> or
 <a href="...">, nested where two spans nest; every fourth sentence gets an <img> after a random
 word, and every fifth is a paragraph, <p>...</p>. The table gives:
 - the share of lines whose output nests properly and holds the source's elements, attributes as written;
-- BLEU and chrF of the output with its markup taken out, and of the plain translation (greedy search);
+- BLEU and chrF of the output with its markup taken out, and of the plain translation (greedy search,
+  or --beam);
 - placement: for each single-word span, whether the target words it wraps are those that a
   reference aligner aligns to its word in the plain translation (the span from the first to the
   last). The reference is eflomal (pip install eflomal), trained on the Multi30k training pairs and
   these sentences with their translations together; its own alignment error rate is not known here;
-- sentences/s of both (the model loaded once; --format html also computes each segment's alignment).
+- sentences/s of both (--format html also aligns each segment: from the attention greedy search kept,
+  or with beam search from a second pass).
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_MULTI30K)
     parser.add_argument("--lines", type=int, default=0, help="the first N lines only (0: all)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--beam", type=int, default=1, help="beam size (1: greedy, whose attention gives the alignment)"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from mtkit.decoding.search_rules import SearchConfig
@@ -131,8 +136,9 @@ def main() -> None:
     references = (args.data / "test2016.de").read_text(encoding="utf-8").splitlines()[: args.lines or None]
     rng = random.Random(args.seed)
     lines, singles = zip(*(marked_up(s, rng, i) for i, s in enumerate(sources)))
-    translator = Translator(load_model_file(args.model), SearchConfig(beam=1), "cpu")
-    markup = MarkupTranslator(translator, "html")
+    model_file, cfg = load_model_file(args.model), SearchConfig(beam=args.beam)
+    translator = Translator(model_file, cfg, "cpu")
+    markup = MarkupTranslator(Translator(model_file, cfg, "cpu"), "html")  # its own: it keeps greedy's attention
     translator.translate(sources[:50]), markup.translate(list(lines[:50]))  # warm-up
     start = time.perf_counter()
     plain = translator.translate(sources)
@@ -160,7 +166,7 @@ def main() -> None:
     plain_bleu, plain_chrf = sacrebleu.corpus_bleu(plain, [references]), sacrebleu.corpus_chrf(plain, [references])
     bleu, chrf = sacrebleu.corpus_bleu(stripped, [references]), sacrebleu.corpus_chrf(stripped, [references])
     print(f"conditions: {conditions()}")
-    print(f"model: {args.model}; test2016 en->de, {len(sources):,} lines, greedy, markup seed {args.seed}\n")
+    print(f"model: {args.model}; test2016 en->de, {len(sources):,} lines, beam {args.beam}, markup seed {args.seed}\n")
     print_table(
         ["measure", "value", "target"],
         [["well-formed, with the source's elements", f"{kept / len(lines):.1%}", "100%"],

@@ -1,3 +1,4 @@
+import copy
 import html
 import json
 import re
@@ -6,11 +7,20 @@ import sys
 
 import pytest
 import torch
-from conftest import run_mtkit, tiny_model
+from conftest import random_sources, run_mtkit, tiny_model
 
 from mtkit.core.errors import MtkitError
 from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mtkit.translation.alignment import attention_weights, recording, word_alignment, word_starts
+from mtkit.translation.alignment import (
+    alignment_layers,
+    attention_modules,
+    attention_weights,
+    cross_attention_batch,
+    cross_attention_batches,
+    recording,
+    word_alignment,
+    word_starts,
+)
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -44,15 +54,67 @@ def test_recording_weights_does_not_change_outputs():
     fast = model(src, tgt)
     with recording(model):
         slow = model(src, tgt)
-    assert torch.allclose(fast, slow, atol=1e-6)
+    assert torch.equal(fast, slow)  # the usual kernel gives the output; the weights are computed beside it
 
 
 def test_word_starts_and_alignment():
     assert word_starts(["▁A", "▁do", "g", "▁runs", "."]) == [0, 1, 1, 2, 2]
     assert word_starts(["▁", "<0xC3>", "<0x87>", "a", "▁va"]) == [0, 0, 0, 0, 1]
-    # one layer, one head; rows: 3 target subwords + </s>; columns: 3 source subwords + </s>
-    cross = torch.tensor([[[[0.1, 0.8, 0.05, 0.05], [0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1], [0.0, 0.0, 0.0, 1.0]]]])
-    assert word_alignment(cross, ["▁a", "▁b", "c"], ["▁x", "▁y", "▁z"]) == [(0, 1), (1, 0), (1, 2)]
+    # Rows: 3 target subwords + </s>; columns: 3 source subwords + </s>. Word to word (source subwords
+    # summed, target subwords averaged): x -> (a 0.1, bc 0.6); yz -> (a 0.6, bc 0.3), so a goes with
+    # yz and bc with x; subword by subword, y would have taken a and x only half of bc.
+    weights = torch.tensor([[0.1, 0.3, 0.3, 0.3], [0.7, 0.1, 0.1, 0.1], [0.5, 0.2, 0.2, 0.1], [0.0, 0.0, 0.0, 1.0]])
+    assert word_alignment(weights, ["▁a", "▁b", "c"], ["▁x", "▁y", "z"]) == [(0, 1), (1, 0)]
+    assert word_alignment(weights[:, :1], [], ["▁x"]) == []
+
+
+@pytest.fixture(scope="module")
+def fp32_translator(trained_run):
+    from mtkit.decoding.search import SearchConfig
+    from mtkit.model.files import load_model_file
+    from mtkit.translation.translate import Translator
+
+    return Translator(load_model_file(trained_run), SearchConfig(beam=1), device="cpu", precision="fp32")
+
+
+def test_alignment_layers_are_the_last_two():
+    assert [alignment_layers(tiny_model(decoder_layers=n)) for n in (1, 2, 3, 6)] == [(0,), (0, 1), (1, 2), (4, 5)]
+
+
+def test_the_kept_attention_of_several_layers_is_their_mean_as_a_second_pass_reads_it():
+    from mtkit.data.batching import pad_batch
+    from mtkit.decoding.search import SearchConfig, greedy_search
+
+    model = tiny_model(vocab=30, decoder_layers=3, seed=1)
+    sources = random_sources([5, 2, 9], vocab=30)
+    cfg = SearchConfig(beam=1, max_len_a=0.0, max_len_b=6, loop_ngram=0, attention_layers=(1, 2))
+    hypotheses = [nbest[0] for nbest in greedy_search(model, pad_batch(sources, suffix=EOS_ID), cfg)]
+    expected = cross_attention_batch(model, sources, [h.tokens for h in hypotheses], (1, 2))
+    for hypothesis, source, weights in zip(hypotheses, sources, expected):
+        assert hypothesis.attention.shape == (len(hypothesis.tokens) + hypothesis.ended, len(source) + 1)
+        assert torch.allclose(hypothesis.attention, weights[: hypothesis.attention.size(0)], atol=1e-5)
+    assert all(m.keep_weights is False and m.weights is None for m in attention_modules(model, "cross"))
+
+
+LINES = ["A dog runs on the beach.", "Two men talk.", "A girl in a red coat sings to an old man.", "Hi"]
+
+
+def test_greedy_search_keeps_the_attention_a_second_pass_reads(fp32_translator):
+    plain = fp32_translator.translate_hypotheses(LINES)
+    keeping = copy.copy(fp32_translator)
+    keeping.keep_attention()
+    assert keeping.cfg.attention_layers == alignment_layers(keeping.model)
+    kept = keeping.translate_hypotheses(LINES)
+    assert [[(h.tokens, h.score) for h, _ in n] for n in kept] == [[(h.tokens, h.score) for h, _ in n] for n in plain]
+    hypotheses = [nbest[0][0] for nbest in kept]
+    src_rows = fp32_translator.src_tokenizer.encode_batch(LINES)
+    second_pass = cross_attention_batches(keeping.model, src_rows, [h.tokens for h in hypotheses], batch_size=3)
+    for hypothesis, row, expected in zip(hypotheses, src_rows, second_pass):
+        assert hypothesis.attention.shape == (len(hypothesis.tokens) + hypothesis.ended, len(row) + 1)
+        assert torch.allclose(hypothesis.attention, expected[: hypothesis.attention.size(0)], atol=1e-5)
+        assert torch.allclose(hypothesis.attention.sum(dim=1), torch.ones(hypothesis.attention.size(0)), atol=1e-5)
+    assert plain[0][0][0].attention is None  # only when asked
+    assert keeping.alignments(LINES, hypotheses) == fp32_translator.alignments(LINES, [n[0][0] for n in plain])
 
 
 def png_size(path) -> tuple[int, int]:

@@ -198,4 +198,4 @@ def test_bf16_translator_casts_once_and_translates_as_autocast_does(trained_run,
         [(h.tokens, h.score, text) for h, text in nbest] for nbest in expected
     ]
     best = expected[0][0][0]  # word alignment runs under the same autocast with either model
-    assert cast.alignment(lines[0], best) == plain.alignment(lines[0], best)
+    assert cast.alignments(lines[:1], [best]) == plain.alignments(lines[:1], [best])

@@ -92,8 +92,8 @@ def translate(
     """Translate raw text, one output line per input line, in order (stdin to stdout by default).
 
     With --alignment each line is `translation<TAB>i-j ...`: source word i aligned to target word j
-    (0-based, whitespace-separated words), from the penultimate decoder layer's cross-attention
-    averaged over heads. With --prefix-file or --prefix-in-input each translation begins with the
+    (0-based, whitespace-separated words), each source word to the target word whose cross-attention
+    (the last two decoder layers', averaged over them and their heads) weighs on it most. With --prefix-file or --prefix-in-input each translation begins with the
     given target text and continues as the model's best completion (both engines).
 
     With --format html (or xml) each line is markup: block elements cut it into segments translated
@@ -148,7 +148,9 @@ def translate(
     with_prefixes = bool(prefix_file or prefix_in_input)
     chunk = 1 if interactive else max(1, buffer_size)
     total = progress_size(input) if input else None  # a regular file: progress by bytes, read only once
-    align = translator.alignment if alignment else None
+    if alignment:
+        translator.keep_attention()  # a greedy search's alignments come with it
+    align = (lambda line, hypothesis: translator.alignments([line], [hypothesis])[0]) if alignment else None
 
     def write_all(out) -> int:
         return write_translations(translator, lines, with_prefixes, out, nbest, align, chunk, interactive, total)

@@ -27,7 +27,7 @@ from mtkit.decoding.search_rules import (
     prefix_tensor,
 )
 from mtkit.model.transformer import Transformer
-from mtkit.text.tokenizer import BOS_ID, EOS_ID
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = [  # the rules are used from here too
     "MAX_OUTPUT_TOKENS", "MAX_POSITIONS", "MAX_SOURCE_TOKENS", "Hypothesis", "OnDone", "SearchConfig",
@@ -48,6 +48,32 @@ def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Te
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
 
+class CrossAttentionLog:
+    """The cross-attention of the decoder layers cfg.attention_layers at every step, averaged over them
+    and their heads, per sentence: kept with each hypothesis for its word alignment."""
+
+    def __init__(self, model: Transformer, layers: tuple[int, ...], src: Tensor, steps: int):
+        self.modules = [model.decoder_layers[i].cross_attn for i in layers]
+        self.lengths = (src != PAD_ID).sum(dim=1).tolist()  # with </s>
+        self.rows = src.new_zeros(*src.shape[:1], steps, src.size(1), dtype=torch.float) if layers else None
+
+    def __enter__(self) -> CrossAttentionLog:
+        for module in self.modules:
+            module.keep_weights = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module in self.modules:
+            module.keep_weights, module.weights = False, None
+
+    def record(self, step: int, alive: Tensor) -> None:
+        if self.rows is not None:  # each module's weights: (rows, heads, 1, S)
+            self.rows[alive, step] = torch.stack([m.weights[:, :, 0].float() for m in self.modules]).mean(dim=(0, 2))
+
+    def of(self, sentence: int, steps: int) -> Tensor | None:
+        return None if self.rows is None else self.rows[sentence, :steps, : self.lengths[sentence]].cpu()
+
+
 @torch.no_grad()
 def greedy_search(
     model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None, on_done: OnDone | None = None
@@ -65,33 +91,39 @@ def greedy_search(
     log_probs = torch.zeros(batch, device=src.device)
     tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    for step in range(int(max_lens.max())):
-        lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
-        steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike
-        forcing = forced is not None and step < forced.size(1)  # else Pin has nothing to do
-        pin = Pin(lprobs, steps, forced[alive] if forcing else None, cfg.given_prefix)
-        lprobs = pin.apply(
-            constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
-        )
-        tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
-        log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
-        history = torch.cat([history, tokens[:, None]], dim=1)
-        ended = tokens == EOS_ID
-        finished = (ended | (step + 1 >= max_lens[alive])).cpu()  # what the host reads from the device, once
-        if finished.any():
-            rows = finished.nonzero().flatten().to(src.device)
-            outputs = zip(history[rows].tolist(), log_probs[rows].tolist(), ended[rows].tolist(), alive[rows].tolist())
-            for output, score, end, sentence in outputs:
-                normalised = score / length_penalty(step + 1, cfg.lenpen)
-                results[sentence] = [Hypothesis(output[:-1] if end else output, normalised, score, end)]
-                if on_done:
-                    on_done(sentence, results[sentence])
-            kept = (~finished).nonzero().flatten()
-            if kept.numel() == 0:
-                break
-            keep = kept.to(src.device)
-            state.select(keep)
-            alive, history, log_probs, tokens = alive[keep], history[keep], log_probs[keep], tokens[keep]
+    attention = CrossAttentionLog(model, cfg.attention_layers, src, int(max_lens.max()))
+    with attention:
+        for step in range(int(max_lens.max())):
+            lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
+            attention.record(step, alive)
+            steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike
+            forcing = forced is not None and step < forced.size(1)  # else Pin has nothing to do
+            pin = Pin(lprobs, steps, forced[alive] if forcing else None, cfg.given_prefix)
+            lprobs = pin.apply(
+                constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
+            )
+            tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
+            log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
+            history = torch.cat([history, tokens[:, None]], dim=1)
+            ended = tokens == EOS_ID
+            finished = (ended | (step + 1 >= max_lens[alive])).cpu()  # what the host reads from the device, once
+            if finished.any():
+                rows = finished.nonzero().flatten().to(src.device)
+                outputs = zip(
+                    history[rows].tolist(), log_probs[rows].tolist(), ended[rows].tolist(), alive[rows].tolist()
+                )
+                for output, score, end, sentence in outputs:
+                    normalised = score / length_penalty(step + 1, cfg.lenpen)
+                    weights = attention.of(sentence, step + 1)
+                    results[sentence] = [Hypothesis(output[:-1] if end else output, normalised, score, end, weights)]
+                    if on_done:
+                        on_done(sentence, results[sentence])
+                kept = (~finished).nonzero().flatten()
+                if kept.numel() == 0:
+                    break
+                keep = kept.to(src.device)
+                state.select(keep)
+                alive, history, log_probs, tokens = alive[keep], history[keep], log_probs[keep], tokens[keep]
     return results
 
 

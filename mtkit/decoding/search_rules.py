@@ -56,6 +56,9 @@ class SearchConfig:
     # The first given_prefix tokens of every target prefix are given, not predicted: each scores 0, as
     # transformers' forced_bos_token_id scores the target language's token (mtkit.text.targets).
     given_prefix: int = 0
+    # Decoder layers whose cross-attention greedy search keeps with each hypothesis (Hypothesis.attention),
+    # so that word alignments need no second pass (mtkit.translation.alignment); () keeps none.
+    attention_layers: tuple[int, ...] = ()
 
     def validate(self) -> None:
         if self.beam < 1:
@@ -84,6 +87,9 @@ class Hypothesis:
     score: float  # length-normalised log-probability: what beam search ranks by
     log_prob: float  # sum of log-probabilities of the tokens and </s> (no </s> where cut at the limit)
     ended: bool = True  # False: cut at the length limit, without </s>
+    # With SearchConfig.attention_layers, greedy search's cross-attention at each step, averaged over those
+    # layers and their heads: (tokens + 1, source subwords + 1), as alignment.cross_attention_batch gives it.
+    attention: Tensor | None = None
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:

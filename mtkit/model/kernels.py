@@ -50,8 +50,13 @@ def attention_with_weights(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k) + B) V, returning the weights too (slow path, for inspection)."""
-    weights = masked_scores(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask, is_causal).softmax(dim=-1)
+    weights = softmax_weights(q, k, mask, is_causal)
     return weights @ v, weights
+
+
+def softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k) + B): (B, h, Lq, Lk)."""
+    return masked_scores(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask, is_causal).softmax(dim=-1)
 
 
 def masked_scores(scores: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
@@ -114,8 +119,8 @@ def attend(
         if dropout and training:
             raise MtkitError("train.flex_attention takes no attention dropout: set model.attention_dropout=0")
         return flex_attention(q, k, v, block_mask=mask), None
-    if keep_weights:
-        return attention_with_weights(q, k, v, mask, is_causal)
+    if keep_weights:  # the output as the usual kernel gives it: recording the weights changes nothing
+        return attend(q, k, v, mask, is_causal, dropout, training)[0], softmax_weights(q, k, mask, is_causal)
     if _bf16_training_on_cpu(q, training):
         return matmul_attention(q, k, v, mask, is_causal, dropout), None
     with _fp32_attention_on_cpu(q):

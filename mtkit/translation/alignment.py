@@ -60,32 +60,50 @@ def attention_weights(model: Transformer, src_ids: Sequence[int], tgt_ids: Seque
 
 @torch.no_grad()
 def cross_attention_batch(
-    model: Transformer, src_rows: Sequence[Sequence[int]], tgt_rows: Sequence[Sequence[int]], layers: int
+    model: Transformer, src_rows: Sequence[Sequence[int]], tgt_rows: Sequence[Sequence[int]], layers: Sequence[int]
 ) -> list[torch.Tensor]:
-    """attention_weights(...)["cross"] of the first `layers` decoder layers, for many pairs in one
-    padded batch (the later layers and the output layer are not run): each pair's (layers, heads,
-    T + 1, S + 1)."""
+    """The cross-attention of the decoder layers `layers`, averaged over them and their heads, for many
+    pairs in one padded batch (the layers above them and the output layer are not run): each pair's
+    (T + 1, S + 1), rows and columns as attention_weights' (a search that keeps its attention,
+    SearchConfig.attention_layers, gives the same rows)."""
     device = next(model.parameters()).device
     src = pad_batch([list(row) + [EOS_ID] for row in src_rows], device)
     tgt_in = pad_batch([[BOS_ID, *row] for row in tgt_rows], device)
-    modules = attention_modules(model, "cross")[:layers]
+    modules = [attention_modules(model, "cross")[i] for i in layers]
     for module in modules:
         module.keep_weights = True
     try:
         memory, src_mask = model.encode(src)
         x = model.tgt_embed(tgt_in)
-        for layer in model.decoder_layers[:layers]:
+        for layer in model.decoder_layers[: max(layers) + 1]:
             x = layer(x, layer.cross_attn.keys_values(memory), src_mask)
-        weights = torch.stack([m.weights.float() for m in modules], dim=1).cpu()  # (B, layers, heads, T, S)
+        weights = torch.stack([m.weights.float() for m in modules]).mean(dim=(0, 2)).cpu()  # (B, T, S)
     finally:
         for module in modules:
             module.keep_weights, module.weights = False, None
-    return [weights[b, :, :, : len(t) + 1, : len(s) + 1] for b, (s, t) in enumerate(zip(src_rows, tgt_rows))]
+    return [weights[b, : len(t) + 1, : len(s) + 1] for b, (s, t) in enumerate(zip(src_rows, tgt_rows))]
 
 
-def alignment_layer(model: Transformer) -> int:
-    """The decoder layer whose cross-attention word alignments come from: the penultimate."""
-    return max(0, len(model.decoder_layers) - 2)
+def cross_attention_batches(
+    model: Transformer, src_rows: Sequence[Sequence[int]], tgt_rows: Sequence[Sequence[int]], batch_size: int = 128
+) -> list[torch.Tensor]:
+    """cross_attention_batch of many pairs in batches of like lengths (less padding), the alignment layers'."""
+    order = sorted(range(len(src_rows)), key=lambda i: (len(src_rows[i]), len(tgt_rows[i])))
+    out: list[torch.Tensor] = [torch.empty(0)] * len(order)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        found = cross_attention_batch(
+            model, [src_rows[i] for i in chunk], [tgt_rows[i] for i in chunk], alignment_layers(model)
+        )
+        for i, weights in zip(chunk, found):
+            out[i] = weights
+    return out
+
+
+def alignment_layers(model: Transformer) -> tuple[int, ...]:
+    """The decoder layers whose cross-attention word alignments come from: the last two (chosen on
+    Multi30k's val against eflomal's alignments: docs/RESULTS.md, Markup)."""
+    return tuple(range(max(0, len(model.decoder_layers) - 2), len(model.decoder_layers)))
 
 
 def word_starts(tokens: Sequence[str]) -> list[int]:
@@ -99,20 +117,25 @@ def word_starts(tokens: Sequence[str]) -> list[int]:
 
 
 def word_alignment(
-    cross: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: Sequence[str], layer: int | None = None
+    weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: Sequence[str]
 ) -> list[tuple[int, int]]:
-    """Hard source-target word alignment (i, j) from cross-attention (layers, heads, T + 1, S + 1).
+    """Word alignment (i, j) from cross-attention weights (T + 1, S + 1) (rows: target subwords then
+    </s>; columns: source subwords then </s>, which are left out).
 
-    Each target subword is linked to the source subword it attends to most in `layer` (by default
-    the penultimate of those given), averaged over heads; subword links become word links.
+    Word to word, a target word's weight on a source word is the sum over the source word's subwords,
+    averaged over the target word's; each source word is linked to the target word that weighs on it
+    most. So every source word has exactly one link, and a target word none or several.
     """
-    layer = max(0, cross.size(0) - 2) if layer is None else layer
-    weights = cross[layer].mean(dim=0)[: len(tgt_tokens), : len(src_tokens)]  # drop </s> row and column
+    weights = weights[: len(tgt_tokens), : len(src_tokens)].float()
     if weights.numel() == 0:
         return []
-    src_words, tgt_words = word_starts(src_tokens), word_starts(tgt_tokens)
-    links = {(src_words[int(s)], tgt_words[t]) for t, s in enumerate(weights.argmax(dim=1).tolist())}
-    return sorted(links)
+    src_words, tgt_words = torch.tensor(word_starts(src_tokens)), torch.tensor(word_starts(tgt_tokens))
+    by_source_word = weights.new_zeros(len(tgt_tokens), int(src_words[-1]) + 1).index_add_(1, src_words, weights)
+    by_words = by_source_word.new_zeros(int(tgt_words[-1]) + 1, by_source_word.size(1)).index_add_(
+        0, tgt_words, by_source_word
+    )
+    by_words /= torch.bincount(tgt_words).unsqueeze(1)
+    return [(i, j) for i, j in enumerate(by_words.argmax(dim=0).tolist())]
 
 
 def pharaoh(links: Sequence[tuple[int, int]]) -> str:

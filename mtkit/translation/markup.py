@@ -32,6 +32,7 @@ class MarkupTranslator(TextTranslator):
     def __init__(self, inner: Translator, fmt: str, split_sentences: bool = False):
         """split_sentences: translate each segment sentence by sentence (inner keeps lines whole)."""
         require_alignment(inner, fmt)
+        inner.keep_attention()
         self.inner, self.fmt = inner, fmt
         self.splitter = SentenceSplitter(inner.model_meta.get("src_lang")) if split_sentences else None
         self.src_tokenizer, self.tgt_tokenizer = inner.src_tokenizer, inner.tgt_tokenizer

@@ -22,7 +22,7 @@ from mtkit.model.packed import cast_linear_weights, pack_linear_layers
 from mtkit.model.transformer import Transformer
 from mtkit.text.targets import LANGUAGE_TOKENS, framing
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
-from mtkit.translation.alignment import alignment_layer, cross_attention_batch, pharaoh, word_alignment
+from mtkit.translation.alignment import alignment_layers, cross_attention_batches, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
 
 
@@ -61,7 +61,7 @@ def one_line(prefix: str) -> str:
 
 
 def without_start(hyps: list[Hypothesis], given: int) -> list[Hypothesis]:  # the search was given the first ones
-    return [dataclasses.replace(h, tokens=h.tokens[given:]) for h in hyps] if given else hyps
+    return [dataclasses.replace(h, tokens=h.tokens[given:], attention=None) for h in hyps] if given else hyps
 
 
 def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
@@ -264,13 +264,16 @@ class Translator(TextTranslator):
             return None
         return LineStream(self, deliver)
 
-    def alignment(self, line: str, hypothesis: Hypothesis) -> str:
-        """Pharaoh-format word alignment of a translation (see mtkit.translation.alignment.word_alignment); none
-        for a line translated in pieces."""
-        return self.alignments([line], [hypothesis])[0]
+    def keep_attention(self) -> None:
+        """Greedy searches keep each hypothesis' cross-attention (SearchConfig.attention_layers), so that
+        alignments() reads it instead of running the model again; beam search and a search replayed as
+        CUDA graphs do not keep it, and alignments() runs the model for theirs."""
+        if self.searcher is self.model:
+            self.cfg = dataclasses.replace(self.cfg, attention_layers=alignment_layers(self.model))
 
-    def alignments(self, lines: Sequence[str], hypotheses: Sequence[Hypothesis], batch_size: int = 128) -> list[str]:
-        """alignment() of many translations, their attention read in batches."""
+    def alignments(self, lines: Sequence[str], hypotheses: Sequence[Hypothesis]) -> list[str]:
+        """Pharaoh-format word alignment of each translation (mtkit.translation.alignment.word_alignment), from the
+        attention its hypothesis kept or read in batches; "" for a line translated in pieces."""
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
         if self.source_tag is not None:
@@ -278,16 +281,17 @@ class Translator(TextTranslator):
         sources = [line.strip() for line in lines]
         src_rows = self.src_tokenizer.encode_batch(sources)
         whole = [i for i, row in enumerate(src_rows) if len(row) <= self.segmenter.max_len]  # else: no one attention
-        whole.sort(key=lambda i: (len(src_rows[i]), len(hypotheses[i].tokens)))  # batches of like lengths: less padding
-        out, layer = [""] * len(lines), alignment_layer(self.model)
-        for start in range(0, len(whole), batch_size):
-            chunk = whole[start : start + batch_size]
-            with autocast(self.device, self.precision):
-                weights = cross_attention_batch(self.model, [src_rows[i] for i in chunk],
-                                                [hypotheses[i].tokens for i in chunk], layer + 1)  # fmt: skip
-            for i, cross in zip(chunk, weights):
-                tgt_tokens = [self.tgt_tokenizer.id_to_token(t) for t in hypotheses[i].tokens]
-                out[i] = pharaoh(word_alignment(cross, self.src_tokenizer.tokens(sources[i]), tgt_tokens, layer))
+        weights = {i: hypotheses[i].attention for i in whole if hypotheses[i].attention is not None}
+        missing = [i for i in whole if i not in weights]
+        with autocast(self.device, self.precision):
+            found = cross_attention_batches(
+                self.model, [src_rows[i] for i in missing], [hypotheses[i].tokens for i in missing]
+            )
+        weights.update(zip(missing, found))
+        out = [""] * len(lines)
+        for i, cross in weights.items():
+            tgt_tokens = [self.tgt_tokenizer.id_to_token(t) for t in hypotheses[i].tokens]
+            out[i] = pharaoh(word_alignment(cross, self.src_tokenizer.tokens(sources[i]), tgt_tokens))
         return out
 
 
