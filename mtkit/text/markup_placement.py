@@ -1,9 +1,10 @@
 """Where a segment's markup goes in its translation (mtkit.text.markup cuts the text into segments).
 
 An element spans the target words aligned to its source words, from the first to the last: the
-smallest contiguous span, widened to hold its children; where the spans of two siblings overlap,
-the later one starts where the earlier ends (and is empty if nothing is left), so that the output
-always nests properly, whatever the word order did. A node without words of its own (`<br/>`, an
+smallest contiguous span, widened to hold its children. Where the spans of two siblings overlap, a
+span that holds the other's whole ends where the other begins (the narrower claim is kept), and
+otherwise the later one starts where the earlier ends (and is empty if nothing is left), so that
+the output always nests properly, whatever the word order did. A node without words of its own (`<br/>`, an
 element kept whole, a comment) goes after the target word aligned to the source word before it,
 spaced as it was. Words are encoded as markup text again (`&` is `&amp;`).
 """
@@ -98,9 +99,15 @@ def _in_order(nodes: list[_Placed]) -> list[_Placed]:
 
 
 def _nest(nodes: list[_Placed], begin: int, end: int) -> None:
-    """Clip the nodes to [begin, end), then make siblings follow one another without overlap."""
+    """Clip the nodes to [begin, end), then make siblings follow one another without overlap: a node
+    whose span holds a later sibling's words ends where they begin (the sibling's span is the narrower
+    claim), and a node that begins inside an earlier one begins where it ends."""
+    ordered = _in_order(nodes)
+    for node, following in zip(ordered, ordered[1:]):
+        if node.begin < following.begin < following.end <= node.end:
+            node.end = following.begin
     cursor = begin
-    for node in _in_order(nodes):
+    for node in ordered:
         node.begin = min(max(node.begin, cursor), end)
         node.end = min(max(node.end, node.begin), end)
         cursor = node.end

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import numpy
 import torch
 
 from mtkit.data.batching import pad_batch
@@ -126,16 +127,15 @@ def word_alignment(
     averaged over the target word's; each source word is linked to the target word that weighs on it
     most. So every source word has exactly one link, and a target word none or several.
     """
-    weights = weights[: len(tgt_tokens), : len(src_tokens)].float()
-    if weights.numel() == 0:
+    weights = weights[: len(tgt_tokens), : len(src_tokens)].float().numpy()
+    if weights.size == 0:
         return []
-    src_words, tgt_words = torch.tensor(word_starts(src_tokens)), torch.tensor(word_starts(tgt_tokens))
-    by_source_word = weights.new_zeros(len(tgt_tokens), int(src_words[-1]) + 1).index_add_(1, src_words, weights)
-    by_words = by_source_word.new_zeros(int(tgt_words[-1]) + 1, by_source_word.size(1)).index_add_(
-        0, tgt_words, by_source_word
-    )
-    by_words /= torch.bincount(tgt_words).unsqueeze(1)
-    return [(i, j) for i, j in enumerate(by_words.argmax(dim=0).tolist())]
+    src_words, tgt_words = word_starts(src_tokens), word_starts(tgt_tokens)
+    summed = numpy.eye(src_words[-1] + 1, dtype=numpy.float32)[src_words]  # (subwords, words): one-hot
+    averaged = numpy.eye(tgt_words[-1] + 1, dtype=numpy.float32)[tgt_words]
+    averaged /= averaged.sum(axis=0)
+    by_words = averaged.T @ weights @ summed  # (target words, source words); small: numpy, not torch's dispatch
+    return list(enumerate(by_words.argmax(axis=0).tolist()))
 
 
 def pharaoh(links: Sequence[tuple[int, int]]) -> str:

@@ -278,8 +278,7 @@ class Translator(TextTranslator):
             raise MtkitError("--alignment needs one model, not an ensemble")
         if self.source_tag is not None:
             raise MtkitError("--alignment is not available for a model with target tags or language tokens")
-        sources = [line.strip() for line in lines]
-        src_rows = self.src_tokenizer.encode_batch(sources)
+        src_rows = self.src_tokenizer.encode_batch([line.strip() for line in lines])
         whole = [i for i, row in enumerate(src_rows) if len(row) <= self.segmenter.max_len]  # else: no one attention
         weights = {i: hypotheses[i].attention for i in whole if hypotheses[i].attention is not None}
         missing = [i for i in whole if i not in weights]
@@ -288,10 +287,10 @@ class Translator(TextTranslator):
                 self.model, [src_rows[i] for i in missing], [hypotheses[i].tokens for i in missing]
             )
         weights.update(zip(missing, found))
-        out = [""] * len(lines)
+        out, source, target = [""] * len(lines), self.src_tokenizer.id_to_token, self.tgt_tokenizer.id_to_token
         for i, cross in weights.items():
-            tgt_tokens = [self.tgt_tokenizer.id_to_token(t) for t in hypotheses[i].tokens]
-            out[i] = pharaoh(word_alignment(cross, self.src_tokenizer.tokens(sources[i]), tgt_tokens))
+            src_tokens, tgt_tokens = [source(t) for t in src_rows[i]], [target(t) for t in hypotheses[i].tokens]
+            out[i] = pharaoh(word_alignment(cross, src_tokens, tgt_tokens))
         return out
 
 
