@@ -130,6 +130,7 @@ def test_an_html_document_keeps_its_markup(browser, server, trained_run, lines, 
     document = f"<html><body>\n<h1>{lines[0]}</h1>\n<p>A <b>dog</b> runs.\n{lines[1]}</p>\n</body></html>\n"
     path = tmp_path / "page.html"
     path.write_text(document)
+    open_page(browser, server.url)  # its own page: not the one an earlier test left
     by_id(browser, "mode-document").click()
     by_id(browser, "document-file").send_keys(str(path))
     wait(browser, lambda: by_id(browser, "document-input").get_attribute("value") == document, "the upload")

@@ -92,8 +92,8 @@ def translate(
     """Translate raw text, one output line per input line, in order (stdin to stdout by default).
 
     With --alignment each line is `translation<TAB>i-j ...`: source word i aligned to target word j
-    (0-based, whitespace-separated words), each source word to the target word whose cross-attention
-    (the last two decoder layers', averaged over them and their heads) weighs on it most. With --prefix-file or --prefix-in-input each translation begins with the
+    (0-based, whitespace-separated words), each to the target word that attends to it most (last two
+    decoder layers). With --prefix-file or --prefix-in-input each translation begins with the
     given target text and continues as the model's best completion (both engines).
 
     With --format html (or xml) each line is markup: block elements cut it into segments translated
