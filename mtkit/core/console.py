@@ -34,6 +34,12 @@ def warn(message: str) -> None:
     console.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True)
 
 
+def clock(seconds: float) -> str:
+    """Whole seconds as M:SS, or H:MM:SS from an hour on."""
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 class LineProgress:
     """The piped twin of a rich progress bar: one line every `every_s` seconds at most."""
 
@@ -47,16 +53,21 @@ class LineProgress:
         self._last = time.monotonic()
 
     def advance(self, amount: float = 1.0, fields: str = "") -> None:
-        self.completed += amount
+        self.set(self.completed + amount, fields)
+
+    def set(self, completed: float, fields: str = "") -> None:
+        self.completed = completed
         self.fields = fields or self.fields
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
             if self.unit == "bytes":
                 done = f"{100 * self.completed / self.total:.0f}%" if self.total else f"{self.completed:,.0f} bytes"
+            elif self.unit == "share":
+                done = ""  # the fields say what is done
             else:
                 done = f"{self.completed:g}" + (f"/{self.total:g}" if self.total else "")
-            console.print(f"{self.description}: {done} {self.fields}".rstrip())
+            console.print(f"{self.description}: " + " ".join(part for part in (done, self.fields) if part))
 
 
 class BarProgress:
@@ -67,17 +78,22 @@ class BarProgress:
     def advance(self, amount: float = 1.0, fields: str = "") -> None:
         self._progress.update(self._task, advance=amount, fields=fields)
 
+    def set(self, completed: float, fields: str = "") -> None:
+        self._progress.update(self._task, completed=completed, fields=fields)
+
 
 @contextmanager
 def progress(description: str, total: float | None = None, unit: str = "") -> Iterator[LineProgress | BarProgress]:
-    """A progress reporter with `advance(amount, fields)`: a bar on a terminal, lines otherwise.
+    """A progress reporter with `advance(amount, fields)` and `set(completed, fields)`: a bar on a
+    terminal, lines otherwise.
 
-    unit "bytes" shows amounts as file sizes (for inputs read once, advancing by bytes read).
+    unit "bytes" shows amounts as file sizes (for inputs read once, advancing by bytes read); unit
+    "share": a share of a total of 1, whose fields say what it is (training's budget).
     """
     if not console.is_terminal:
         yield LineProgress(description, total, unit=unit)
         return
-    counter = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
+    counter = {"bytes": DownloadColumn(), "share": TextColumn("")}.get(unit, MofNCompleteColumn())
     columns = [
         TextColumn("[bold]{task.description}"),
         BarColumn(),

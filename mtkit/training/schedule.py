@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from mtkit.core.config import TrainConfig
+from mtkit.core.console import clock
 
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
@@ -42,10 +43,21 @@ def learning_rate(cfg: TrainConfig, step: int, elapsed: float = 0.0) -> float:
     wall-clock so far, which the linear schedule counts against cfg.max_time."""
     if cfg.lr_schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, cfg.lr, cfg.warmup)
-    budget_used = step / cfg.max_steps
-    if cfg.max_time:
-        budget_used = max(budget_used, elapsed / cfg.max_time)
-    return linear_decay_lr(step, cfg.lr, cfg.warmup, budget_used)
+    return linear_decay_lr(step, cfg.lr, cfg.warmup, budget_used(cfg, step, elapsed))
+
+
+def budget_used(cfg: TrainConfig, step: int, elapsed: float) -> float:
+    """The share of the training budget spent after `step` updates and `elapsed` seconds: of
+    train.max_steps, or of train.max_time where that share is the larger (it will run out first)."""
+    return max(step / cfg.max_steps, elapsed / cfg.max_time) if cfg.max_time else step / cfg.max_steps
+
+
+def budget_text(cfg: TrainConfig, step: int, elapsed: float) -> str:
+    """Where training stands against the limit that binds: "1,609/100,000 updates", or, where the time
+    runs out first, "1,609 updates, 3:12 of 8:00"."""
+    if cfg.max_time and elapsed / cfg.max_time >= step / cfg.max_steps:
+        return f"{step:,} updates, {clock(elapsed)} of {clock(cfg.max_time)}"
+    return f"{step:,}/{cfg.max_steps:,} updates"
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -36,7 +36,7 @@ from mtkit.training.ema import WeightAverage
 from mtkit.training.float8 import resolve_training_precision, to_training_precision
 from mtkit.training.loss import TrainingObjective, compile_objective
 from mtkit.training.rundir import EMA_FILE, METRICS_FILE, LogWindow, MetricsLog, StopSignal
-from mtkit.training.schedule import learning_rate, make_optimizer
+from mtkit.training.schedule import budget_text, budget_used, learning_rate, make_optimizer
 from mtkit.training.validation import check_valid_direction, metric_key, validate
 
 MAX_CONSECUTIVE_NONFINITE = 32
@@ -250,8 +250,12 @@ class Trainer:
         def wall_clock() -> float:  # training wall-clock across resumptions, validation and saving included
             return elapsed_before + time.perf_counter() - loop_start
 
-        with StopSignal() as stop, console.progress("training", total=self.cfg.max_steps) as bar:
-            bar.advance(self.progress.step)
+        def show(fields: str = "") -> None:  # against train.max_steps, or train.max_time where that binds
+            step, elapsed = self.progress.step, self.progress.elapsed
+            bar.set(budget_used(self.cfg, step, elapsed), f"{budget_text(self.cfg, step, elapsed)} {fields}".rstrip())
+
+        with StopSignal() as stop, console.progress("training", total=1.0, unit="share") as bar:
+            show()
             while reason is None:
                 started = time.perf_counter()
                 this_update, mine = micro, tensors.result()
@@ -276,7 +280,7 @@ class Trainer:
                 faults.reached("update")
                 window.add(stats, seconds)
                 step = self.progress.step
-                bar.advance(1, f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {window.tokens_per_s():,.0f} tgt tok/s")
+                show(f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {window.tokens_per_s():,.0f} tgt tok/s")
                 if step % self.cfg.log_every == 0:
                     if log:
                         log.write(window.record(stats, vars(self.progress)))
