@@ -225,6 +225,37 @@ def test_multi30k_recipe_averages_its_last_15_checkpoints_5_when_quick_all_when_
     assert (fewer in result.stderr.decode()) == (keep_last > len(averaged_steps))
 
 
+def test_multi30k_recipe_with_average_best_averages_the_checkpoints_val_scored_best(tmp_path):
+    """--average best keeps the best 15 by val (train.keep_best) and averages them: only validated
+    checkpoints count (here every second saved one, 4 in all: fewer than 15, so all of them)."""
+    (tmp_path / "data").mkdir()
+    data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
+    out = tmp_path / "out"
+    options = ["--models", "1", "--average", "best", "--out", out, *tiny_training(40), "--set", "train.valid_every=10"]
+    result = subprocess.run(["bash", RECIPES / "multi30k_en_de/run.sh", *options], env=recipe_env(data, "1.0"),
+                            capture_output=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert load_config(out / "run" / "config.yaml", []).train.keep_best == 15
+    averaged = [Path(path).parts[-3:] for path in load_model_file(out / "model.pt").meta["averaged"]]
+    assert sorted(averaged) == [("run", "checkpoints", f"step_{step:08d}.pt") for step in (10, 20, 30, 40)]
+    assert f"run.sh: {out / 'run'} has 4 validated checkpoints; averaging those" in result.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--average", "worst"], "run.sh: --average needs last or best, not 'worst'"),
+        (["--average"], "run.sh: --average needs a value"),
+    ],
+)
+def test_recipe_options_are_refused_in_one_line_before_anything_is_written(tmp_path, options, message):
+    out = tmp_path / "out"
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--out", out, *options]
+    result = subprocess.run(command, env=recipe_env(tmp_path, "1.0"), capture_output=True, timeout=120)
+    assert (result.returncode, result.stderr.decode(), result.stdout) == (2, message + "\n", b"")
+    assert not out.exists()
+
+
 def test_wmt14_recipe_runs_end_to_end_on_a_local_folder_of_three_corpora(tmp_path):
     """run.sh on a WMT-shaped folder (three training corpora as prepare_data.sh leaves them, valid and
     test), torchrun with one CPU process, the base config shrunk by TRAIN_ARGS: the tokenizer, the

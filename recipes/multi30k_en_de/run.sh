@@ -2,7 +2,8 @@
 # Multi30k English->German, raw text to BLEU: train-tokenizer -> preprocess -> train -> average -> evaluate.
 #
 #   recipes/multi30k_en_de/run.sh [--quick | --gpu] [--out DIR] [--src en --tgt de] [--models N]
-#                                 [--bpe-dropout P] [--no-split-punctuation] [--set KEY=VALUE ...]
+#                                 [--bpe-dropout P] [--average last|best] [--no-split-punctuation]
+#                                 [--set KEY=VALUE ...]
 #
 # DATA=/path/to/folder with train/val/test2016 .en/.de files; without DATA, files missing
 # from DIR/raw are fetched from the public Multi30k release (needs a network).
@@ -17,7 +18,10 @@
 # default is 0.05 (val 39.79; 0.1 gave 39.58, 0 gave 39.75); --bpe-dropout 0 trains all on one.
 # Each model is the average of its last 15 checkpoints (config.yaml keeps 15; on val, in two runs,
 # 39.61 and 39.79 against the last 5's 39.42 and 39.56), of its last 5 with --quick, and of all it
-# saved when a shorter run (--set train.max_time=...) saved fewer.
+# saved when a shorter run (--set train.max_time=...) saved fewer. --average best averages instead
+# the 15 (5) checkpoints with the best val BLEU: training keeps them (train.keep_best) beside the last
+# ones; only validated checkpoints count (train.valid_every), so a run that overfits its corpus
+# averages its best stretch, not its last.
 # The tokenizer keeps every punctuation character a subword of its own (`mtkit train-tokenizer
 # --split-punctuation`; val 40.58 against the three runs before it, 40.06 on average, and 32.70
 # against 31.91 in quick mode); --no-split-punctuation trains it without.
@@ -35,11 +39,12 @@ src=en
 tgt=de
 models=default
 bpe_dropout=0.05
+average_by=last
 tokenizer_options=(--split-punctuation)
 extra=()
 lenpens=(${LENPENS:-0.6 1.0 1.4 1.8 2.2 2.6 3.0})
 while [ $# -gt 0 ]; do
-  case "$1" in --out|--src|--tgt|--models|--bpe-dropout|--set) [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;; esac
+  case "$1" in --out|--src|--tgt|--models|--bpe-dropout|--average|--set) [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;; esac
   case "$1" in
     --quick) quick=1 ;;
     --gpu) gpu=1 ;;
@@ -48,10 +53,11 @@ while [ $# -gt 0 ]; do
     --tgt) tgt="$2"; shift ;;
     --models) models="$2"; shift ;;
     --bpe-dropout) bpe_dropout="$2"; shift ;;
+    --average) average_by="$2"; shift ;;
     --split-punctuation) tokenizer_options=(--split-punctuation) ;;
     --no-split-punctuation) tokenizer_options=(--no-split-punctuation) ;;
     --set) extra+=(--set "$2"); shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -64,6 +70,7 @@ fi
 [ "$models" != default ] || models=$(( quick ? 1 : 2 ))
 case "$models" in ''|*[!0-9]*|0*) echo "run.sh: --models needs a whole number from 1, not '$models'" >&2; exit 2 ;; esac
 case "$bpe_dropout" in ''|*[!0-9.]*|*.*.*|.) echo "run.sh: --bpe-dropout needs a number in [0, 1), not '$bpe_dropout'" >&2; exit 2 ;; esac
+case "$average_by" in last|best) ;; *) echo "run.sh: --average needs last or best, not '$average_by'" >&2; exit 2 ;; esac
 mkdir -p "$out"
 
 if [ -z "${DATA:-}" ]; then
@@ -116,6 +123,8 @@ if [ "$gpu" = 1 ]; then
             --set train.compile=true --set train.cuda_graphs=true)
 fi
 
+[ "$average_by" = last ] || settings+=(--set train.keep_best="$average_last")
+
 mtkit train-tokenizer -i "$DATA/train.$src" -i "$DATA/train.$tgt" -o "$out/tokenizer.json" --vocab-size 8000 "${tokenizer_options[@]}"
 preprocess() {  # dataset directory, then settings of its own
   mtkit preprocess -s "$src" -t "$tgt" --train "$DATA/train" --valid "$DATA/val" --test "$DATA/test2016" \
@@ -125,11 +134,17 @@ preprocess "$out/data-bin"
 train() {  # dataset, run directory, then settings of its own
   mtkit train -d "$1" -o "$2" -c "$here/config.yaml" --force "${settings[@]}" "${@:3}" "${extra[@]}"
 }
-average() {  # run directory, model file: the average of its last $average_last checkpoints, or of all
-  local kept  # it has when a shorter run saved fewer
-  kept=$(find "$1/checkpoints" -name 'step_*.pt' | wc -l)
-  [ "$kept" -ge "$average_last" ] || echo "run.sh: $1 has $kept checkpoints; averaging those" >&2
-  mtkit average "$1" --last $(( kept < average_last ? kept : average_last )) -o "$2"
+average() {  # run directory, model file: the average of its last (or best) $average_last checkpoints,
+  local kept what=checkpoints  # or of all it has when a shorter run saved fewer
+  if [ "$average_by" = best ]; then
+    what="validated checkpoints"
+    kept=$(python3 -c 'import json, sys; print(sum(e.get("metric") is not None for e in json.load(open(sys.argv[1]))["checkpoints"]))' \
+      "$1/checkpoints/index.json")
+  else
+    kept=$(find "$1/checkpoints" -name 'step_*.pt' | wc -l)
+  fi
+  [ "$kept" -ge "$average_last" ] || echo "run.sh: $1 has $kept $what; averaging those" >&2
+  mtkit average "$1" --"$average_by" $(( kept < average_last ? kept : average_last )) -o "$2"
 }
 if [ "$models" = 1 ]; then
   train "$out/data-bin" "$out/run"
