@@ -4,9 +4,9 @@ An element spans the target words aligned to its source words, from the first to
 smallest contiguous span, widened to hold its children. Where the spans of two siblings overlap, a
 span that holds the other's whole ends where the other begins (the narrower claim is kept), and
 otherwise the later one starts where the earlier ends (and is empty if nothing is left), so that
-the output always nests properly, whatever the word order did. A node without words of its own (`<br/>`, an
-element kept whole, a comment) goes after the target word aligned to the source word before it,
-spaced as it was. Words are encoded as markup text again (`&` is `&amp;`).
+the output always nests properly, whatever the word order did. A node without words of its own
+(`<br/>`, an element kept whole, a comment) goes after the target word aligned to the source word
+before it, spaced as it was. Words are encoded as markup text again (`&` is `&amp;`).
 """
 
 from __future__ import annotations
