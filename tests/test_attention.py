@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 from conftest import random_sources, run_mtkit, tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mtkit.core.errors import MtkitError
 from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -66,6 +68,25 @@ def test_word_starts_and_alignment():
     weights = torch.tensor([[0.1, 0.3, 0.3, 0.3], [0.7, 0.1, 0.1, 0.1], [0.5, 0.2, 0.2, 0.1], [0.0, 0.0, 0.0, 1.0]])
     assert word_alignment(weights, ["▁a", "▁b", "c"], ["▁x", "▁y", "z"]) == [(0, 1), (1, 0)]
     assert word_alignment(weights[:, :1], [], ["▁x"]) == []
+
+
+def subwords(starts: list[bool]) -> list[str]:
+    """Subword strings whose word starts are the given flags (the first always starts one)."""
+    return [("▁" if start or i == 0 else "") + f"s{i}" for i, start in enumerate(starts)]
+
+
+@settings(deadline=None)  # any machine, any load
+@given(
+    src=st.lists(st.booleans(), min_size=1, max_size=12),
+    tgt=st.lists(st.booleans(), min_size=1, max_size=12),
+    seed=st.integers(0, 2**16),
+)
+def test_every_source_word_has_exactly_one_link_into_the_target_words(src, tgt, seed):
+    weights = torch.rand(len(tgt) + 1, len(src) + 1, generator=torch.Generator().manual_seed(seed)).softmax(dim=1)
+    src_tokens, tgt_tokens = subwords(src), subwords(tgt)
+    links = word_alignment(weights, src_tokens, tgt_tokens)
+    assert [i for i, _ in links] == list(range(max(word_starts(src_tokens)) + 1))
+    assert all(0 <= j <= max(word_starts(tgt_tokens)) for _, j in links)
 
 
 @pytest.fixture(scope="module")
