@@ -125,6 +125,7 @@ def tiny_training(steps: int) -> list[str]:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
+@pytest.mark.parametrize("recipe", ["multi30k_en_de", "multi30k_multilingual"])
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -132,9 +133,9 @@ def tiny_training(steps: int) -> list[str]:
         (["--gpu", "--quick"], "run.sh: --quick and --gpu are two modes; choose one"),
     ],
 )
-def test_the_gpu_recipe_is_refused_in_one_line_before_it_writes_anything(tmp_path, options, message):
+def test_the_gpu_recipe_is_refused_in_one_line_before_it_writes_anything(tmp_path, recipe, options, message):
     out = tmp_path / "out"
-    command = ["bash", RECIPES / "multi30k_en_de/run.sh", *options, "--out", out]
+    command = ["bash", RECIPES / recipe / "run.sh", *options, "--out", out]
     result = subprocess.run(command, env=recipe_env(tmp_path, "1.0"), capture_output=True, timeout=120)
     assert (result.returncode, result.stderr.decode(), result.stdout) == (2, message + "\n", b"")
     assert not out.exists()

@@ -2,14 +2,15 @@
 # Multi30k, one model for several directions: English into German, French and Czech (or, with
 # --many-to-many, all 12 directions between en, de, fr and cs), raw text to BLEU per direction.
 #
-#   DATA=/path/to/multi30k recipes/multi30k_multilingual/run.sh [--quick] [--out DIR] [--many-to-many]
+#   DATA=/path/to/multi30k recipes/multi30k_multilingual/run.sh [--quick | --gpu] [--out DIR] [--many-to-many]
 #                    [--temperature T] [--low-resource LANG=FRACTION] [--set KEY=VALUE ...]
 #
 # DATA holds train/val/test2016 in .en .de .fr .cs (Multi30k is multi-way parallel: line i of every
 # language is the same caption). The tokenizer is one joint BPE over the four languages with a tag
 # per target (<2de> ...); every source starts with its target's tag (preprocess --lang-pairs). The
 # model and training are the English->German recipe's (../multi30k_en_de/config.yaml: 90 minutes
-# on 2 cores; --quick: 8 minutes), its directions drawn at --temperature (default 1: as they come,
+# on 2 cores; --quick: 8 minutes; --gpu: 5 minutes of one CUDA GPU, with the English->German
+# recipe's --gpu settings), its directions drawn at --temperature (default 1: as they come,
 # here all the same size). The length penalty is the one of LENPENS with the best macro-average
 # val BLEU; test2016 is evaluated once, per direction, with sacrebleu's signatures.
 # --low-resource cs=0.1 trains English->Czech on the first 10% of the pairs only (a corpus of its
@@ -19,6 +20,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="runs/multi30k_multilingual"
 quick=0
+gpu=0
 pairs="en-de,en-fr,en-cs"
 temperature=1
 low=""
@@ -28,17 +30,23 @@ while [ $# -gt 0 ]; do
   case "$1" in --out|--temperature|--low-resource|--set) [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;; esac
   case "$1" in
     --quick) quick=1 ;;
+    --gpu) gpu=1 ;;
     --out) out="$2"; shift ;;
     --many-to-many) pairs="en-de,en-fr,en-cs,de-en,de-fr,de-cs,fr-en,fr-de,fr-cs,cs-en,cs-de,cs-fr" ;;
     --temperature) temperature="$2"; shift ;;
     --low-resource) low="$2"; shift ;;
     --set) extra+=(--set "$2"); shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 [ -n "${DATA:-}" ] || { echo "run.sh: set DATA=/path/to/multi30k (train, val, test2016 in .en .de .fr .cs)" >&2; exit 2; }
+[ $(( quick + gpu )) -le 1 ] || { echo "run.sh: --quick and --gpu are two modes; choose one" >&2; exit 2; }
+if [ "$gpu" = 1 ] && ! python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  echo "run.sh: --gpu needs a CUDA GPU, and torch sees none here" >&2
+  exit 2
+fi
 mkdir -p "$out"
 
 settings=(--set "train.sampling_temperature=$temperature")
@@ -52,6 +60,10 @@ if [ "$quick" = 1 ]; then  # the English->German recipe's quick settings
     settings+=(--set model.preset=transformer-narrow --set model.dropout=0.0 --set train.max_tokens=1536
                --set train.lr_schedule=linear --set train.save_every=50)
   fi
+fi
+if [ "$gpu" = 1 ]; then  # the English->German recipe's --gpu settings (../multi30k_en_de/run.sh)
+  settings+=(--set train.device=cuda --set train.max_time=300 --set train.max_tokens=8192 --set train.pack_length=128
+             --set train.compile=true --set train.cuda_graphs=true)
 fi
 average_last=$(( quick ? 5 : 15 ))
 targets=$(tr ',' '\n' <<< "$pairs" | cut -d- -f2 | sort -u)
