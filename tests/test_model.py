@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 from mtkit.core.config import build_config
-from mtkit.model.kernels import Dropout, attend, attention_with_weights, matmul_attention
+from mtkit.model.kernels import Dropout, attend, matmul_attention
 from mtkit.model.kv_cache import CACHE_CHUNK
 from mtkit.model.transformer import MultiHeadAttention, Transformer, sinusoidal_positions
 from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -51,7 +51,7 @@ def test_spec_worked_attention_examples_on_every_path(path):
         elif path == "matmul":
             out = matmul_attention(q, k, v, None, False, dropout=0.0)
         else:
-            out, weights = attention_with_weights(q, k, v, None, False)
+            out, weights = attend(q, k, v, None, False, dropout=0.0, training=False, keep_weights=True)
             assert weights[0, 0, 0].tolist() == pytest.approx([math_sigmoid(margin), math_sigmoid(-margin)], abs=1e-6)
         assert out[0, 0, 0, :2].tolist() == pytest.approx([math_sigmoid(margin), math_sigmoid(-margin)], abs=1e-6)
     assert round(math_sigmoid(0.5), 2) == 0.62 and round(math_sigmoid(-1.25), 2) == 0.22  # the SPEC's figures

@@ -91,9 +91,10 @@ def greedy_search(
     log_probs = torch.zeros(batch, device=src.device)
     tokens = torch.full((batch,), BOS_ID, dtype=torch.long, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    attention = CrossAttentionLog(model, cfg.attention_layers, src, int(max_lens.max()))
+    longest = int(max_lens.max())
+    attention = CrossAttentionLog(model, cfg.attention_layers, src, longest)
     with attention:
-        for step in range(int(max_lens.max())):
+        for step in range(longest):
             lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
             attention.record(step, alive)
             steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)  # every row alike

@@ -4,10 +4,11 @@ that fine-tuning needs less memory and the output layer costs less per decoding 
 
 Kept: the specials, every added token (language codes, tags, an imported model's fairseq <s>, which
 its export puts back in place) but an imported model's rows that nothing produces (<mask>, rows no
-token names), and every subword the tokenizer produces on the texts; for a BPE tokenizer also every piece a kept piece is merged from, so that each merge
-that the texts take is still there. The texts then encode exactly as before, each id renumbered
-(checked). Other text loses the pieces it alone used: a unigram model segments it with the kept
-ones, a BPE model stops at the last kept merge, and characters no kept piece covers become <unk>.
+token names), and every subword the tokenizer produces on the texts; for a BPE tokenizer also every
+piece a kept piece is merged from, so that each merge that the texts take is still there. The
+texts then encode exactly as before, each id renumbered (checked). Other text loses the pieces it
+alone used: a unigram model segments it with the kept ones, a BPE model stops at the last kept
+merge, and characters no kept piece covers become <unk>.
 The rows keep their order, so mtkit's specials keep their ids. Models with one joint vocabulary only.
 """
 

@@ -46,14 +46,6 @@ def cpu_dropout(x: Tensor, p: float) -> Tensor:
     return x * keep * (65536 / (65536 - dropped))
 
 
-def attention_with_weights(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool
-) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k) + B) V, returning the weights too (slow path, for inspection)."""
-    weights = softmax_weights(q, k, mask, is_causal)
-    return weights @ v, weights
-
-
 def softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
     """softmax(Q K^T / sqrt(d_k) + B): (B, h, Lq, Lk)."""
     return masked_scores(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask, is_causal).softmax(dim=-1)

@@ -91,11 +91,10 @@ def cross_attention_batches(
     """cross_attention_batch of many pairs in batches of like lengths (less padding), the alignment layers'."""
     order = sorted(range(len(src_rows)), key=lambda i: (len(src_rows[i]), len(tgt_rows[i])))
     out: list[torch.Tensor] = [torch.empty(0)] * len(order)
+    layers = alignment_layers(model)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        found = cross_attention_batch(
-            model, [src_rows[i] for i in chunk], [tgt_rows[i] for i in chunk], alignment_layers(model)
-        )
+        found = cross_attention_batch(model, [src_rows[i] for i in chunk], [tgt_rows[i] for i in chunk], layers)
         for i, weights in zip(chunk, found):
             out[i] = weights
     return out
