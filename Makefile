@@ -1,11 +1,15 @@
 # Two entry points for a fresh machine:
 #   make demo   set up, then train -> translate -> evaluate on Multi30k (quick mode, ~10 minutes on 2 cores)
-#   make test   set up, then lint (ruff check, ruff format --check) and run the test suite
+#   make test   set up, then lint (ruff check, ruff format --check) and run the test suite; on a CPU
+#               where `precision: auto` is bf16, run again the tests that depend on that choice,
+#               as a CPU without bf16 instructions would (MTKIT_NO_BF16=1)
 VENV ?= .venv
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
 DATA ?= $(abspath $(wildcard ../shared/data/multi30k))
 DEMO_OUT ?= runs/demo
+AUTO_LOG := $(abspath $(VENV))/auto-precision.log
+AUTO_ON_THIS_CPU := import torch; from mtkit.core.device import resolve_precision; print(resolve_precision("auto", torch.device("cpu")))
 
 .PHONY: setup test demo clean browser
 
@@ -20,7 +24,14 @@ setup: $(VENV)/.installed
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/python -m pytest -q -n auto
+	rm -f $(AUTO_LOG)
+	MTKIT_AUTO_PRECISION_LOG=$(AUTO_LOG) $(VENV)/bin/python -m pytest -q -n auto
+	@if [ "$$($(VENV)/bin/python -c '$(AUTO_ON_THIS_CPU)')" = bf16 ]; then \
+		echo "make test: precision auto is bf16 on this CPU; the tests that resolved it, again as on a CPU without bf16 (MTKIT_NO_BF16=1):"; \
+		MTKIT_NO_BF16=1 $(VENV)/bin/python -m pytest -q -n auto --only-precision-dependent=$(AUTO_LOG); \
+	else \
+		echo "make test: precision auto is fp32 on this CPU (no bf16 instructions, or MTKIT_NO_BF16=1): one pass covers it"; \
+	fi
 
 # Headless Chromium and its driver, for the serve page's browser tests (which skip, saying so, without them):
 # Debian's packages where this runs as root, else the line to run.

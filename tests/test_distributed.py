@@ -28,8 +28,12 @@ from mtkit.model.files import load_payload
 from mtkit.training.rundir import STATE_FILE
 
 COMMON = [*TINY_TRAIN, "--set", "train.max_steps=5", "--set", "train.valid_every=5", "--set", "train.valid_beam=2"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 LIMIT_S = 600  # turns a hang into a failure; every run here ends in seconds
+
+
+def environment(**extra: str) -> dict:
+    """This process's environment when a launch starts (a test's own settings included), one thread."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", **extra}
 
 
 def torchrun(*launch: str) -> list[str]:
@@ -38,7 +42,7 @@ def torchrun(*launch: str) -> list[str]:
 
 def start(command: list, extra_env: dict | None = None) -> subprocess.Popen:
     """A launch in a session of its own, so that a hang kills its workers too, not just torchrun."""
-    return subprocess.Popen([str(c) for c in command], env={**ENV, **(extra_env or {})}, start_new_session=True,
+    return subprocess.Popen([str(c) for c in command], env=environment(**(extra_env or {})), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
@@ -195,7 +199,7 @@ def test_a_torchrun_worker_ends_as_the_command_does_without_finalizing(tmp_path,
         f"sys.argv = ['mtkit', *{[str(a) for a in args]!r}]; from mtkit.cli import main; main()"
     )
     ordinary, worker = (
-        subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, env={**ENV, **world})
+        subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, env=environment(**world))
         for world in ({"WORLD_SIZE": "1"}, {"WORLD_SIZE": "2"})
     )
     assert ordinary.stderr.decode().endswith("finalized\n")

@@ -305,19 +305,6 @@ def test_tied_weights_stay_one_tensor_when_moved_to_the_cpu():
     assert all(torch.equal(moved[name], state[name]) for name in state)
 
 
-@pytest.mark.parametrize(
-    "flags, native",
-    [("fpu sse avx2 fma", False), ("fpu avx512f avx512_bf16 avx2", True), ("fpu amx_bf16 amx_tile", True), ("", False)],
-)
-def test_cpu_bf16_is_chosen_only_with_native_instructions(flags, native, monkeypatch):
-    from mtkit.core import device as device_module
-
-    cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n"
-    assert device_module.cpu_has_native_bf16(cpuinfo) is native
-    monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: native)
-    assert device_module.resolve_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")
-
-
 @pytest.mark.parametrize("beams", [1, 3])
 def test_cache_follows_many_reorders_past_its_capacity(beams):
     """More steps than the cache's first capacity (so it grows), a random reordering of the rows

@@ -1,17 +1,36 @@
 """Where a model runs and in which precision: the device, the numeric precision, autocast.
 
 Training and translation both choose through these functions, so `auto` means the same in both.
+What `auto` chooses depends on the hardware, seen through one seam (`detect_hardware`), so that each
+kind of machine can be pretended in a test; `MTKIT_NO_BF16=1` makes a CPU with bf16 instructions
+choose as one without them (fp32).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+from dataclasses import dataclass
 
 import torch
 
 from mtkit.core.errors import MtkitError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+NO_BF16_SWITCH = "MTKIT_NO_BF16"
+# A file to which every resolution of `auto` appends who asked (MTKIT_AUTO_PRECISION_CONTEXT) and what
+# it chose: the test suite finds with it the tests whose behaviour depends on the machine's precision.
+AUTO_PRECISION_LOG = "MTKIT_AUTO_PRECISION_LOG"
+AUTO_PRECISION_CONTEXT = "MTKIT_AUTO_PRECISION_CONTEXT"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What `auto` looks at: the kind of device, and whether it computes bf16 natively."""
+
+    device_type: str  # "cpu" or "cuda"
+    native_bf16: bool
 
 
 def resolve_device(device: str) -> torch.device:
@@ -29,18 +48,52 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """auto: bf16 where the hardware computes it natively, else fp16 (with loss scaling) on CUDA, fp32 on CPU.
-
-    GPUs: bf16 from Ampere on; a V100 or T4 only emulates it (slowly), so it gets fp16.
-    CPUs: bf16 with AVX-512 BF16 or AMX; elsewhere fp32 (bf16 can still be asked for explicitly).
-    """
     if precision == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
-        return "bf16" if cpu_has_native_bf16() else "fp32"
+        hardware = detect_hardware(device)
+        chosen = auto_precision(hardware)
+        record_auto_choice(hardware, chosen)
+        return chosen
     if precision not in PRECISIONS:
         raise MtkitError(f"precision {precision!r}: must be auto, {', '.join(PRECISIONS)}")
     return precision
+
+
+def auto_precision(hardware: Hardware) -> str:
+    """bf16 where the hardware computes it natively, else fp16 (with loss scaling) on CUDA, fp32 on CPU.
+
+    GPUs: bf16 from Ampere on; a V100 or T4 only emulates it (slowly), so it gets fp16.
+    CPUs: bf16 with AVX-512 BF16 or AMX; elsewhere fp32 (bf16 can still be asked for explicitly: it
+    is emulated there, 34-49x slower)."""
+    if hardware.native_bf16:
+        return "bf16"
+    return "fp16" if hardware.device_type == "cuda" else "fp32"
+
+
+def detect_hardware(device: torch.device) -> Hardware:
+    """The seam between `auto` and the machine: tests replace it to pretend each kind."""
+    if device.type == "cuda":
+        return Hardware("cuda", torch.cuda.is_bf16_supported(including_emulation=False))
+    return Hardware("cpu", cpu_has_native_bf16() and not bf16_switched_off())
+
+
+def bf16_switched_off() -> bool:
+    """MTKIT_NO_BF16=1: choose on a CPU as if it had no bf16 instructions."""
+    value = os.environ.get(NO_BF16_SWITCH, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise MtkitError(f"environment variable {NO_BF16_SWITCH}={os.environ[NO_BF16_SWITCH]!r}: must be 1 or 0")
+
+
+def record_auto_choice(hardware: Hardware, chosen: str) -> None:
+    log = os.environ.get(AUTO_PRECISION_LOG)
+    if not log:
+        return
+    line = json.dumps({"context": os.environ.get(AUTO_PRECISION_CONTEXT, ""), "device": hardware.device_type,
+                       "native_bf16": hardware.native_bf16, "chosen": chosen})  # fmt: skip
+    with open(log, "a", encoding="utf-8") as handle:  # one short write: whole lines from parallel processes
+        handle.write(line + "\n")
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
