@@ -29,16 +29,34 @@ def pytest_addoption(parser):
     )
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    with asking_for_precision(f"test {item.nodeid}"):
-        yield
+def pytest_configure(config):
+    # Registered for the whole session, not as a conftest's hooks: those see only what happens under
+    # their folder, and a session-scoped fixture is set up at the root.
+    config.pluginmanager.register(PrecisionDependence(), "mtkit-precision-dependence")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    with asking_for_precision(f"fixture {fixturedef.argname}"):
-        yield
+class PrecisionDependence:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        with asking_for_precision(f"test {item.nodeid}"):
+            yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        with asking_for_precision(f"fixture {fixturedef.argname}"):
+            yield
+
+    def pytest_collection_modifyitems(self, config, items):
+        log = config.getoption("--only-precision-dependent")
+        if log is None:
+            return
+        askers = precision_askers(Path(log))
+        tests = {asker.removeprefix("test ") for asker in askers if asker.startswith("test ")}
+        fixtures = {asker.removeprefix("fixture ") for asker in askers if asker.startswith("fixture ")}
+        kept = [item for item in items if item.nodeid in tests or fixtures & set(item.fixturenames)]
+        kept_ids = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept_ids])
+        items[:] = kept
 
 
 @contextlib.contextmanager
@@ -53,19 +71,6 @@ def asking_for_precision(context: str):
             os.environ.pop(AUTO_PRECISION_CONTEXT, None)
         else:
             os.environ[AUTO_PRECISION_CONTEXT] = previous
-
-
-def pytest_collection_modifyitems(config, items):
-    log = config.getoption("--only-precision-dependent")
-    if log is None:
-        return
-    askers = precision_askers(Path(log))
-    tests = {asker.removeprefix("test ") for asker in askers if asker.startswith("test ")}
-    fixtures = {asker.removeprefix("fixture ") for asker in askers if asker.startswith("fixture ")}
-    kept = [item for item in items if item.nodeid in tests or fixtures & set(item.fixturenames)]
-    kept_ids = {id(item) for item in kept}
-    config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept_ids])
-    items[:] = kept
 
 
 def precision_askers(log: Path) -> set[str]:

@@ -125,7 +125,7 @@ from mtkit.core.device import resolve_precision
 AUTO = "import torch; from mtkit.core.device import resolve_precision; resolve_precision('auto', torch.device('cpu'))"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # set up at the root, not under the test's folder
 def model_trained_in_auto():
     return resolve_precision("auto", torch.device("cpu"))
 
