@@ -49,6 +49,13 @@ TINY_TRAIN = [
 ]
 
 
+def pytest_runtest_setup(item):
+    """A test marked gpu("why") skips without CUDA, saying why; bench/gpu_check.py --all runs them on a GPU."""
+    marker = item.get_closest_marker("gpu")
+    if marker is not None and not torch.cuda.is_available():
+        pytest.skip(f"{marker.args[0] if marker.args else 'needs a CUDA GPU'} (python bench/gpu_check.py --all runs it)")
+
+
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():

@@ -150,7 +150,7 @@ def test_the_host_reads_when_the_signal_says_every_sentence_is_done(model):
     assert reading == [4, 14, 15, 25, 29]  # the signal at 4 and 15, 10 steps after a read, the limit (29)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the signal travels from a GPU")
+@pytest.mark.gpu("the signal travels from a GPU")
 def test_a_gpu_search_ends_soon_after_every_sentence_is_done_without_waiting_for_the_device():
     """Every sentence ends at step 3 (</s> made likely; min_len 3), the limit is 60 steps and the host
     reads only every 100: the copy of "every sentence done" ends the search a few steps later, and

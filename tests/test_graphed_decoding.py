@@ -113,7 +113,7 @@ def test_cuda_graphs_need_a_gpu(trained_run, tmp_path):
     assert result.stdout == b""
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu("CUDA graphs need a GPU")
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
 def test_graphs_replay_what_the_eager_steps_compute(dtype):
     model = tiny_model(vocab=VOCAB, seed=1).cuda()

@@ -257,6 +257,79 @@ def test_recipe_options_are_refused_in_one_line_before_anything_is_written(tmp_p
     assert not out.exists()
 
 
+TWO_SETTINGS = """# a comment, then a blank line
+
+first   plain    train.seed=1
+second  dropout  train.seed=2 train.label_smoothing=0.1
+"""
+
+
+def test_gpu_recipe_dry_run_sweeps_chooses_on_val_and_decodes_test2016_once(tmp_path):
+    """--gpu --dry-run: the --gpu mode's steps on the CPU with a sweep of two settings trained side by
+    side (the second on the BPE-dropout samples), `mtkit choose` over them, and test2016 decoded once
+    with what it chose, scored cased and lowercased."""
+    (tmp_path / "data").mkdir()
+    data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
+    (tmp_path / "sweep.txt").write_text(TWO_SETTINGS)
+    out = tmp_path / "out"
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--gpu", "--dry-run", "--sweep", tmp_path / "sweep.txt",
+               "--out", out, *tiny_training(80), "--set", "train.valid_every=20"]  # fmt: skip
+    result = subprocess.run(command, env=recipe_env(data, "0.0 3.0"), capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    first, second = (load_config(out / "sweep" / name / "config.yaml", []).train for name in ("first", "second"))
+    assert (first.seed, first.label_smoothing, second.seed, second.label_smoothing) == (1, 0.2, 2, 0.1)
+    assert (first.device, first.pack_length, first.compile, first.keep_best, first.threads) == (
+        "cpu",
+        128,
+        False,
+        15,
+        1,
+    )
+    assert (out / "sweep" / "second.log").exists() and not (out / "sweep" / "first.log").exists()
+    choice = json.loads((out / "chosen" / "choice.json").read_text())
+    assert set(choice["runs"]) <= {str(out / "sweep" / "first"), str(out / "sweep" / "second")}
+    for run, name in zip(choice["runs"], choice["models"], strict=True):  # each chosen model from its run's data
+        data_dir = Path(load_model_file(out / "chosen" / name).meta["data_dir"]).name
+        assert data_dir == ("data-bin" if run.endswith("first") else "data-bin-dropout")
+    rows = [line.split("\t") for line in (out / "val_lenpen.tsv").read_text().splitlines()]
+    assert rows == [[str(t["lenpen"]), str(t["bleu"])] for t in choice["trials"] if t["stage"] == "lenpen"]
+    assert [float(lenpen) for lenpen, _ in rows] == [0.0, 3.0]
+    assert f"lenpen {choice['lenpen']}: the best val BLEU of" in result.stderr.decode()
+    model_args = [arg for name in choice["models"] for arg in ("-m", out / "chosen" / name)]
+    expected = run_mtkit(
+        "translate", *model_args, "-i", data / "test2016.en", "--beam", "5", "--lenpen", str(choice["lenpen"])
+    )
+    assert (out / "test2016.hyp.de").read_bytes() == expected.stdout
+    assert "case:lc" in result.stdout.decode() and "case:mixed" in result.stdout.decode()
+
+
+@pytest.mark.parametrize(
+    ("options", "sweep", "message"),
+    [
+        (["--dry-run"], None, "run.sh: --dry-run runs the --gpu mode's steps on the CPU: give --gpu too"),
+        (["--models", "2"], TWO_SETTINGS, "run.sh: --models N trains one setting N times; --sweep trains the settings its file lists"),
+        (["--average", "best"], TWO_SETTINGS, "run.sh: with --sweep, mtkit choose tries each run's last and best checkpoints on val; --average is for the other modes"),
+        ([], "a plain train.seed=1\nb noisy train.seed=2\n", "run.sh: SWEEP, line 2: DATA is plain or dropout, not 'noisy'"),
+        ([], "a plain train.seed=1 dropout\n", "run.sh: SWEEP, line 1: settings are KEY=VALUE, not 'dropout'"),
+        ([], "a/b plain\n", "run.sh: SWEEP, line 1: NAME takes letters, digits, '.', '_' and '-', not 'a/b'"),
+        ([], "a plain\n# b\na dropout\n", "run.sh: SWEEP, line 3: the name a is taken by an earlier line"),
+        ([], "# nothing\n", "run.sh: SWEEP: no settings (one line each: NAME DATA KEY=VALUE...)"),
+        ([], "", "run.sh: --sweep SWEEP: no such file"),
+    ],
+)  # fmt: skip
+def test_sweep_options_and_files_are_refused_in_one_line_before_anything_is_written(tmp_path, options, sweep, message):
+    out = tmp_path / "out"
+    sweep_file = tmp_path / "sweep.txt"
+    if sweep:
+        sweep_file.write_text(sweep)
+    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--out", out, *options]
+    command += ["--sweep", sweep_file] if sweep is not None else []
+    result = subprocess.run(command, env=recipe_env(tmp_path, "1.0"), capture_output=True, timeout=120)
+    expected = message.replace("SWEEP", str(sweep_file))
+    assert (result.returncode, result.stderr.decode(), result.stdout) == (2, expected + "\n", b"")
+    assert not out.exists()
+
+
 def test_wmt14_recipe_runs_end_to_end_on_a_local_folder_of_three_corpora(tmp_path):
     """run.sh on a WMT-shaped folder (three training corpora as prepare_data.sh leaves them, valid and
     test), torchrun with one CPU process, the base config shrunk by TRAIN_ARGS: the tokenizer, the

@@ -153,7 +153,7 @@ def test_flex_attention_masks_give_the_dense_masks_loss(data_dir):
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward needs a GPU")
+@pytest.mark.gpu("FlexAttention's backward needs a GPU")
 def test_flex_attention_gives_the_dense_masks_gradients_on_a_gpu(data_dir):
     vocab = read_manifest(data_dir)["src_tokenizer"]["vocab_size"]
     objective = TrainingObjective(_without_dropout(tiny_model(vocab=vocab, norm="pre")).cuda(), 0.1)

@@ -1,4 +1,4 @@
-"""Commands that make models: train, average, import, trim-vocab, export."""
+"""Commands that make models: train, average, choose, import, trim-vocab, export."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 
 from mtkit.cli.app import app, handle_errors
-from mtkit.cli.options import CheckpointOption, ModelOption, input_lines
+from mtkit.cli.options import (
+    BatchSizeOption,
+    CheckpointOption,
+    DeviceOption,
+    MaxTokensOption,
+    ModelOption,
+    PrecisionOption,
+    input_lines,
+)
 from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
@@ -110,6 +118,77 @@ def average(
         paths = checkpoints
     save_model_file(output, average_checkpoints(paths))
     console.info(f"wrote {output}: the average of {len(paths)} checkpoints ({', '.join(p.name for p in paths)})")
+
+
+# --- choose --------------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def choose(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories of mtkit train, one per setting tried.")],
+    src: Annotated[Path, typer.Option(help="The validation set's sources.")],
+    ref: Annotated[Path, typer.Option(help="The validation set's references.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Directory for the chosen model files and choice.json.")
+    ],
+    average: Annotated[
+        str, typer.Option(help="Ways to average each run's checkpoints: last:N or best:N.")
+    ] = "last:5,last:15,best:5,best:15",
+    ensemble: Annotated[str, typer.Option(help="Ensemble sizes to try: the best N runs.")] = "1,2,3,4",
+    lenpen: Annotated[
+        str, typer.Option(help="Length penalties to try with the chosen ensemble.")
+    ] = "0.6,1.0,1.4,1.8,2.2,2.6,3.0",
+    rank_lenpen: Annotated[float, typer.Option(help="The length penalty of the averaging and ensemble stages.")] = 1.0,
+    beam: Annotated[int, typer.Option(help="Beam size of every decoding.")] = 5,
+    batch_size: BatchSizeOption = 128,
+    max_tokens: MaxTokensOption = 8192,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    force: Annotated[bool, typer.Option(help="Replace the output directory.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print choice.json instead of a table.")] = False,
+) -> None:
+    """Choose on a validation set how to average each run, how many runs to ensemble (best first) and the
+    length penalty; writes OUTPUT/model1.pt, model2.pt, ... and OUTPUT/choice.json.
+
+    Example: [bold]mtkit choose runs/a runs/b runs/c --src val.en --ref val.de -o chosen[/bold]
+    """
+    import json
+
+    from rich.console import Console
+
+    from mtkit.cli.options import search_config
+    from mtkit.core.textio import atomic_directory, write_text_atomic
+    from mtkit.model.files import save_model_file
+    from mtkit.training.selection import (
+        ValidationSet,
+        choice_record,
+        choice_table,
+        choose,
+        parse_averagings,
+        parse_numbers,
+    )
+
+    if output.exists() and not force:
+        raise MtkitError(f"{output}: already exists (use --force to replace it)")
+    averagings = parse_averagings(average)
+    sizes = [int(n) for n in parse_numbers(ensemble, "--ensemble", whole=True)]
+    lenpens = parse_numbers(lenpen, "--lenpen")
+    search = search_config(beam, rank_lenpen, 1.0, 50, 1)
+    val = ValidationSet(src, ref, search, device, precision, batch_size, max_tokens)
+    choice = choose(runs, averagings, sizes, lenpens, rank_lenpen, val)
+    record = choice_record(choice)
+    with atomic_directory(output, force) as tmp:
+        for name, member in zip(record["models"], choice.members, strict=True):
+            save_model_file(tmp / name, member.model)
+        write_text_atomic(tmp / "choice.json", json.dumps(record, indent=1) + "\n")
+    if as_json:
+        print(json.dumps(record))
+    else:
+        Console(soft_wrap=False).print(choice_table(choice, f"{src} ({len(val.sources)} sentences)"))
+    console.info(
+        f"wrote {output}: {', '.join(record['models'])} at lenpen {choice.lenpen:g} (val BLEU {choice.bleu:.2f})"
+    )
 
 
 @app.command("import")
