@@ -53,7 +53,8 @@ def pytest_runtest_setup(item):
     """A test marked gpu("why") skips without CUDA, saying why; bench/gpu_check.py --all runs them on a GPU."""
     marker = item.get_closest_marker("gpu")
     if marker is not None and not torch.cuda.is_available():
-        pytest.skip(f"{marker.args[0] if marker.args else 'needs a CUDA GPU'} (python bench/gpu_check.py --all runs it)")
+        why = marker.args[0] if marker.args else "needs a CUDA GPU"
+        pytest.skip(f"{why} (python bench/gpu_check.py --all runs it)")
 
 
 @pytest.fixture(scope="session")

@@ -63,7 +63,8 @@ def test_the_gpu_check_runs_every_step_end_to_end_on_the_cpu(tmp_path):
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if re.fullmatch(r"\|\s+step \|\s+figure \|\s+value \|", line))
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[header + 2 :]]
-    assert [step for step, figure, _ in rows if figure == "seconds"] == ["tests", "recipe", "throughput", "decoding", "serving"]
+    steps = ["tests", "recipe", "throughput", "decoding", "serving"]
+    assert [step for step, figure, _ in rows if figure == "seconds"] == steps
     assert not [row for row in rows if row[1] in ("FAILED", "skipped")]
     figures = {figure: value for _, figure, value in rows}
     assert re.fullmatch(r"\d+ skipped, \d+ deselected in .*", figures["pytest -m gpu (4 files)"])
