@@ -92,6 +92,13 @@ CASES = {
     "avg-not-a-run": ("average {root}/not_a_run --last 2 -o {root}/avg.pt", "", "not_a_run: no checkpoints to average", 1),
     "avg-output-is-dir": ("average {model} -o {root}/dir", "", "dir: is a directory", 1),
     "avg-last-with-files": ("average {model} {model} --last 2 -o {root}/avg.pt", "", "--last/--best take one run directory", 1),
+    # choose
+    "choose-not-a-run": ("choose {root}/not_a_run --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/chosen", "", "not_a_run: no checkpoints (a run directory of mtkit train)", 1),
+    "choose-missing-src": ("choose {run} --src {root}/missing.en --ref {corpus}/valid.de -o {root}/chosen", "", "missing.en: no such file", 1),
+    "choose-mismatch": ("choose {run} --src {root}/mismatch.en --ref {root}/mismatch.de -o {root}/chosen", "", "line counts differ", 1),
+    "choose-bad-average": ("choose {run} --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/chosen --average last", "", "--average last: each item is last:N or best:N", 1),
+    "choose-bad-lenpen": ("choose {run} --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/chosen --lenpen 0.6,high", "", "--lenpen 0.6,high: give comma-separated numbers", 1),
+    "choose-output-exists": ("choose {run} --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/existing.txt", "", "existing.txt: already exists (use --force to replace it)", 1),
     # translate
     "tr-missing-model": ("translate -m {root}/none.pt", "x\n", "none.pt: no such model file", 1),
     "tr-model-wrong-kind": ("translate -m {root}/notes.txt", "x\n", "notes.txt: not an mtkit model file", 1),
