@@ -222,7 +222,8 @@ def losses(run_dir: Path) -> list[tuple[int, float]]:
 
 @pytest.fixture(scope="session")
 def trained_run(data_dir: Path, tmp_path_factory) -> Path:
-    """A tiny model trained for 40 updates, with checkpoints at steps 20 and 40."""
+    """A tiny model trained for 40 updates, with checkpoints at steps 20 and 40; in fp32, so that the
+    model most tests share is the same on every kind of CPU."""
     run_dir = tmp_path_factory.mktemp("run") / "run"
     result = run_mtkit(
         "train",
@@ -235,6 +236,8 @@ def trained_run(data_dir: Path, tmp_path_factory) -> Path:
         "train.max_steps=40",
         "--set",
         "train.save_every=20",
+        "--set",
+        "train.precision=fp32",
     )
     assert result.returncode == 0, result.stderr.decode()
     return run_dir
