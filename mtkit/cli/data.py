@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -14,15 +15,20 @@ from mtkit.cli.options import (
     CheckpointOption,
     DeviceOption,
     EngineOption,
+    EpsilonOption,
     LangPairsOption,
     LenpenOption,
     MaxLenAOption,
     MaxLenBOption,
     MaxTokensOption,
+    MbrOption,
+    MbrSourceOption,
+    MbrUtilityOption,
     ModelsOption,
     PrecisionOption,
     SrcLangOption,
     TgtLangOption,
+    mbr_config,
     parse_lang_pairs,
     search_config,
 )
@@ -260,6 +266,10 @@ def distill(
     max_tokens: MaxTokensOption = 8192,
     src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
+    mbr: MbrOption = 0,
+    mbr_source: MbrSourceOption = "sample",
+    epsilon: EpsilonOption = 0.02,
+    mbr_utility: MbrUtilityOption = "chrf",
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -286,14 +296,17 @@ def distill(
     if output.exists() and not force:
         raise MtkitError(f"{output}: already exists (use --force to replace it)")
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, 1, 1, 0, 4, 2)
+    mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     paths = [resolve_model_path(m, checkpoint) if engine == "pytorch" else m for m in model]
     teacher = [sha256_file(p if p.is_file() else p / "model.bin") for p in paths]  # a CTranslate2 export: its weights
     settings = {"teacher": teacher, "engine": engine, "precision": precision, "tgt_lang": tgt_lang,
                 "beam": beam, "lenpen": lenpen, "max_len_a": max_len_a, "max_len_b": max_len_b,
-                **({"src_lang": src_lang} if src_lang else {})}  # fmt: skip
+                **({"src_lang": src_lang} if src_lang else {}),
+                **({"mbr": dataclasses.asdict(mbr_cfg)} if mbr_cfg else {})}  # fmt: skip
     translator = make_translator(
-        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, False, False, 0, tgt_lang, src_lang
-    )
+        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, False, False, 0, tgt_lang, src_lang,
+        mbr_cfg,
+    )  # fmt: skip
     lines, shards, done = distill_corpus(translator.translate, src, output, settings, shard_lines)
     resumed = f" (resumed after {done:,} of {shards:,} shards)" if done else ""
     console.info(f"wrote {output}: {lines:,} translations by {len(model)} teacher model(s){resumed}")

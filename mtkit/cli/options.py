@@ -62,6 +62,32 @@ PrecisionOption = Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")]
 CudaGraphsOption = Annotated[
     bool, typer.Option("--cuda-graphs", help="Replay each decoding step as a CUDA graph (GPU, --engine pytorch).")
 ]
+MbrOption = Annotated[
+    int,
+    typer.Option(
+        "--mbr", help="Minimum Bayes risk decoding: choose among N candidates (0: off; pip install 'mtkit[mbr]')."
+    ),
+]
+MbrSourceOption = Annotated[
+    str, typer.Option(help="--mbr's candidates: beam (its N-best), sample (N epsilon samples) or both.")
+]
+EpsilonOption = Annotated[float, typer.Option(help="--mbr's samples: no token below this probability.")]
+MbrUtilityOption = Annotated[str, typer.Option(help="--mbr's utility: chrf or bleu (sentence scores).")]
+
+
+def mbr_config(candidates: int, source: str, epsilon: float, utility: str, sample: bool = False):
+    """The --mbr options as an MbrConfig, checked; None with --mbr 0."""
+    if not candidates:
+        return None
+    from mtkit.translation.mbr import MbrConfig
+
+    if sample:
+        raise MtkitError("--mbr draws its own samples (--mbr-source): leave out --sample")
+    cfg = MbrConfig(candidates, source, epsilon, utility)
+    cfg.validate()
+    return cfg
+
+
 EngineOption = Annotated[
     str, typer.Option(help="pytorch (mtkit's own search) or ctranslate2 (a model from mtkit export).")
 ]

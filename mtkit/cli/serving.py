@@ -13,12 +13,16 @@ from mtkit.cli.options import (
     CudaGraphsOption,
     DeviceOption,
     EngineOption,
+    EpsilonOption,
     LenpenOption,
     LoopNgramOption,
     LoopRepeatsOption,
     MaxLenAOption,
     MaxLenBOption,
     MaxSourceLenOption,
+    MbrOption,
+    MbrSourceOption,
+    MbrUtilityOption,
     MinLenOption,
     ModelBeamOption,
     ModelOption,
@@ -26,6 +30,7 @@ from mtkit.cli.options import (
     PrecisionOption,
     SrcLangOption,
     TgtLangOption,
+    mbr_config,
     model_beam,
     search_config,
 )
@@ -78,6 +83,10 @@ def serve(
     no_repeat_ngram: NoRepeatOption = 0,
     loop_ngram: LoopNgramOption = 4,
     loop_repeats: LoopRepeatsOption = 2,
+    mbr: MbrOption = 0,
+    mbr_source: MbrSourceOption = "sample",
+    epsilon: EpsilonOption = 0.02,
+    mbr_utility: MbrUtilityOption = "chrf",
     split_sentences: Annotated[
         bool,
         typer.Option(
@@ -120,9 +129,10 @@ def serve(
     rules.validate()
     beam = model_beam(beam, engine, [model], checkpoint)
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
+    mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     make, tokenizers, info = _load(
         engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas,
-        src_lang,
+        src_lang, mbr_cfg,
     )  # fmt: skip
     service = Service(make, tokenizers, cfg, info, serve_cfg)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
@@ -149,6 +159,7 @@ def _load(
     tgt_lang: str | None,
     replicas: int = 1,
     src_lang: str | None = None,
+    mbr=None,
 ):
     """What makes the engine's translator (on the server's worker thread, or in each replica's process:
     then an EngineSpec that loads the model there), the tokenizers, and the model's name, languages
@@ -157,7 +168,8 @@ def _load(
     from mtkit.serving.replicas import EngineSpec
 
     if engine == "ctranslate2":
-        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs)
+        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs,
+                                     mbr=mbr)  # fmt: skip
         info = _model_info(
             model.name, model / "model.bin", engine, translator.meta.get("source", {}), src_lang, tgt_lang
         )
@@ -170,6 +182,7 @@ def _load(
     from mtkit.core.device import resolve_device, resolve_precision
     from mtkit.decoding.cuda_graphs import check_device
     from mtkit.model.files import load_model_file, resolve_model_path
+    from mtkit.translation.mbr import MbrTranslator
     from mtkit.translation.translate import Translator
 
     resolved = resolve_device(device)
@@ -182,9 +195,11 @@ def _load(
 
     tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
     if replicas > 1:
-        return EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs), tokenizers, info
+        return EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs, mbr), tokenizers, info
 
     def make() -> Translator:
+        if mbr is not None:
+            return MbrTranslator(model_file, cfg, mbr, device, precision, 128, max_tokens, cuda_graphs)
         return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
 
     return make, tokenizers, info

@@ -17,6 +17,7 @@ from mtkit.cli.options import (
     CudaGraphsOption,
     DeviceOption,
     EngineOption,
+    EpsilonOption,
     FormatOption,
     LangPairsOption,
     LenpenOption,
@@ -26,6 +27,9 @@ from mtkit.cli.options import (
     MaxLenBOption,
     MaxSourceLenOption,
     MaxTokensOption,
+    MbrOption,
+    MbrSourceOption,
+    MbrUtilityOption,
     MinLenOption,
     ModelBeamOption,
     ModelsOption,
@@ -36,6 +40,7 @@ from mtkit.cli.options import (
     TgtLangOption,
     check_markup_options,
     input_lines,
+    mbr_config,
     model_beam,
     parse_lang_pairs,
     search_config,
@@ -67,6 +72,10 @@ def translate(
     top_k: Annotated[int, typer.Option(help="Sample among the k likeliest tokens (0: all).")] = 0,
     top_p: Annotated[float, typer.Option(help="Sample from the smallest set with this much probability.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Random seed for sampling.")] = 0,
+    mbr: MbrOption = 0,
+    mbr_source: MbrSourceOption = "sample",
+    epsilon: EpsilonOption = 0.02,
+    mbr_utility: MbrUtilityOption = "chrf",
     batch_size: BatchSizeOption = 128,
     max_tokens: MaxTokensOption = 8192,
     buffer_size: Annotated[int, typer.Option(help="Lines read before translating (1 on a terminal).")] = 2000,
@@ -107,8 +116,10 @@ def translate(
     from mtkit.translation.markup import MarkupTranslator
     from mtkit.translation.output import paired_with_prefixes, write_translations
 
+    mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility, sample)
+    beam = model_beam(beam, engine, model, checkpoint)
     cfg = search_config(
-        model_beam(beam, engine, model, checkpoint),
+        max(beam, nbest) if mbr_cfg else beam,  # --mbr's n-best are of its candidates
         lenpen,
         max_len_a,
         max_len_b,
@@ -139,7 +150,7 @@ def translate(
         check_output_file(output)
     translator = make_translator(
         engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-        split_sentences and markup == "text", max_source_len, tgt_lang, src_lang,
+        split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg,
     )  # fmt: skip
     if markup != "text":  # it splits each segment's sentences itself, keeping count of the words
         translator = MarkupTranslator(translator, markup, split_sentences)
@@ -204,6 +215,11 @@ def evaluate(
     no_repeat_ngram: NoRepeatOption = 0,
     loop_ngram: LoopNgramOption = 4,
     loop_repeats: LoopRepeatsOption = 2,
+    mbr: MbrOption = 0,
+    mbr_source: MbrSourceOption = "sample",
+    epsilon: EpsilonOption = 0.02,
+    mbr_utility: MbrUtilityOption = "chrf",
+    seed: Annotated[int, typer.Option(help="Random seed of --mbr's samples.")] = 0,
     split_sentences: SplitSentencesOption = False,
     max_source_len: MaxSourceLenOption = 0,
     src_lang: SrcLangOption = None,
@@ -236,6 +252,7 @@ def evaluate(
     )
 
     names = parse_metrics(metrics)
+    mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     check_markup_options(markup, **{"--lang-pairs": lang_pairs is not None})
     if lang_pairs is not None or hyp is None:  # a model translates
         from mtkit.interop.engines import make_translator
@@ -244,10 +261,11 @@ def evaluate(
             raise MtkitError("--lang-pairs evaluates --test PREFIX with --model (not --src, --ref or --hyp)")
         pairs = parse_lang_pairs(lang_pairs)
         beam = model_beam(beam, engine, model, checkpoint)
-        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
+        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats,
+                            seed=seed)  # fmt: skip
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-            max_source_len, pairs[0][1], pairs[0][0],
+            max_source_len, pairs[0][1], pairs[0][0], mbr_cfg,
         )  # fmt: skip
         print_direction_scores(direction_scores(translator, test, pairs, names, lowercase, tokenize), as_json)
         return
@@ -271,10 +289,11 @@ def evaluate(
         hypotheses = sources
     else:
         beam = model_beam(beam, engine, model, checkpoint)
-        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
+        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats,
+                            seed=seed)  # fmt: skip
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-            split_sentences and markup == "text", max_source_len, tgt_lang, src_lang,
+            split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg,
         )  # fmt: skip
         if markup != "text":
             from mtkit.translation.markup import MarkupTranslator

@@ -31,21 +31,52 @@ from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = [  # the rules are used from here too
     "MAX_OUTPUT_TOKENS", "MAX_POSITIONS", "MAX_SOURCE_TOKENS", "Hypothesis", "OnDone", "SearchConfig",
-    "greedy_search", "length_penalty", "max_output_length", "max_output_lengths", "prefix_tensor", "search",
+    "greedy_search", "length_penalty", "max_output_length", "max_output_lengths", "prefix_tensor", "sample_search",
+    "search",
 ]  # fmt: skip
 
 
 def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Tensor:
+    """One token a row, drawn at cfg.temperature from the tokens that epsilon (on the whole distribution),
+    then top-k, then top-p (on what is left) keep."""
     logits = lprobs / cfg.temperature
-    if cfg.top_k:
-        kth = logits.topk(min(cfg.top_k, logits.size(-1)), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+    most = min(cfg.top_k or logits.size(-1), int(1 / cfg.epsilon) + 1 if cfg.epsilon else logits.size(-1))
+    if most < logits.size(-1):  # no more tokens can be drawn: draw among the likeliest `most`, sorted
+        values, ids = logits.topk(most, dim=-1)
+        values = _above_epsilon(values, logits, cfg.epsilon)
+        return ids.gather(1, _draw(_nucleus(values, cfg.top_p), generator)[:, None]).squeeze(1)
+    logits = _above_epsilon(logits, logits, cfg.epsilon)
     if cfg.top_p < 1.0:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        outside = probs.cumsum(dim=-1) - probs > cfg.top_p  # keep the smallest prefix with mass >= top_p
-        logits = logits.scatter(1, order, sorted_logits.masked_fill(outside, float("-inf")))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+        logits = logits.scatter(1, order, _nucleus(sorted_logits, cfg.top_p))
+    return _draw(logits, generator)
+
+
+def _above_epsilon(values: Tensor, logits: Tensor, epsilon: float) -> Tensor:
+    """values (some of each row's logits) below probability epsilon set to -inf, but each row's likeliest:
+    a flat distribution keeps one."""
+    if not epsilon:
+        return values
+    below = (values - logits.logsumexp(dim=-1, keepdim=True)).exp() < epsilon
+    likeliest = values.argmax(dim=-1, keepdim=True)
+    return values.masked_fill(below.scatter(1, likeliest, False), float("-inf"))
+
+
+def _nucleus(sorted_logits: Tensor, top_p: float) -> Tensor:
+    """Logits sorted high to low, those outside the smallest prefix with mass >= top_p set to -inf."""
+    if top_p >= 1.0:
+        return sorted_logits
+    probs = sorted_logits.softmax(dim=-1)
+    return sorted_logits.masked_fill(probs.cumsum(dim=-1) - probs > top_p, float("-inf"))
+
+
+def _draw(logits: Tensor, generator: torch.Generator) -> Tensor:
+    """A column a row from softmax(logits): one uniform number a row placed on the cumulative
+    distribution (float64: 256k probabilities sum without drift). torch.multinomial, or a random
+    number per column, took 60% of a sampled search's time over an 8k vocabulary on the CPU."""
+    cdf = logits.softmax(dim=-1).double().cumsum(dim=-1)
+    drawn = torch.rand(cdf.size(0), 1, generator=generator, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, drawn, right=True).squeeze(1).clamp(max=cdf.size(1) - 1)
 
 
 class CrossAttentionLog:
@@ -128,6 +159,61 @@ def greedy_search(
     return results
 
 
+@torch.no_grad()
+def sample_search(
+    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None, on_done: OnDone | None = None
+) -> list[list[Hypothesis]]:
+    """cfg.samples translations drawn for each source of a batch (B, S), in the order drawn: rows
+    sentence by sentence, as beam search keeps them; a row that has ended idles until its sentence's
+    others have, and the sentence then leaves the batch."""
+    n, batch = cfg.samples, src.size(0)
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask, beams=n)
+    max_lens = max_output_lengths(src, cfg)
+    generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    sentences = torch.arange(batch, device=src.device)  # the sentences still in the batch
+    history = torch.empty(batch * n, 0, dtype=torch.long, device=src.device)
+    log_probs = torch.zeros(batch * n, device=src.device)
+    tokens = torch.full((batch * n,), BOS_ID, dtype=torch.long, device=src.device)
+    lengths = torch.zeros(batch * n, dtype=torch.long, device=src.device)  # tokens made, </s> included
+    ended, done = (torch.zeros(batch * n, dtype=torch.bool, device=src.device) for _ in range(2))
+    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    for step in range(int(max_lens.max())):
+        lprobs = F.log_softmax(model.decode_step(tokens, state).float(), dim=-1)
+        row_sentence = sentences.repeat_interleave(n)
+        steps = torch.full((tokens.numel(),), step, dtype=torch.long, device=src.device)
+        forcing = forced is not None and step < forced.size(1)
+        pin = Pin(lprobs, steps, forced[row_sentence] if forcing else None, cfg.given_prefix)
+        lprobs = pin.apply(
+            constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
+        )
+        tokens = _sample(lprobs, cfg, generator)
+        log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1).masked_fill(done, 0.0)
+        history = torch.cat([history, tokens[:, None]], dim=1)
+        lengths = lengths.masked_fill(~done, step + 1)
+        ended = ended | (~done & (tokens == EOS_ID))
+        done = done | ended | (step + 1 >= max_lens[row_sentence])
+        finished = done.view(-1, n).all(dim=1).cpu()  # what the host reads from the device, once
+        if finished.any():
+            rows = finished.repeat_interleave(n).nonzero().flatten().to(src.device)
+            outputs = zip(history[rows].tolist(), log_probs[rows].tolist(), ended[rows].tolist(),
+                          lengths[rows].tolist(), row_sentence[rows].tolist())  # fmt: skip
+            for output, score, end, length, sentence in outputs:
+                normalised = score / length_penalty(length, cfg.lenpen)
+                results[sentence].append(Hypothesis(output[: length - end], normalised, score, end))
+                if on_done and len(results[sentence]) == n:
+                    on_done(sentence, results[sentence])
+            kept = (~finished).nonzero().flatten().to(src.device)
+            if kept.numel() == 0:
+                break
+            keep_rows = (kept[:, None] * n + torch.arange(n, device=src.device)).flatten()
+            state.select(keep_rows, kept)
+            sentences = sentences[kept]
+            history, log_probs, tokens = history[keep_rows], log_probs[keep_rows], tokens[keep_rows]
+            lengths, ended, done = lengths[keep_rows], ended[keep_rows], done[keep_rows]
+    return results
+
+
 def search(
     model: Transformer,
     src: Tensor,
@@ -139,6 +225,8 @@ def search(
     beginning of the translation (target ids, [] for none); on_done(i, hypotheses): called for each
     sentence as soon as it is finished, before the batch is."""
     forced = prefix_tensor(prefixes, src.size(0), src.device)
+    if cfg.sample and cfg.samples > 1:
+        return sample_search(model, src, cfg, forced, on_done)
     if cfg.beam == 1:
         return greedy_search(model, src, cfg, forced, on_done)
     return beam_search(model, src, cfg, forced, on_done)

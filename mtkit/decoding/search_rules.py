@@ -49,6 +49,8 @@ class SearchConfig:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    epsilon: float = 0.0  # epsilon sampling (Hewitt et al., 2022): no token below this probability but the likeliest
+    samples: int = 1  # with sample: translations drawn per sentence (candidates of minimum Bayes risk decoding)
     seed: int = 0
     # Target id sequences a translation never contains: the engine sets its tokenizer's line breaks
     # (Tokenizer.line_break_sequences), so that one line in gives one line out.
@@ -69,6 +71,10 @@ class SearchConfig:
             raise MtkitError("sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0")
         if self.sample and self.beam != 1:
             raise MtkitError("--sample draws one translation per sentence: use it with --beam 1")
+        if not 0 <= self.epsilon < 1 or self.samples < 1 or (self.samples > 1 and not self.sample):
+            raise MtkitError("sampling needs 0 <= epsilon < 1, and several samples a sentence need --sample")
+        if self.samples > 1 and self.attention_layers:
+            raise MtkitError("alignments are for one translation a sentence, not several samples")
         if self.loop_ngram < 0 or (self.loop_ngram and self.loop_repeats < 1):
             raise MtkitError(
                 f"--loop-ngram {self.loop_ngram} --loop-repeats {self.loop_repeats}: the n-gram size must be"
@@ -90,6 +96,8 @@ class Hypothesis:
     # With SearchConfig.attention_layers, greedy search's cross-attention at each step, averaged over those
     # layers and their heads: (tokens + 1, source subwords + 1), as alignment.cross_attention_batch gives it.
     attention: Tensor | None = None
+    # Minimum Bayes risk decoding's expected utility of this translation (mtkit.translation.mbr), where it chose.
+    utility: float | None = None
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:

@@ -7,6 +7,7 @@ from pathlib import Path
 from mtkit.core.config import default_beam
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import SearchConfig
+from mtkit.translation.mbr import MbrConfig, MbrTranslator
 from mtkit.translation.sentences import require_splitter
 from mtkit.translation.translate import TextTranslator, Translator
 
@@ -39,11 +40,13 @@ def make_translator(
     max_source_len: int = 0,
     tgt_lang: str | None = None,
     src_lang: str | None = None,
+    mbr: MbrConfig | None = None,
 ) -> TextTranslator:
     """The engine's translator for one model, or (PyTorch) for an ensemble of several; lines cut into
     sentences with split_sentences, and lines longer than max_source_len subwords (0: the model's
     training limit) into pieces (mtkit.translation.sentences); tgt_lang: the target, for a model of several,
-    and src_lang the source, for a model with language tokens (mtkit.text.targets)."""
+    and src_lang the source, for a model with language tokens (mtkit.text.targets); mbr: minimum Bayes
+    risk decoding (mtkit.translation.mbr) instead of the search."""
     if split_sentences:
         require_splitter()  # before the model loads
     translator: TextTranslator
@@ -53,10 +56,15 @@ def make_translator(
 
         files = [load_model_file(model, checkpoint) for model in models]
         check_compatible(files, [str(model) for model in models])
-        translator = Translator(files, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
+        if mbr is not None:
+            translator = MbrTranslator(files, cfg, mbr, device, precision, batch_size, max_tokens, cuda_graphs)
+        else:
+            translator = Translator(files, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
     elif engine == "ctranslate2":
         from mtkit.interop.ct2 import CTranslate2Translator
 
+        if mbr is not None:
+            raise MtkitError("--mbr is for --engine pytorch (it runs mtkit's own searches for its candidates)")
         if len(models) > 1:
             raise MtkitError("--engine ctranslate2 takes one model: ensembles need --engine pytorch")
         if cuda_graphs:

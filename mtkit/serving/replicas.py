@@ -29,6 +29,7 @@ from mtkit.core.console import warn
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import BatchStats, Job, QueueFull
 from mtkit.serving.engine import Engine
+from mtkit.translation.mbr import MbrConfig
 from mtkit.translation.translate import TextTranslator
 
 
@@ -44,14 +45,19 @@ class EngineSpec:
     precision: str
     max_tokens: int
     cuda_graphs: bool
+    mbr: MbrConfig | None = None
 
     def __call__(self) -> TextTranslator:
         if self.engine == "pytorch":
             from mtkit.model.files import load_model_file
+            from mtkit.translation.mbr import MbrTranslator
             from mtkit.translation.translate import Translator
 
             model_file = load_model_file(self.model)
-            return Translator(model_file, self.cfg, self.device, self.precision, 128, self.max_tokens, self.cuda_graphs)
+            settings = (self.device, self.precision, 128, self.max_tokens, self.cuda_graphs)
+            if self.mbr is not None:
+                return MbrTranslator(model_file, self.cfg, self.mbr, *settings)
+            return Translator(model_file, self.cfg, *settings)
         from mtkit.interop.engines import make_translator
 
         return make_translator(

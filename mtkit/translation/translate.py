@@ -43,7 +43,7 @@ def translate_ids(
     is called for sentence i as soon as its search is finished."""
     results: list[list[Hypothesis]] = [[] for _ in sentences]
     lengths = [len(s) for s in sentences]
-    for group in length_batches(lengths, batch_size, max(1, max_tokens // cfg.beam)):
+    for group in length_batches(lengths, batch_size, max(1, max_tokens // (cfg.beam * cfg.samples))):
         indices = group.tolist()
         src = pad_batch([sentences[i] for i in indices], device, suffix=EOS_ID)
         forced = [prefixes[i] for i in indices] if prefixes else None
