@@ -92,6 +92,12 @@ CASES = {
     "avg-not-a-run": ("average {root}/not_a_run --last 2 -o {root}/avg.pt", "", "not_a_run: no checkpoints to average", 1),
     "avg-output-is-dir": ("average {model} -o {root}/dir", "", "dir: is a directory", 1),
     "avg-last-with-files": ("average {model} {model} --last 2 -o {root}/avg.pt", "", "--last/--best take one run directory", 1),
+    # calibrate
+    "cal-mismatch": ("calibrate -m {run} --src {root}/mismatch.en --ref {root}/mismatch.de -o {root}/c.json", "", "line counts differ", 1),
+    "cal-empty": ("calibrate -m {run} --src {root}/empty.en --ref {root}/empty.de -o {root}/c.json", "", "empty.en: no lines to calibrate on (the file is empty)", 1),
+    "cal-bad-signal": ("calibrate -m {run} --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/c.json --signals logprob,luck", "", "signal 'luck': one of logprob, entropy, agreement, dropout", 1),
+    "cal-output-is-dir": ("calibrate -m {run} --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/dir", "", "dir: is a directory", 1),
+    "tr-calibration-bad": ("translate -m {run} --confidence --calibration {root}/notes.txt", "A dog.\n", "notes.txt: not a calibration file of mtkit calibrate", 1),
     # choose
     "choose-not-a-run": ("choose {root}/not_a_run --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/chosen", "", "not_a_run: no checkpoints (a run directory of mtkit train)", 1),
     "choose-missing-src": ("choose {run} --src {root}/missing.en --ref {corpus}/valid.de -o {root}/chosen", "", "missing.en: no such file", 1),

@@ -16,7 +16,8 @@ from sacrebleu.metrics import BLEU, CHRF
 from test_sampling import PROBS, draws
 
 from mtkit.data.batching import pad_batch
-from mtkit.decoding.search import SearchConfig, _sample, greedy_search, sample_search, search
+from mtkit.decoding.sampling import sample, uniforms
+from mtkit.decoding.search import SearchConfig, greedy_search, sample_search, search
 from mtkit.text.tokenizer import BOS_ID, EOS_ID
 from mtkit.translation.mbr import MbrConfig, candidate_searches, mbr_ranking, pairwise_utilities
 
@@ -195,7 +196,7 @@ def test_epsilon_sampling_over_a_large_vocabulary_draws_among_the_tokens_above_e
     """With 100 tokens, epsilon 0.02 can keep at most 51: the draw is among the likeliest, as over all."""
     probs = torch.cat([torch.tensor([0.5, 0.3, 0.15]), torch.full((97,), 0.05 / 97)])
     lprobs = probs.log().expand(20000, -1).clone()
-    tokens = _sample(lprobs, SearchConfig(beam=1, sample=True, epsilon=0.02), torch.Generator().manual_seed(0))
+    tokens = sample(lprobs, SearchConfig(beam=1, sample=True, epsilon=0.02), uniforms(torch.arange(20000), step=0))
     got = (torch.bincount(tokens, minlength=100).float() / 20000).tolist()
     assert got[3:] == [0.0] * 97
     assert got[:3] == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95], abs=0.01)
@@ -217,3 +218,29 @@ def test_serve_and_distill_translate_with_mbr_as_translate_does(trained_run, cor
                        "--beam", "1", "--precision", "fp32", *options)  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()
     assert (tmp_path / "out.de").read_text().splitlines() == expected
+
+
+def test_a_sentences_samples_do_not_depend_on_its_batch():
+    """The same source alone, first or last in a batch of others, with other padding: the same draws."""
+    model = tiny_model(vocab=24, seed=3)
+    one = random_sources([5], vocab=24, seed=7)[0]
+    others = random_sources([9, 2, 6], vocab=24, seed=8)
+    cfg = SearchConfig(beam=1, sample=True, samples=4, max_len_b=8, epsilon=0.02, seed=1)
+    draws = []
+    for batch, index in (([one], 0), ([one, *others], 0), ([*others, one], 3)):
+        src = pad_batch(batch, torch.device("cpu"), suffix=EOS_ID)
+        draws.append([h.tokens for h in sample_search(model, src, cfg)[index]])
+        greedy = SearchConfig(beam=1, sample=True, max_len_b=8, seed=1)
+        draws[-1].append(greedy_search(model, src, greedy)[index][0].tokens)
+    assert draws[0] == draws[1] == draws[2]
+    assert len({tuple(tokens) for tokens in draws[0][:4]}) > 1  # the draws differ among themselves
+    other_seed = sample_search(model, pad_batch([one], torch.device("cpu"), suffix=EOS_ID), SearchConfig(beam=1, sample=True, samples=4, max_len_b=8, epsilon=0.02, seed=2))  # fmt: skip
+    assert [h.tokens for h in other_seed[0]] != draws[0][:4]
+
+
+@settings(deadline=None, max_examples=30)
+@given(keys=st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=50, unique=True), step=st.integers(0, 1000))
+def test_the_numbers_are_in_0_1_and_differ_between_keys(keys, step):
+    numbers = uniforms(torch.tensor(keys), step).flatten().tolist()
+    assert all(0 <= u < 1 for u in numbers)
+    assert len(set(numbers)) == len(numbers)

@@ -4,6 +4,8 @@ highlights the source words aligned to it, a document keeps its lines, and error
 server's message. Without Chromium and its driver (`make browser` installs Debian's) these tests
 skip, saying so."""
 
+import json
+import math
 import shutil
 
 import httpx
@@ -202,3 +204,27 @@ def test_a_server_that_asks_for_a_key_says_so_until_the_page_has_one(browser, tr
         wait(browser, lambda: output_lines(browser) == expected, "the translation with the key")
         assert by_id(browser, "error").is_displayed() is False
         browser.execute_script("localStorage.clear()")
+
+
+def test_lines_of_low_confidence_are_shaded(browser, trained_run, lines, tmp_path):
+    """serve --confidence: each line under 0.5 is shaded and says its confidence; the others are not."""
+    from selenium.webdriver.common.by import By
+
+    uncalibrated = run_mtkit("translate", "-m", trained_run, "--confidence", "--precision", "fp32",
+                             stdin="".join(line + "\n" for line in lines[:6]).encode())  # fmt: skip
+    signals = sorted(math.log(float(row.split("\t")[0])) for row in uncalibrated.stdout.decode().splitlines())
+    middle = (signals[2] + signals[3]) / 2  # a map that puts half the lines below 0.5
+    (tmp_path / "flat.json").write_text(json.dumps({"format": "mtkit-confidence-1", "signal": "logprob",
+                                                    "points": [[middle - 1e-6, 0.2], [middle + 1e-6, 0.8]], "scales": {}}))  # fmt: skip
+    with Server(trained_run, tmp_path / "serve.log", "--confidence", "--calibration", tmp_path / "flat.json") as server:
+        answer = server.post("/v1/translate", json={"text": lines[:6]}).json()
+        unsure = [i for i, c in enumerate(answer["confidences"]) if c < 0.5]
+        assert 0 < len(unsure) < 6, answer["confidences"]  # the map puts some lines on each side
+        open_page(browser, server.url)
+        assert by_id(browser, "confidence-note").is_displayed()
+        type_text(browser, "\n".join(lines[:6]))
+        wait(browser, lambda: output_lines(browser) == answer["translations"], "the translation")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#output .line")
+        assert [i for i, row in enumerate(rows) if "unsure" in row.get_attribute("class").split()] == unsure
+        for i in unsure:
+            assert rows[i].get_attribute("title") == f"confidence {answer['confidences'][i]:.2f}: worth checking"

@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import run_mtkit
 
-from mtkit.decoding.search import SearchConfig, _sample
+from mtkit.decoding.sampling import sample, uniforms
+from mtkit.decoding.search import SearchConfig
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
 
@@ -14,7 +15,7 @@ PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
 def draws(cfg: SearchConfig, n: int = 20000, seed: int = 0) -> torch.Tensor:
     """Relative frequencies of each token over n draws from PROBS (one row per draw)."""
     lprobs = PROBS.log().expand(n, -1).clone()
-    tokens = _sample(lprobs, cfg, torch.Generator().manual_seed(seed))
+    tokens = sample(lprobs, cfg, uniforms(torch.arange(n) + seed * n, step=0))
     return torch.bincount(tokens, minlength=len(PROBS)).float() / n
 
 

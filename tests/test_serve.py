@@ -245,6 +245,7 @@ def test_unknown_paths_and_service_endpoints(server, trained_run):
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "defaults": {"beam": 5, "lenpen": 0.6, "nbest": 1},
         "alignment": True,
+        "confidence": False,
     }
 
 
@@ -448,10 +449,10 @@ def test_each_text_is_encoded_once_and_translated_as_offline(trained_run, senten
     try:
         jobs, counts, _ = service.jobs(sentences[:6], service.defaults())
         pieces = [future.result(600) for future in service.batcher.submit(jobs)]
-        results = service._joined(pieces, counts, service.defaults())
+        results, confidences = service._joined(pieces, counts, service.defaults())
     finally:
         service.batcher.stop()
-    assert results == expected
+    assert (results, confidences) == (expected, None)
     assert encoded == [line.strip() for line in sentences[:6]]  # once each, by the service
 
 

@@ -87,6 +87,13 @@ def serve(
     mbr_source: MbrSourceOption = "sample",
     epsilon: EpsilonOption = 0.02,
     mbr_utility: MbrUtilityOption = "chrf",
+    confidence: Annotated[
+        bool,
+        typer.Option("--confidence", help="Answer each text with a confidence in [0, 1] unless a request says no."),
+    ] = False,
+    calibration: Annotated[
+        Path | None, typer.Option(help="The confidences' calibration (default: MODEL.confidence.json where it exists).")
+    ] = None,
     split_sentences: Annotated[
         bool,
         typer.Option(
@@ -122,9 +129,12 @@ def serve(
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
     serve_cfg = ServeConfig(
-        max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas
-    )
+        max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
+        confidence,
+    )  # fmt: skip
     serve_cfg.validate()
+    if (confidence or calibration) and engine != "pytorch":
+        raise MtkitError("--confidence needs --engine pytorch: its signals come from the model")
     rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
     rules.validate()
     beam = model_beam(beam, engine, [model], checkpoint)
@@ -134,7 +144,16 @@ def serve(
         engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas,
         src_lang, mbr_cfg,
     )  # fmt: skip
-    service = Service(make, tokenizers, cfg, info, serve_cfg)
+    from mtkit.text.targets import LANGUAGE_TOKENS
+
+    calibrated = None
+    if engine == "pytorch":
+        from mtkit.translation.confidence import calibration_for
+
+        calibrated = calibration_for(calibration, info.path)
+    if confidence and info.meta.get(LANGUAGE_TOKENS):
+        raise MtkitError("--confidence: not for a model with language tokens (NLLB, M2M100)")
+    service = Service(make, tokenizers, cfg, info, serve_cfg, calibrated)
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
     run_server(
         service,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -93,6 +94,12 @@ def translate(
     src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
     markup: FormatOption = "text",
+    confidence: Annotated[
+        bool, typer.Option("--confidence", help="Print CONFIDENCE<TAB>TRANSLATION: 0 to 1, low ones worth checking.")
+    ] = False,
+    calibration: Annotated[
+        Path | None, typer.Option(help="--confidence's calibration (default: MODEL.confidence.json where it exists).")
+    ] = None,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -104,6 +111,9 @@ def translate(
     (0-based, whitespace-separated words), each to the target word that attends to it most (last two
     decoder layers). With --prefix-file or --prefix-in-input each translation begins with the
     given target text and continues as the model's best completion (both engines).
+
+    With --confidence each line is `confidence<TAB>translation`, the confidence the sentence chrF it
+    can expect, from the calibration `mtkit calibrate` fitted (or exp of its mean log-probability).
 
     With --format html (or xml) each line is markup: block elements cut it into segments translated
     separately, and inline elements are put back around the target words aligned to their source
@@ -140,6 +150,9 @@ def translate(
         raise MtkitError("--alignment needs one model and --engine pytorch")
     if alignment and split_sentences:
         raise MtkitError("--alignment and --split-sentences exclude each other: an alignment is of one sentence")
+    if confidence and (nbest > 1 or markup != "text" or engine != "pytorch" or alignment):
+        raise MtkitError("--confidence is for one plain-text translation a line (not --nbest, --format, --alignment) "
+                         "with --engine pytorch")  # fmt: skip
     if prefix_file and prefix_in_input:
         raise MtkitError("--prefix-file and --prefix-in-input: give one of them")
     if prefix_file:
@@ -163,8 +176,18 @@ def translate(
         translator.keep_attention()  # a greedy search's alignments come with it
     align = (lambda line, hypothesis: translator.alignments([line], [hypothesis])[0]) if alignment else None
 
+    scored = None
+    if confidence:
+        from mtkit.model.files import resolve_model_path
+        from mtkit.translation.confidence import calibration_for, confidences
+
+        calibrated = calibration_for(calibration, resolve_model_path(model[0], checkpoint))
+        scored = functools.partial(confidences, calibrated, translator)
+
     def write_all(out) -> int:
-        return write_translations(translator, lines, with_prefixes, out, nbest, align, chunk, interactive, total)
+        return write_translations(
+            translator, lines, with_prefixes, out, nbest, align, chunk, interactive, total, scored
+        )
 
     if output:
         with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as out:

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from mtkit.decoding.beam import beam_search
 from mtkit.decoding.constraints import constrain
+from mtkit.decoding.sampling import draw_keys, sample, sentence_keys, uniforms
 from mtkit.decoding.search_rules import (
     MAX_OUTPUT_TOKENS,
     MAX_POSITIONS,
@@ -34,49 +35,6 @@ __all__ = [  # the rules are used from here too
     "greedy_search", "length_penalty", "max_output_length", "max_output_lengths", "prefix_tensor", "sample_search",
     "search",
 ]  # fmt: skip
-
-
-def _sample(lprobs: Tensor, cfg: SearchConfig, generator: torch.Generator) -> Tensor:
-    """One token a row, drawn at cfg.temperature from the tokens that epsilon (on the whole distribution),
-    then top-k, then top-p (on what is left) keep."""
-    logits = lprobs / cfg.temperature
-    most = min(cfg.top_k or logits.size(-1), int(1 / cfg.epsilon) + 1 if cfg.epsilon else logits.size(-1))
-    if most < logits.size(-1):  # no more tokens can be drawn: draw among the likeliest `most`, sorted
-        values, ids = logits.topk(most, dim=-1)
-        values = _above_epsilon(values, logits, cfg.epsilon)
-        return ids.gather(1, _draw(_nucleus(values, cfg.top_p), generator)[:, None]).squeeze(1)
-    logits = _above_epsilon(logits, logits, cfg.epsilon)
-    if cfg.top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        logits = logits.scatter(1, order, _nucleus(sorted_logits, cfg.top_p))
-    return _draw(logits, generator)
-
-
-def _above_epsilon(values: Tensor, logits: Tensor, epsilon: float) -> Tensor:
-    """values (some of each row's logits) below probability epsilon set to -inf, but each row's likeliest:
-    a flat distribution keeps one."""
-    if not epsilon:
-        return values
-    below = (values - logits.logsumexp(dim=-1, keepdim=True)).exp() < epsilon
-    likeliest = values.argmax(dim=-1, keepdim=True)
-    return values.masked_fill(below.scatter(1, likeliest, False), float("-inf"))
-
-
-def _nucleus(sorted_logits: Tensor, top_p: float) -> Tensor:
-    """Logits sorted high to low, those outside the smallest prefix with mass >= top_p set to -inf."""
-    if top_p >= 1.0:
-        return sorted_logits
-    probs = sorted_logits.softmax(dim=-1)
-    return sorted_logits.masked_fill(probs.cumsum(dim=-1) - probs > top_p, float("-inf"))
-
-
-def _draw(logits: Tensor, generator: torch.Generator) -> Tensor:
-    """A column a row from softmax(logits): one uniform number a row placed on the cumulative
-    distribution (float64: 256k probabilities sum without drift). torch.multinomial, or a random
-    number per column, took 60% of a sampled search's time over an 8k vocabulary on the CPU."""
-    cdf = logits.softmax(dim=-1).double().cumsum(dim=-1)
-    drawn = torch.rand(cdf.size(0), 1, generator=generator, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
-    return torch.searchsorted(cdf, drawn, right=True).squeeze(1).clamp(max=cdf.size(1) - 1)
 
 
 class CrossAttentionLog:
@@ -116,7 +74,7 @@ def greedy_search(
     memory, src_mask = model.encode(src)
     state = model.start_decoding(memory, src_mask)
     max_lens = max_output_lengths(src, cfg)
-    generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    keys = draw_keys(sentence_keys(src, cfg.seed), 1) if cfg.sample else None  # as sample_search draws its first
     alive = torch.arange(batch, device=src.device)  # original sentence index of each row
     history = torch.empty(batch, 0, dtype=torch.long, device=src.device)
     log_probs = torch.zeros(batch, device=src.device)
@@ -134,7 +92,7 @@ def greedy_search(
             lprobs = pin.apply(
                 constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
             )
-            tokens = _sample(lprobs, cfg, generator) if cfg.sample else lprobs.argmax(dim=-1)
+            tokens = sample(lprobs, cfg, uniforms(keys[alive], step)) if cfg.sample else lprobs.argmax(dim=-1)
             log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
             history = torch.cat([history, tokens[:, None]], dim=1)
             ended = tokens == EOS_ID
@@ -170,7 +128,7 @@ def sample_search(
     memory, src_mask = model.encode(src)
     state = model.start_decoding(memory, src_mask, beams=n)
     max_lens = max_output_lengths(src, cfg)
-    generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    keys = draw_keys(sentence_keys(src, cfg.seed), n)  # each row's, sentence by sentence
     sentences = torch.arange(batch, device=src.device)  # the sentences still in the batch
     history = torch.empty(batch * n, 0, dtype=torch.long, device=src.device)
     log_probs = torch.zeros(batch * n, device=src.device)
@@ -187,7 +145,7 @@ def sample_search(
         lprobs = pin.apply(
             constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
         )
-        tokens = _sample(lprobs, cfg, generator)
+        tokens = sample(lprobs, cfg, uniforms(keys, step))
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1).masked_fill(done, 0.0)
         history = torch.cat([history, tokens[:, None]], dim=1)
         lengths = lengths.masked_fill(~done, step + 1)
@@ -209,7 +167,12 @@ def sample_search(
             keep_rows = (kept[:, None] * n + torch.arange(n, device=src.device)).flatten()
             state.select(keep_rows, kept)
             sentences = sentences[kept]
-            history, log_probs, tokens = history[keep_rows], log_probs[keep_rows], tokens[keep_rows]
+            history, log_probs, tokens, keys = (
+                history[keep_rows],
+                log_probs[keep_rows],
+                tokens[keep_rows],
+                keys[keep_rows],
+            )
             lengths, ended, done = lengths[keep_rows], ended[keep_rows], done[keep_rows]
     return results
 

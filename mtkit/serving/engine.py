@@ -7,9 +7,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mtkit.serving.dynamic_batching import Batcher, BatchStats
+from mtkit.translation.confidence import Calibration, confidences
 from mtkit.translation.translate import LineStream, NbestList, TextTranslator
 
-Result = tuple[NbestList, list[str] | None]  # a piece's n-best, and with alignment each hypothesis's
+# A piece's n-best, with alignment each hypothesis's, and with confidence the best one's.
+Result = tuple[NbestList, list[str] | None, float | None]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class Options:
     nbest: int
     lenpen: float
     alignment: bool
+    confidence: bool = False
 
 
 class SentenceStream:
@@ -51,8 +54,10 @@ class Engine:
     thread and run on another decodes about 1.5x slower on 2 cores as the two thread teams compete
     (docs/results/design-choices.md)."""
 
-    def __init__(self, make_translator: Callable[[], TextTranslator]):
+    def __init__(self, make_translator: Callable[[], TextTranslator], calibration: Calibration | None = None):
+        """calibration: the confidences' (mtkit.translation.confidence), for requests that ask for them."""
         self._make_translator = make_translator
+        self.calibration = calibration or Calibration()
         self.translator: TextTranslator | None = None
 
     def batcher(
@@ -68,17 +73,24 @@ class Engine:
         self.translator.keep_lines_whole()  # requests come cut into pieces, each with its target's tag
 
     def translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Result], None]) -> None:
-        """One batch, with its options; each piece's result is delivered as soon as it is finished."""
-        texts = [s.text for s in sentences]
-        self._translator_for(options).translate_hypotheses(
-            texts,
-            on_line=lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list)),
-            encoded=[s.ids for s in sentences],
-            starts=[s.given for s in sentences],
+        """One batch, with its options; each piece's result is delivered as soon as it is finished (with
+        confidences, once all are)."""
+        texts, encoded = [s.text for s in sentences], [s.ids for s in sentences]
+        translator = self._translator_for(options)
+        on_line = None if options.confidence else lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list))  # fmt: skip
+        nbest_lists = translator.translate_hypotheses(
+            texts, on_line=on_line, encoded=encoded, starts=[s.given for s in sentences]
         )
+        if options.confidence:
+            scores = confidences(self.calibration, translator, texts, nbest_lists, encoded)
+            for i, (nbest_list, score) in enumerate(zip(nbest_lists, scores)):
+                deliver(i, self._result(texts[i], options, nbest_list, score))
 
     def open_stream(self, options: Options, deliver: Callable[[int, Result], None]) -> SentenceStream | None:
-        """A running search for continuous batching, where the engine has one."""
+        """A running search for continuous batching, where the engine has one (and the requests ask for no
+        confidence, which is of whole batches)."""
+        if options.confidence:
+            return None
         stream = self._translator_for(options).open_stream(
             lambda key, line, nbest_list: deliver(key, self._result(line, options, nbest_list))
         )
@@ -92,7 +104,8 @@ class Engine:
         )
         return self.translator
 
-    def _result(self, line: str, options: Options, nbest_list: NbestList) -> Result:
+    def _result(self, line: str, options: Options, nbest_list: NbestList, confidence: float | None = None) -> Result:
         if not options.alignment:
-            return nbest_list, None
-        return nbest_list, self.translator.alignments([line] * len(nbest_list), [h for h, _ in nbest_list])
+            return nbest_list, None, confidence
+        alignments = self.translator.alignments([line] * len(nbest_list), [h for h, _ in nbest_list])
+        return nbest_list, alignments, confidence

@@ -1,16 +1,19 @@
 """`mtkit serve`: a model behind HTTP, with dynamic batching, back-pressure and Prometheus metrics.
 
 Endpoints (JSON in and out; every error is {"error": "..."}):
-  POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?,
+  POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?, "confidence"?,
                       "split_sentences"?, "source"?, "target"?, "format"?} -> {"translations": [...]}, one
                       item per text: the translation, or with nbest > 1 or alignment a list of
                       {"text", "score"[, "alignment"]}, best first (an empty list for a blank
                       text), as `mtkit translate` prints them; format: text, html or xml (the markup
                       kept around the aligned words: mtkit.text.markup); split_sentences: translate each text
                       sentence by sentence (default: serve --split-sentences); target: for a model
-                      of several targets (default: serve --tgt-lang), 400 where it has no such one
+                      of several targets (default: serve --tgt-lang), 400 where it has no such one;
+                      confidence (default: serve --confidence) adds "confidences": [...], one in [0, 1]
+                      per text (mtkit.translation.confidence; a text in pieces: its lowest)
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text" or "html",
-                      alternatives; answers {"translatedText": ...} (JSON or form-encoded requests)
+                      alternatives; answers {"translatedText": ...} (JSON or form-encoded requests), and
+                      "confidence" with serve --confidence
   GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
                       "targets"}, ...]
   POST /detect        LibreTranslate's: q's likeliest language, [{"confidence", "language"}] (by
@@ -82,6 +85,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         nbest: int | None = None
         lenpen: float | None = None
         alignment: bool = False
+        confidence: bool | None = None
         split_sentences: bool | None = None
         source: str | None = None
         target: str | None = None
@@ -142,15 +146,17 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
     async def translate(body: TranslateRequest, request: Request):
         admit(request, body.api_key)
         check_source(service, body.source)
-        options = service.options(body.beam, body.nbest, body.lenpen, body.alignment)
+        options = service.options(body.beam, body.nbest, body.lenpen, body.alignment, body.confidence)
         texts = texts_of(body.text)
         if body.format != "text":
+            if body.confidence:
+                raise RequestError(422, f"format {body.format}: confidence is for plain text")
             translated = await service.run_markup(
                 request, texts, options, body.format, body.target, body.split_sentences
             )
             return {"translations": translated}
-        translated = await service.run(request, texts, options, body.split_sentences, body.target, body.source)
-        return {"translations": translated}
+        translated, scores = await service.run(request, texts, options, body.split_sentences, body.target, body.source)
+        return {"translations": translated, **({"confidences": scores} if scores is not None else {})}
 
     @app.post("/translate")
     async def translate_libretranslate(request: Request):
@@ -205,6 +211,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
                     "sha256": service.checksum,
                     "defaults": {"beam": default.beam, "lenpen": default.lenpen, "nbest": 1},
                     "alignment": service.can_align,
+                    "confidence": default.confidence,
                 }
             ]
         }

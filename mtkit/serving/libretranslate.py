@@ -33,10 +33,11 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
         options = service.options(beam, body.alternatives + 1, None, False)
     else:
         options = default
+    scores = None
     if body.format == "html":
         results = await service.run_markup(request, texts_of(body.q), options, "html", body.target)
     else:
-        results = await service.run(request, texts_of(body.q), options, target=body.target, source=source)
+        results, scores = await service.run(request, texts_of(body.q), options, target=body.target, source=source)
     if body.alternatives:
         best = [[h["text"] for h in hyps] or [""] for hyps in results]
         texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
@@ -45,6 +46,8 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
     answer: dict[str, Any] = {"translatedText": texts[0] if isinstance(body.q, str) else texts}
     if alternatives is not None:
         answer["alternatives"] = alternatives[0] if isinstance(body.q, str) else alternatives
+    if scores is not None:  # serve --confidence
+        answer["confidence"] = scores[0] if isinstance(body.q, str) else scores
     if body.source == "auto":  # translated all the same: this server has one source language
         detected = detect_languages(texts_of(body.q))
         answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected

@@ -29,6 +29,7 @@ from mtkit.core.console import warn
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import BatchStats, Job, QueueFull
 from mtkit.serving.engine import Engine
+from mtkit.translation.confidence import Calibration
 from mtkit.translation.mbr import MbrConfig
 from mtkit.translation.translate import TextTranslator
 
@@ -95,8 +96,10 @@ class Replicas:
         max_wait_s: float,
         max_queue: int,
         on_batch: Callable[[BatchStats], None],
+        calibration: Calibration | None = None,
     ):
         self._make_translator, self.count, self.threads = make_translator, count, threads
+        self._calibration = calibration
         self._batching = (max_batch_tokens, max_wait_s)
         self.max_queue = max_queue
         self._on_batch = on_batch
@@ -122,7 +125,14 @@ class Replicas:
             inbox, their_outbox = context.Pipe(duplex=False)
             process = context.Process(
                 target=_serve_replica,
-                args=(self._make_translator, self.threads, self._batching, their_inbox, their_outbox),
+                args=(
+                    self._make_translator,
+                    self.threads,
+                    self._batching,
+                    their_inbox,
+                    their_outbox,
+                    self._calibration,
+                ),
                 name=f"mtkit-replica-{number}",
                 daemon=True,
             )
@@ -225,6 +235,7 @@ def _serve_replica(
     batching: tuple[int, float],
     inbox: Connection,
     outbox: Connection,
+    calibration: Calibration | None = None,
 ) -> None:
     """A replica process: jobs and cancellations come in on inbox; results, errors and each step's
     statistics go out on outbox, then "stopped" once it has been told to stop and has finished."""
@@ -236,7 +247,7 @@ def _serve_replica(
     outgoing: queue.SimpleQueue = queue.SimpleQueue()
     sender = threading.Thread(target=_send_all, args=(outgoing, outbox), name="mtkit-replica-sender")
     sender.start()
-    engine = Engine(make_translator)
+    engine = Engine(make_translator, calibration)
     batcher = engine.batcher(
         *batching, max_queue=1 << 62, on_batch=lambda stats: outgoing.put(("batch", (stats, batcher.depth)))
     )

@@ -32,6 +32,7 @@ from mtkit.text.markup_placement import (
 )
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
+from mtkit.translation.confidence import Calibration
 from mtkit.translation.sentences import Segmenter, SentenceSplitter, require_splitter, segmenter_for
 from mtkit.translation.translate import NbestList, TextTranslator
 
@@ -48,6 +49,7 @@ class ServeConfig:
     max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
     max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
     replicas: int = 1  # engine processes (mtkit.serving.replicas); 1: the engine in the server's process
+    confidence: bool = False  # the requests' default: a confidence with each text
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas"):
@@ -85,6 +87,7 @@ class Service:
         base_cfg: SearchConfig,
         info: ModelInfo,
         cfg: ServeConfig,
+        calibration: Calibration | None = None,
     ):
         """make_translator builds the translator on the thread that decodes (mtkit.serving.engine); with
         cfg.replicas > 1, in each replica's process, so it must pickle (mtkit.serving.replicas.EngineSpec)."""
@@ -93,13 +96,13 @@ class Service:
         self.info = info
         self.cfg = cfg
         self.metrics = Metrics(lambda: self.batcher.depth, self.engines_running)
-        self.engine = Engine(make_translator)  # unused where replicas translate
+        self.engine = Engine(make_translator, calibration)  # unused where replicas translate
         self.batcher: Batcher | Replicas
         if cfg.replicas > 1:
             threads = max(1, torch.get_num_threads() // cfg.replicas)
             self.batcher = Replicas(
                 make_translator, cfg.replicas, threads, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue,
-                self.metrics.observe_batch,
+                self.metrics.observe_batch, calibration,
             )  # fmt: skip
         else:
             self.batcher = self.engine.batcher(
@@ -129,11 +132,8 @@ class Service:
 
     def _check_chars(self, texts: Sequence[str]) -> None:
         """A request over --max-chars is a 413."""
-        chars = sum(len(t) for t in texts)
-        if chars > self.cfg.max_chars:
-            raise RequestError(
-                413, f"{chars:,} characters: the limit is {self.cfg.max_chars:,} per request (--max-chars)"
-            )
+        if (chars := sum(len(t) for t in texts)) > (most := self.cfg.max_chars):
+            raise RequestError(413, f"{chars:,} characters: the limit is {most:,} per request (--max-chars)")
 
     def segmenter(self, split_sentences: bool) -> Segmenter:
         """How texts are cut into the pieces translated one by one (mtkit.translation.sentences)."""
@@ -146,10 +146,13 @@ class Service:
         return self._segmenters[split_sentences]
 
     def defaults(self) -> Options:
-        return Options(self.base_cfg.beam, 1, self.base_cfg.lenpen, False)
+        return Options(self.base_cfg.beam, 1, self.base_cfg.lenpen, False, self.cfg.confidence)
 
-    def options(self, beam: int | None, nbest: int | None, lenpen: float | None, alignment: bool) -> Options:
+    def options(
+        self, beam: int | None, nbest: int | None, lenpen: float | None, alignment: bool, confidence: bool | None = None
+    ) -> Options:
         default = self.defaults()
+        confidence = default.confidence if confidence is None else confidence
         beam = default.beam if beam is None else beam
         nbest = 1 if nbest is None else nbest
         lenpen = default.lenpen if lenpen is None else lenpen
@@ -163,7 +166,9 @@ class Service:
             if self.info.engine != "pytorch":
                 raise RequestError(422, "alignment needs a server started with --engine pytorch")
             raise RequestError(422, "alignment is not available for a model with target tags or language tokens")
-        return Options(beam, nbest, lenpen, alignment)
+        if confidence and (self.info.engine != "pytorch" or self.info.meta.get(LANGUAGE_TOKENS)):
+            raise RequestError(422, "confidence needs --engine pytorch and a model without language tokens")
+        return Options(beam, nbest, lenpen, alignment, confidence)
 
     @property
     def can_align(self) -> bool:
@@ -228,9 +233,9 @@ class Service:
         split_sentences: bool | None = None,
         target: str | None = None,
         source: str | None = None,
-    ) -> list[Any]:
-        """Queue the texts' pieces and wait for their translations; drop them if the client goes away.
-        split_sentences, target, source: None for the server's defaults."""
+    ) -> tuple[list[Any], list[float] | None]:
+        """Each text's answer (and with options.confidence, its least confident piece's confidence), its
+        pieces queued and dropped if the client goes away; split_sentences, target, source: None: the defaults."""
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
         jobs, counts, long = self.jobs(texts, options, split, target, source)
         request.state.sentences, request.state.long = len(jobs), long
@@ -266,7 +271,7 @@ class Service:
         if fmt not in FORMATS:
             raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
         if fmt == "text":
-            return await self.run(request, texts, options, split_sentences, target)
+            return (await self.run(request, texts, options, split_sentences, target))[0]
         if options.nbest > 1 or options.alignment:
             raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
         if not self.can_align:
@@ -281,9 +286,8 @@ class Service:
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
         cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])
         sentences = [sentence for parts in cut for sentence in parts]
-        answers = (
-            await self.run(request, sentences, replace(options, alignment=True), False, target) if sentences else []
-        )
+        answers = (await self.run(request, sentences, replace(options, alignment=True, confidence=False), False,
+                                  target))[0] if sentences else []  # fmt: skip
         translated = [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
         return assemble(documents, rejoined(cut, translated))
 
@@ -293,16 +297,19 @@ class Service:
             self._splitter = SentenceSplitter(self.info.source_language)
         return self._splitter
 
-    def _joined(self, results: list[Result], counts: list[int], options: Options) -> list[Any]:
-        """Each text's answer from its pieces' results, in order."""
-        answers, start = [], 0
+    def _joined(
+        self, results: list[Result], counts: list[int], options: Options
+    ) -> tuple[list[Any], list[float] | None]:
+        """Each text's answer from its pieces' results, in order, and with confidences each text's lowest."""
+        answers, scores, start = [], [], 0
         segmenter = self._segmenters[False]
         for count in counts:
             parts = results[start : start + count]
             start += count
             alignments = parts[0][1] if count == 1 else None
-            answers.append(self._answer(options, segmenter.join([nbest for nbest, _ in parts]), alignments))
-        return answers
+            answers.append(self._answer(options, segmenter.join([nbest for nbest, _, _ in parts]), alignments))
+            scores.append(min((score for _, _, score in parts if score is not None), default=1.0))
+        return answers, scores if options.confidence else None
 
     def warm_up(self) -> Future:
         """Translate one sentence through each replica (or the one engine); /ready says yes once all

@@ -8,13 +8,16 @@ length penalty.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from mtkit.core.device import autocast, resolve_device, resolve_precision
 from mtkit.data.batching import length_batches, pad_batch
+from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.search_rules import length_penalty
 from mtkit.model.files import ModelFile
 from mtkit.model.transformer import Transformer
@@ -48,6 +51,66 @@ def forced_log_probs(
         for i, total, length in zip(group.tolist(), sums.tolist(), real.sum(dim=1).tolist()):
             out[i] = (total, length)
     return out
+
+
+@dataclass
+class TokenStatistics:
+    """What forced decoding knows of one translation: its log-probability and its length (</s> included),
+    and the summed entropy of the model's next-token distributions along it."""
+
+    log_prob: float
+    length: int
+    entropy: float
+
+
+@torch.no_grad()
+def token_statistics(
+    model: Transformer | Ensemble,
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    device: torch.device,
+    precision: str = "fp32",
+    max_tokens: int = 8192,
+    given: Sequence[int] = (),
+    dropout_seed: int | None = None,
+) -> list[TokenStatistics]:
+    """TokenStatistics of each (source ids, target ids) pair, in input order; an ensemble's distributions
+    are the means of its models' log-probabilities, renormalised, as its search uses them. With
+    dropout_seed, the model's dropout is on (Monte Carlo dropout), drawn from that seed."""
+    models = list(model.models) if isinstance(model, Ensemble) else [model]
+    widths = [len(src) + len(given) + len(tgt) + 1 for src, tgt in pairs]
+    found: dict[int, TokenStatistics] = {}
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), _dropout(models, dropout_seed):
+        for group in length_batches(widths, len(pairs) or 1, max_tokens):
+            src = pad_batch([pairs[i][0] for i in group], device, suffix=EOS_ID)
+            tgt = [[*given, *pairs[i][1]] for i in group]
+            tgt_in, tgt_out = pad_batch(tgt, device, prefix=BOS_ID), pad_batch(tgt, device, suffix=EOS_ID)
+            with autocast(device, precision):
+                lprobs = torch.stack([F.log_softmax(m(src, tgt_in).float(), dim=-1) for m in models]).mean(dim=0)
+            lprobs = F.log_softmax(lprobs, dim=-1)
+            entropy = -(lprobs.exp() * lprobs.masked_fill(lprobs.isneginf(), 0.0)).sum(dim=-1)
+            real = tgt_out != PAD_ID
+            real[:, : len(given)] = False
+            chosen = lprobs.gather(2, tgt_out.unsqueeze(2)).squeeze(2).masked_fill(~real, 0.0).sum(dim=1)
+            entropies = entropy.masked_fill(~real, 0.0).sum(dim=1)
+            for i, total, length, spread in zip(group.tolist(), chosen.tolist(), real.sum(dim=1).tolist(), entropies.tolist()):  # fmt: skip
+                found[i] = TokenStatistics(total, length, spread)
+    return [found[i] for i in range(len(pairs))]
+
+
+@contextlib.contextmanager
+def _dropout(models: list[Transformer], seed: int | None):
+    """Dropout on, drawn from `seed`, within the block (and the models back in eval mode after it)."""
+    if seed is None:
+        yield
+        return
+    torch.manual_seed(seed)
+    for model in models:
+        model.train()
+    try:
+        yield
+    finally:
+        for model in models:
+            model.eval()
 
 
 class Scorer:

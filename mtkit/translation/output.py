@@ -21,17 +21,20 @@ def output_lines(
     nbest_list: NbestList,
     nbest: int,
     alignment: Callable[[str, Hypothesis], str] | None = None,
+    confidence: float | None = None,
 ) -> list[str]:
     """What `mtkit translate` prints for one input line, without line endings.
 
-    The best translation ("" for a blank line), or with nbest > 1 one `index<TAB>score<TAB>translation`
-    row per hypothesis (`index<TAB>-inf<TAB>` for a blank line); `alignment(line, hypothesis)` appends
-    `<TAB>` and the word alignment to each row.
+    The best translation ("" for a blank line), after `confidence<TAB>` where one is given, or with
+    nbest > 1 one `index<TAB>score<TAB>translation` row per hypothesis (`index<TAB>-inf<TAB>` for a
+    blank line); `alignment(line, hypothesis)` appends `<TAB>` and the word alignment to each row.
     """
     if nbest > 1:
         rows = [f"{index}\t{h.score:.4f}\t{text}" for h, text in nbest_list] or [f"{index}\t-inf\t"]
     else:
         rows = [nbest_list[0][1] if nbest_list else ""]
+    if confidence is not None:
+        rows = [f"{confidence:.4f}\t{row}" for row in rows]
     if alignment:
         links = [alignment(line, h) for h, _ in nbest_list] or [""]
         rows = [f"{row}\t{link}" for row, link in zip(rows, links)]
@@ -71,17 +74,31 @@ def write_translations(
     chunk: int,
     interactive: bool,
     total_bytes: int | None,
+    confidence: Callable[[list[str], list[NbestList]], list[float]] | None = None,
 ) -> int:
     """Translate `lines` in chunks and write each one's output_lines to `out` in input order, with a
     progress bar (by bytes when total_bytes is known); flushed after every line when interactive,
-    else after every chunk of a pipe. Returns the number of input lines."""
-    written = 0
+    else after every chunk of a pipe; `confidence(lines, n-best lists)` gives each line's confidence,
+    a chunk at a time. Returns the number of input lines."""
+    written, pending = 0, []
     with console.progress("translating", total=total_bytes, unit="bytes" if total_bytes else "") as bar:
-        for index, (line, nbest_list) in enumerate(translator.translate_stream(lines, chunk, with_prefixes)):
-            out.write("".join(row + "\n" for row in output_lines(index, line, nbest_list, nbest, alignment)))
-            written += 1
-            if interactive or (total_bytes is None and written % chunk == 0):
+
+        def write_pending() -> None:
+            scores = confidence([line for line, _ in pending], [n for _, n in pending]) if confidence else None
+            for k, (line, nbest_list) in enumerate(pending):
+                rows = output_lines(written - len(pending) + k, line, nbest_list, nbest, alignment,
+                                    scores[k] if scores else None)  # fmt: skip
+                out.write("".join(row + "\n" for row in rows))
+                bar.advance(line_bytes(line) if total_bytes else 1)
+            pending.clear()
+            if interactive or total_bytes is None:
                 out.flush()
-            bar.advance(line_bytes(line) if total_bytes else 1)
+
+        for line, nbest_list in translator.translate_stream(lines, chunk, with_prefixes):
+            pending.append((line, nbest_list))
+            written += 1
+            if len(pending) == chunk:
+                write_pending()
+        write_pending()
     out.flush()
     return written

@@ -2,12 +2,14 @@
 // loaded from another host. Text mode translates as the user types (debounced; a newer request
 // cancels the one before), with word alignments and, on request, alternatives; document mode
 // translates a .txt sentence by sentence, a few lines a request, or an .html file whole with its
-// markup kept (format "html"), and offers the result to download.
+// markup kept (format "html"), and offers the result to download. Where the server gives confidences
+// (serve --confidence), lines below UNSURE_BELOW are shaded: worth a person's check.
 "use strict";
 
 const DEBOUNCE_MS = 300;
 const DOCUMENT_LINES_PER_REQUEST = 20;
 const ALTERNATIVES = 3;
+const UNSURE_BELOW = 0.5;
 const $ = (id) => document.getElementById(id);
 const state = { languages: [], targets: [], canDetect: false, pending: null, seq: 0, timer: null };
 
@@ -44,7 +46,9 @@ async function loadLanguages() {
   state.targets = model.target_languages.length ? model.target_languages : [model.target_language].filter(Boolean);
   state.defaultTarget = model.target_language;
   state.canAlign = model.alignment;
+  state.confidence = model.confidence;
   $("alignment-note").hidden = !state.canAlign;
+  $("confidence-note").hidden = !state.confidence;
   try {  // /detect answers where the server has a language identifier (mtkit[langid])
     await call("POST", "detect", { q: "probe" });
     state.canDetect = true;
@@ -93,7 +97,7 @@ async function translateText() {
   const seq = ++state.seq;
   const lines = $("input").value.split("\n");
   if (!$("input").value.trim()) {
-    render(lines, lines.map(() => []));
+    render(lines, lines.map(() => []), null);
     showError("");
     return;
   }
@@ -108,11 +112,11 @@ async function translateText() {
     if ($("alternatives").checked) body.nbest = ALTERNATIVES;
     const answer = await call("POST", "v1/translate", body, controller.signal);
     if (seq !== state.seq) return;  // a newer request is on its way
-    render(lines, answer.translations);
+    render(lines, answer.translations, answer.confidences);
     showError("");
   } catch (error) {
     if (error.name !== "AbortError" && seq === state.seq) {
-      render(lines, []);  // no translation of an earlier text left standing beside the error
+      render(lines, [], null);  // no translation of an earlier text left standing beside the error
       showError(error.message);
     }
   } finally {
@@ -143,8 +147,9 @@ function wordSpans(text, side, line) {
   });
 }
 
-// One line of the output per line of the input; each is a list of hypotheses, best first.
-function render(lines, translations) {
+// One line of the output per line of the input; each is a list of hypotheses, best first; with
+// confidences, a line below UNSURE_BELOW is shaded and says its confidence.
+function render(lines, translations, confidences) {
   const source = $("source-words");
   const output = $("output");
   source.replaceChildren();
@@ -161,6 +166,11 @@ function render(lines, translations) {
     const targetLine = document.createElement("div");
     targetLine.className = "line";
     targetLine.append(...wordSpans(best ? best.text : "", "target", i));
+    const confidence = confidences ? confidences[i] : undefined;
+    if (confidence !== undefined && confidence < UNSURE_BELOW && best && best.text) {
+      targetLine.classList.add("unsure");
+      targetLine.title = `confidence ${confidence.toFixed(2)}: worth checking`;
+    }
     output.append(targetLine);
     state.alignments.push(parseAlignment(best && best.alignment));
     if (hypotheses.length > 1) {
