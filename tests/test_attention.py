@@ -224,7 +224,7 @@ def test_plot_of_a_tiny_run(trained_run, tmp_path):
 
 
 def test_without_matplotlib_the_message_says_how_to_install(monkeypatch, tmp_path):
-    from mtkit.translation.plots import pyplot
+    from mtkit.translation.inspection import pyplot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(MtkitError, match=r"pip install 'mtkit\[plot\]'"):

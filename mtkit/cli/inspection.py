@@ -84,7 +84,7 @@ def plot(
 
     Example: [bold]mtkit plot runs/en-de -o curves.png[/bold]
     """
-    from mtkit.translation.plots import plot_training
+    from mtkit.translation.inspection import plot_training
 
     output = output or run_dir / "curves.png"
     plot_training(run_dir, output)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
 ModelOption = Annotated[
@@ -73,6 +74,21 @@ MbrSourceOption = Annotated[
 ]
 EpsilonOption = Annotated[float, typer.Option(help="--mbr's samples: no token below this probability.")]
 MbrUtilityOption = Annotated[str, typer.Option(help="--mbr's utility: chrf or bleu (sentence scores).")]
+GlossaryOption = Annotated[
+    Path | None,
+    typer.Option(help="source term<TAB>target term lines: a sentence holding a source term gets its target term."),
+]
+CaseSensitiveTermsOption = Annotated[
+    bool, typer.Option("--case-sensitive-terms", help="--glossary's source terms match only as written.")
+]
+
+
+def load_glossary(translator, glossary: Path | None, src_lang: str | None, tgt_lang: str | None, case_sensitive: bool):
+    """--glossary into the translator (mtkit.translation.terminology), where given."""
+    if glossary is not None:
+        from mtkit.translation.terminology import use_glossary
+
+        use_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive)
 
 
 def mbr_config(candidates: int, source: str, epsilon: float, utility: str, sample: bool = False):
@@ -179,3 +195,12 @@ def parse_lang_pairs(value: str) -> list[tuple[str, str]]:
             raise MtkitError(f"--lang-pairs {value}: {item!r} is not SRC-TGT (e.g. en-de)")
         pairs.append((source, target))
     return pairs
+
+
+def report_pieces(translator) -> None:
+    """The count of lines translated in pieces for being long, on stderr."""
+    if translator.lines_in_pieces:
+        console.warn(
+            f"{translator.lines_in_pieces:,} lines longer than {translator.segmenter.max_len:,} subwords "
+            "(--max-source-len) were translated in pieces"
+        )

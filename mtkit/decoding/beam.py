@@ -20,6 +20,7 @@ from torch import Tensor
 
 from mtkit.decoding.constraints import constrain
 from mtkit.decoding.cuda_graphs import GraphedDecoder
+from mtkit.decoding.lexical import ConstrainedStep, missed, pad_phrases, phrase_tensors
 from mtkit.decoding.search_rules import Hypothesis, OnDone, Pin, SearchConfig, length_penalty, output_limits
 from mtkit.model.kv_cache import DecoderState, pad_to_common_length
 from mtkit.model.transformer import Transformer
@@ -155,8 +156,10 @@ class BeamStream:
         return len(self.ids)
 
     @torch.no_grad()
-    def add(self, src: Tensor, ids: list, forced: Tensor | None = None) -> None:
-        """Start searching for a batch of sources (B, S), known as `ids`; `forced`: prefix_tensor."""
+    def add(self, src: Tensor, ids: list, forced: Tensor | None = None, constraints: list | None = None) -> None:
+        """Start searching for a batch of sources (B, S), known as `ids`; `forced`: prefix_tensor;
+        `constraints`: each sentence's target phrases (lists of ids) that its translations must contain
+        (mtkit.decoding.lexical)."""
         batch, k, device = src.size(0), self.k, self.device
         memory, src_mask = self.model.encode(src)
         state = self.model.start_decoding(memory, src_mask, beams=k)
@@ -166,6 +169,8 @@ class BeamStream:
             self.max_lens, self.steps = src.new_empty(0), src.new_empty(0)
             self.scores, self.forced = torch.empty(0, k, device=device), src.new_empty(0, 0)
             self.done, self.ended = torch.empty(0, dtype=torch.bool, device=device), EndedHypotheses(k, device)
+            self.phrases, self.phrase_lengths = phrase_tensors([], device)
+            self.progress, self.phrase_lists = src.new_zeros(0, 0), []
         else:
             self.state.join(state)
         scores = torch.full((batch, k), float("-inf"), device=device)
@@ -178,6 +183,7 @@ class BeamStream:
         self.steps = torch.cat([self.steps, self.steps.new_zeros(batch)])  # tokens chosen so far
         self.done = torch.cat([self.done, self.done.new_zeros(batch)])
         self.ended.add_sentences(batch)
+        self._add_constraints(constraints or [[] for _ in range(batch)])
         forced = forced if forced is not None else src.new_full((batch, 0), -1)
         self.forcing_until = max(self.forcing_until, self.clock + forced.size(1))
         self.forced = torch.cat(pad_to_common_length([self.forced, forced], dim=1, value=-1))
@@ -185,6 +191,19 @@ class BeamStream:
         self.started += [self.clock] * batch
         self.last_steps += [self.clock + limit - 1 for limit in limits]
         self.next_read = min([self.next_read, *self.last_steps[-batch:]])
+
+    def _add_constraints(self, constraints: list) -> None:
+        phrases, lengths = phrase_tensors(constraints, self.device)
+        count = max(phrases.size(1), self.phrases.size(1))
+        longest = max(phrases.size(2), self.phrases.size(2))
+        old, new = (
+            pad_phrases(self.phrases, self.phrase_lengths, count, longest),
+            pad_phrases(phrases, lengths, count, longest),
+        )
+        self.phrases, self.phrase_lengths = torch.cat([old[0], new[0]]), torch.cat([old[1], new[1]])
+        progress = torch.nn.functional.pad(self.progress, (0, count - self.progress.size(1)))
+        self.progress = torch.cat([progress, progress.new_zeros(len(constraints) * self.k, count)])
+        self.phrase_lists += [[list(phrase) for phrase in sentence] for sentence in constraints]
 
     @torch.no_grad()
     def step(self) -> list[tuple]:
@@ -203,27 +222,40 @@ class BeamStream:
             lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard
         )
         lprobs = pin.apply(constrained)
+        guided = ConstrainedStep(self.phrases, self.phrase_lengths, self.progress, k) if self.progress.size(1) else None
+        if guided:
+            guided.forbid_early_end(lprobs)
         vocab = lprobs.size(-1)
         candidates = lprobs.add_(self.scores.view(-1, 1)).reshape(n_alive, k * vocab)  # lprobs is not read again
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
         top_beam, top_token = top_index // vocab, top_index % vocab
+        if guided:  # where a sentence has constraints, its 2k candidates in the order its beam takes them
+            top_scores, top_beam, top_token, top_progress = guided.order(candidates, top_scores, top_beam, top_token)
         last_step = self.steps + 1 >= self.max_lens
         self._record_ended(top_scores[:, :k], top_beam[:, :k], top_token[:, :k], last_step)
         self.done = self.done | (self.ended.count >= k) | ~torch.isfinite(top_scores[:, 0]) | last_step
         # Continue with the k best candidates that did not end; a done sentence's score -inf.
         continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
         next_scores, pick = continuing.topk(k, dim=1)  # (n, k)
+        next_progress = self.progress
+        if guided:  # the first k that go on, in that order
+            position = -torch.arange(continuing.size(1), device=self.device, dtype=continuing.dtype)
+            in_order = torch.where(continuing.isneginf(), continuing, position.expand_as(continuing))
+            pick = torch.where(guided.active[:, None], in_order.topk(k, dim=1).indices, pick)
+            next_scores = continuing.gather(1, pick)
+            phrases = top_progress.size(2)
+            next_progress = top_progress.gather(1, pick[:, :, None].expand(-1, -1, phrases)).view(-1, phrases)
         next_scores = next_scores.masked_fill(self.done[:, None], float("-inf"))
         next_beam, next_token = top_beam.gather(1, pick), top_token.gather(1, pick)
         now, self.clock = self.clock, self.clock + 1
         if now < self.next_read and not self.all_done.arrived():
             self.all_done.send(self.done)
-            self._advance(next_beam, next_token, next_scores)
+            self._advance(next_beam, next_token, next_scores, next_progress)
             return []
         self.all_done.forget()  # a copy still on its way describes the rows before this read
         results, kept = self._read_done(now)
         if len(kept) == n_alive:
-            self._advance(next_beam, next_token, next_scores)
+            self._advance(next_beam, next_token, next_scores, next_progress)
             return results
         if not kept:
             self.state, self.ids, self.next_read = None, [], self.clock + self.sync_every - 1
@@ -239,14 +271,17 @@ class BeamStream:
         self.steps = self.steps[keep] + 1
         self.scores, self.max_lens, self.forced = next_scores[keep], self.max_lens[keep], self.forced[keep]
         self.done = self.done[keep]
+        self.progress = next_progress.view(n_alive, k, -1)[keep].flatten(0, 1)
+        self.phrases, self.phrase_lengths = self.phrases[keep], self.phrase_lengths[keep]
         return results
 
     def _rows(self, sentences: Tensor, beams: Tensor) -> Tensor:
         """The batch rows of each sentence's chosen beams (sentences (n,), beams (n, b)): (n * b,)."""
         return (sentences[:, None] * self.k + beams).flatten()
 
-    def _advance(self, beams: Tensor, tokens: Tensor, scores: Tensor) -> None:
+    def _advance(self, beams: Tensor, tokens: Tensor, scores: Tensor, progress: Tensor) -> None:
         """A step the host does not read: every sentence goes on, done ones frozen."""
+        self.progress = progress
         rows = self._rows(torch.arange(len(self.ids), device=self.device), beams)
         self.state.select(rows, None)
         self.history = torch.cat([self.history.index_select(0, rows), tokens.reshape(-1, 1)], dim=1)
@@ -268,8 +303,12 @@ class BeamStream:
         hypotheses = self.ended.read(finished.to(self.device), self.cfg.lenpen) if finished.numel() else []
         results = []
         for i, ended in zip(finished.tolist(), hypotheses):  # every sentence gets here once
-            results.append((self.ids[i], sorted(ended, key=lambda h: h.score, reverse=True)[: self.cfg.nbest]))
+            for hypothesis in ended:  # only one cut at the length limit can miss one
+                hypothesis.missed_constraints = missed(hypothesis.tokens, self.phrase_lists[i])
+            best = sorted(ended, key=lambda h: (-h.missed_constraints, h.score), reverse=True)
+            results.append((self.ids[i], best[: self.cfg.nbest]))
         kept = (~done).nonzero().flatten().tolist()
+        self.phrase_lists = [self.phrase_lists[i] for i in kept]
         self.ids = [self.ids[i] for i in kept]
         self.started = [self.started[i] for i in kept]
         self.last_steps = [self.last_steps[i] for i in kept]
@@ -278,13 +317,19 @@ class BeamStream:
 
 
 def beam_search(
-    model: Transformer, src: Tensor, cfg: SearchConfig, forced: Tensor | None = None, on_done: OnDone | None = None
+    model: Transformer,
+    src: Tensor,
+    cfg: SearchConfig,
+    forced: Tensor | None = None,
+    on_done: OnDone | None = None,
+    constraints: list | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch of sources (B, S); returns the cfg.nbest best hypotheses per sentence.
-    With `forced` (prefix_tensor), every hypothesis of a sentence starts with its prefix.
+    With `forced` (prefix_tensor), every hypothesis of a sentence starts with its prefix; with
+    `constraints` (each sentence's target phrases, as ids), each contains them (mtkit.decoding.lexical).
     on_done(i, hypotheses) is called for each sentence as soon as its n-best is final."""
     stream = BeamStream(model, cfg, src.device)
-    stream.add(src, list(range(src.size(0))), forced)
+    stream.add(src, list(range(src.size(0))), forced, constraints)
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     while len(stream):
         for sentence, hypotheses in stream.step():

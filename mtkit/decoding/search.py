@@ -1,5 +1,6 @@
-"""Greedy search and sampling over a batch of sentences, with the decoder's KV cache, and search(),
-which runs them or beam search (mtkit.decoding.beam) as the settings ask.
+"""Greedy search and sampling over a batch of sentences, with the decoder's KV cache; search(),
+which runs them or beam search (mtkit.decoding.beam) as the settings ask; and translate_ids(),
+which searches for any number of sentences in batches of like lengths.
 
 All sentences advance together; a sentence that is finished is dropped from the batch, so it costs
 no more compute. Scores, the length limit and prefixes follow mtkit.decoding.search_rules.
@@ -7,10 +8,15 @@ no more compute. Scores, the length limit and prefixes follow mtkit.decoding.sea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mtkit.core.device import autocast
+from mtkit.core.errors import MtkitError
+from mtkit.data.batching import length_batches, pad_batch
 from mtkit.decoding.beam import beam_search
 from mtkit.decoding.constraints import constrain
 from mtkit.decoding.sampling import draw_keys, sample, sentence_keys, uniforms
@@ -33,7 +39,7 @@ from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 __all__ = [  # the rules are used from here too
     "MAX_OUTPUT_TOKENS", "MAX_POSITIONS", "MAX_SOURCE_TOKENS", "Hypothesis", "OnDone", "SearchConfig",
     "greedy_search", "length_penalty", "max_output_length", "max_output_lengths", "prefix_tensor", "sample_search",
-    "search",
+    "search", "translate_ids",
 ]  # fmt: skip
 
 
@@ -183,13 +189,51 @@ def search(
     cfg: SearchConfig,
     prefixes: list[list[int]] | None = None,
     on_done: OnDone | None = None,
+    constraints: list[list[list[int]]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search when cfg.beam > 1, else greedy (or sampling); `prefixes`: each sentence's forced
     beginning of the translation (target ids, [] for none); on_done(i, hypotheses): called for each
-    sentence as soon as it is finished, before the batch is."""
+    sentence as soon as it is finished, before the batch is; `constraints`: each sentence's target
+    phrases (ids) that its translation must contain, for beam search (mtkit.decoding.lexical)."""
     forced = prefix_tensor(prefixes, src.size(0), src.device)
+    if constraints and any(constraints):
+        if cfg.beam == 1 or cfg.sample:
+            raise MtkitError("constraints and glossaries need beam search: --beam 2 or more, without --sample")
+        return beam_search(model, src, cfg, forced, on_done, constraints)
     if cfg.sample and cfg.samples > 1:
         return sample_search(model, src, cfg, forced, on_done)
     if cfg.beam == 1:
         return greedy_search(model, src, cfg, forced, on_done)
     return beam_search(model, src, cfg, forced, on_done)
+
+
+@torch.no_grad()
+def translate_ids(
+    model: Transformer,
+    sentences: Sequence[Sequence[int]],
+    cfg: SearchConfig,
+    device: torch.device,
+    precision: str = "fp32",
+    batch_size: int = 128,
+    max_tokens: int = 8192,
+    prefixes: Sequence[list[int]] | None = None,
+    on_done: OnDone | None = None,
+    constraints: Sequence[list[list[int]]] | None = None,
+) -> list[list[Hypothesis]]:
+    """Search for every sentence of subword ids, batched by length; results in input order.
+    `prefixes`: each sentence's forced target beginning (ids; [] for none); on_done(i, hypotheses)
+    is called for sentence i as soon as its search is finished; `constraints`: each sentence's target
+    phrases (ids) that its translation must contain."""
+    results: list[list[Hypothesis]] = [[] for _ in sentences]
+    lengths = [len(s) for s in sentences]
+    for group in length_batches(lengths, batch_size, max(1, max_tokens // (cfg.beam * cfg.samples))):
+        indices = group.tolist()
+        src = pad_batch([sentences[i] for i in indices], device, suffix=EOS_ID)
+        forced = [prefixes[i] for i in indices] if prefixes else None
+        phrases = [constraints[i] for i in indices] if constraints else None
+        done_in_group = (lambda j, hyps, indices=indices: on_done(indices[j], hyps)) if on_done else None
+        with autocast(device, precision):
+            hypotheses = search(model, src, cfg, forced, done_in_group, phrases)
+        for index, hyps in zip(indices, hypotheses):
+            results[index] = hyps
+    return results

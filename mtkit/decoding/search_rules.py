@@ -98,6 +98,9 @@ class Hypothesis:
     attention: Tensor | None = None
     # Minimum Bayes risk decoding's expected utility of this translation (mtkit.translation.mbr), where it chose.
     utility: float | None = None
+    # With lexical constraints (mtkit.decoding.lexical), how many of its sentence's phrases it lacks: only
+    # a translation cut at the length limit lacks any.
+    missed_constraints: int = 0
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:

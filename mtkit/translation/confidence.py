@@ -25,10 +25,11 @@ from sacrebleu.metrics import CHRF
 
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import write_text_atomic
+from mtkit.decoding.search import translate_ids
 from mtkit.decoding.search_rules import MAX_SOURCE_TOKENS
 from mtkit.translation.forced_decoding import token_statistics
 from mtkit.translation.mbr import pairwise_utilities
-from mtkit.translation.translate import NbestList, Translator, translate_ids
+from mtkit.translation.translate import NbestList, Translator
 
 SIGNALS = ("logprob", "entropy", "agreement", "dropout")
 DEFAULT_SIGNALS = "logprob,entropy,agreement,dropout,logprob+agreement,logprob+entropy,logprob+dropout"

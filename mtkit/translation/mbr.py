@@ -24,8 +24,9 @@ from sacrebleu.metrics.bleu import BLEU
 from sacrebleu.metrics.helpers import extract_all_word_ngrams
 
 from mtkit.core.errors import MtkitError
+from mtkit.decoding.search import translate_ids
 from mtkit.decoding.search_rules import Hypothesis, OnDone, SearchConfig
-from mtkit.translation.translate import Translator, translate_ids
+from mtkit.translation.translate import Translator
 
 SOURCES = ("beam", "sample", "both")
 UTILITIES = ("chrf", "bleu", "chrf+bleu")
@@ -118,6 +119,8 @@ def mbr_ranking(texts: Sequence[str], utilities: np.ndarray) -> list[tuple[int, 
 class MbrTranslator(Translator):
     """A Translator whose search is minimum Bayes risk decoding over its candidate searches' translations:
     each sentence's n-best are its distinct candidates by expected utility (Hypothesis.utility)."""
+
+    takes_constraints = False  # the samples would not hold the terms
 
     def __init__(self, model_files, cfg: SearchConfig, mbr: MbrConfig, *args, **kwargs):
         mbr.validate()

@@ -1,17 +1,19 @@
 """What `mtkit translate` writes: the output lines of each input line (plain, n-best, with
-alignments), from the input (with target prefixes, where given), in input order."""
+alignments), from the input (with target prefixes and terms, where given), in input order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import zip_longest
 from pathlib import Path
 from typing import TextIO
 
 from mtkit.core import console
 from mtkit.core.errors import MtkitError
-from mtkit.core.textio import iter_lines, line_bytes
+from mtkit.core.textio import check_input_file, iter_lines, line_bytes
 from mtkit.decoding.search_rules import Hypothesis
+from mtkit.text.glossary import Term
+from mtkit.translation.terminology import read_constraints
 from mtkit.translation.translate import NbestList, TextTranslator
 
 
@@ -41,33 +43,47 @@ def output_lines(
     return rows
 
 
-def paired_with_prefixes(
-    lines: Iterable[str], source: str, prefix_file: Path | None, prefix_in_input: bool
-) -> Iterable[str] | Iterable[tuple[str, str]]:
-    """The input lines as they are, or (line, target prefix) pairs: from `source<TAB>prefix` lines
-    (prefix_in_input), or line by line from prefix_file, which must have as many lines as the input
-    (`source` names the input in the error)."""
-    if prefix_in_input:
-        return (tuple(line.split("\t", 1)) if "\t" in line else (line, "") for line in lines)
-    if prefix_file is None:
+def paired_inputs(
+    lines: Iterable[str],
+    source: str,
+    prefix_file: Path | None,
+    prefix_in_input: bool,
+    constraints_file: Path | None = None,
+) -> Iterable[str] | Iterable[tuple[str, str, list[Term]]]:
+    """The input lines as they are, or (line, target prefix, terms) triples: prefixes from
+    `source<TAB>prefix` lines (prefix_in_input) or line by line from prefix_file, terms line by line from
+    constraints_file (mtkit.text.glossary); each file must have as many lines as the input (`source`
+    names the input in the error)."""
+    if not (prefix_file or prefix_in_input or constraints_file):
         return lines
+    if prefix_in_input:
+        pairs = (tuple(line.split("\t", 1)) if "\t" in line else (line, "") for line in lines)
+    elif prefix_file:
+        pairs = side_by_side(lines, iter_lines(prefix_file), source, f"--prefix-file {prefix_file}")
+    else:
+        pairs = ((line, "") for line in lines)
+    if constraints_file is None:
+        return ((line, prefix, []) for line, prefix in pairs)
+    check_input_file(constraints_file)
+    given = side_by_side(pairs, read_constraints(constraints_file), source, f"--constraints {constraints_file}")
+    return ((line, prefix, terms) for (line, prefix), terms in given)
 
-    def pairs():
-        missing = object()
-        for number, (line, prefix) in enumerate(zip_longest(lines, iter_lines(prefix_file), fillvalue=missing), 1):
-            if line is missing:
-                raise MtkitError(f"--prefix-file {prefix_file}: more lines than the input ({source}: {number - 1})")
-            if prefix is missing:
-                raise MtkitError(f"--prefix-file {prefix_file}: {number - 1} lines, fewer than the input ({source})")
-            yield line, prefix
 
-    return pairs()
+def side_by_side(lines: Iterable, others: Iterable, source: str, option: str) -> Iterator[tuple]:
+    """Pairs of the input's lines and another file's (`option` names it), which must be as many."""
+    missing = object()
+    for number, (line, other) in enumerate(zip_longest(lines, others, fillvalue=missing), 1):
+        if line is missing:
+            raise MtkitError(f"{option}: more lines than the input ({source}: {number - 1})")
+        if other is missing:
+            raise MtkitError(f"{option}: {number - 1} lines, fewer than the input ({source})")
+        yield line, other
 
 
 def write_translations(
     translator: TextTranslator,
-    lines: Iterable[str] | Iterable[tuple[str, str]],
-    with_prefixes: bool,
+    lines: Iterable[str] | Iterable[tuple[str, str, list[Term]]],
+    paired: bool,
     out: TextIO,
     nbest: int,
     alignment: Callable[[str, Hypothesis], str] | None,
@@ -94,7 +110,7 @@ def write_translations(
             if interactive or total_bytes is None:
                 out.flush()
 
-        for line, nbest_list in translator.translate_stream(lines, chunk, with_prefixes):
+        for line, nbest_list in translator.translate_stream(lines, chunk, paired):
             pending.append((line, nbest_list))
             written += 1
             if len(pending) == chunk:

@@ -157,6 +157,7 @@ class Segmenter:
                 score=sum(h.score for h, _ in chosen),
                 log_prob=sum(h.log_prob for h, _ in chosen),
                 ended=all(h.ended for h, _ in chosen),
+                missed_constraints=sum(h.missed_constraints for h, _ in chosen),
             )
             joined.append((hypothesis, self.separator.join(text for _, text in chosen if text)))
         return joined

@@ -7,52 +7,22 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import torch
-
 from mtkit.core.console import warn
 from mtkit.core.device import autocast, autocast_dtype, resolve_device, resolve_precision
 from mtkit.core.errors import MtkitError
-from mtkit.data.batching import length_batches, pad_batch
+from mtkit.data.batching import pad_batch
 from mtkit.decoding.beam import BeamStream
 from mtkit.decoding.cuda_graphs import GraphedDecoder, check_device
 from mtkit.decoding.ensemble import Ensemble
-from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, prefix_tensor, search
+from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, prefix_tensor, translate_ids
 from mtkit.model.files import ModelFile
 from mtkit.model.packed import cast_linear_weights, pack_linear_layers
-from mtkit.model.transformer import Transformer
+from mtkit.text.glossary import Glossary, Term
 from mtkit.text.targets import LANGUAGE_TOKENS, framing
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 from mtkit.translation.alignment import alignment_layers, cross_attention_batches, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
-
-
-@torch.no_grad()
-def translate_ids(
-    model: Transformer,
-    sentences: Sequence[Sequence[int]],
-    cfg: SearchConfig,
-    device: torch.device,
-    precision: str = "fp32",
-    batch_size: int = 128,
-    max_tokens: int = 8192,
-    prefixes: Sequence[list[int]] | None = None,
-    on_done: OnDone | None = None,
-) -> list[list[Hypothesis]]:
-    """Search for every sentence of subword ids, batched by length; results in input order.
-    `prefixes`: each sentence's forced target beginning (ids; [] for none); on_done(i, hypotheses)
-    is called for sentence i as soon as its search is finished."""
-    results: list[list[Hypothesis]] = [[] for _ in sentences]
-    lengths = [len(s) for s in sentences]
-    for group in length_batches(lengths, batch_size, max(1, max_tokens // (cfg.beam * cfg.samples))):
-        indices = group.tolist()
-        src = pad_batch([sentences[i] for i in indices], device, suffix=EOS_ID)
-        forced = [prefixes[i] for i in indices] if prefixes else None
-        done_in_group = (lambda j, hyps, indices=indices: on_done(indices[j], hyps)) if on_done else None
-        with autocast(device, precision):
-            hypotheses = search(model, src, cfg, forced, done_in_group)
-        for index, hyps in zip(indices, hypotheses):
-            results[index] = hyps
-    return results
+from mtkit.translation.terminology import piece_constraints
 
 
 def one_line(prefix: str) -> str:
@@ -85,6 +55,8 @@ class TextTranslator:
     source_tag: int | None = None  # the id that starts every source: the target's tag (mtkit.text.targets)
     target_start: list[int] = []  # the ids every translation starts with, given: the target language's token
     _segmenter: Segmenter | None = None
+    glossary: Glossary | None = None  # terms every line's translation uses where its source has theirs
+    takes_constraints = False  # whether _search takes `constraints` (mtkit.decoding.lexical)
 
     def set_target(self, tgt_lang: str | None, src_lang: str | None = None) -> None:
         """The languages (mtkit.text.targets): a target's tag starts every source, where the model has tags; a
@@ -126,6 +98,7 @@ class TextTranslator:
         on_line: Callable[[int, NbestList], None] | None = None,
         encoded: Sequence[Sequence[int]] | None = None,
         starts: Sequence[Sequence[int]] | None = None,
+        terms: Sequence[Sequence[Term]] | None = None,
     ) -> list[NbestList]:
         """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
 
@@ -135,7 +108,9 @@ class TextTranslator:
         called once per line, as soon as that line's translation is known (before the others, where the
         engine finishes sentences one by one). `encoded`: each line's subword ids, where the caller has
         encoded the stripped lines (a server costs its requests by them); `starts`: each line's given
-        start in place of target_start (a server's requests differ in it).
+        start in place of target_start (a server's requests differ in it); `terms`: per line, target terms
+        its translation must contain (beside self.glossary's). A line cut at the length limit before it
+        held them all is named in a warning.
         """
         segmenter = self.segmenter
         stripped = [line.strip() for line in lines]
@@ -161,6 +136,9 @@ class TextTranslator:
         if prefixes:
             encoded_prefixes = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted])
             forced = [given[j] + (encoded_prefixes[j] if k == first[j] else []) for k, j in enumerate(owner)]
+        constraints = (
+            piece_constraints(self, stripped, wanted, pieces, terms, first_line) if terms or self.glossary else None
+        )
         out: list[NbestList] = [[] for _ in lines]
         found: list[NbestList | None] = [None] * len(owner)
         waiting = [len(parts) for parts in pieces]
@@ -172,6 +150,8 @@ class TextTranslator:
             waiting[j] -= 1
             if waiting[j] == 0:
                 out[wanted[j]] = segmenter.join(found[first[j] : first[j + 1]])
+                if out[wanted[j]][0][0].missed_constraints:
+                    warn(f"line {first_line + wanted[j]}: cut at the length limit before it held every term")
                 if on_line:
                     on_line(wanted[j], out[wanted[j]])
 
@@ -179,7 +159,8 @@ class TextTranslator:
             if on_line and not line:
                 on_line(i, [])
         flat = self.tagged([piece for parts in pieces for piece in parts])
-        results = self._search(flat, forced, finish if on_line else None)
+        extra = {"constraints": constraints} if constraints else {}
+        results = self._search(flat, forced, finish if on_line else None, **extra)
         for k, hyps in enumerate(results):
             if found[k] is None:
                 finish(k, hyps)
@@ -195,28 +176,33 @@ class TextTranslator:
         return [nbest[0][1] if nbest else "" for nbest in self.translate_hypotheses(lines)]
 
     def translate_stream(
-        self, lines: Iterable[str] | Iterable[tuple[str, str]], chunk_lines: int, with_prefixes: bool = False
+        self, lines: Iterable[str] | Iterable[tuple[str, str, list[Term]]], chunk_lines: int, paired: bool = False
     ) -> Iterator[tuple[str, list[tuple[Hypothesis, str]]]]:
         """Translate an endless stream in chunks, yielding (line, its n-best) in input order.
-        with_prefixes: the stream holds (line, target prefix) pairs."""
+        paired: the stream holds (line, target prefix, terms) triples."""
         chunk: list = []
         first_line = 1
         for item in lines:
             chunk.append(item)
             if len(chunk) >= chunk_lines:
-                yield from self._translate_chunk(chunk, first_line, with_prefixes)
+                yield from self._translate_chunk(chunk, first_line, paired)
                 first_line += len(chunk)
                 chunk = []
         if chunk:
-            yield from self._translate_chunk(chunk, first_line, with_prefixes)
+            yield from self._translate_chunk(chunk, first_line, paired)
 
-    def _translate_chunk(self, chunk: list, first_line: int, with_prefixes: bool):
-        sources, prefixes = (list(column) for column in zip(*chunk)) if with_prefixes else (chunk, None)
-        return zip(sources, self.translate_hypotheses(sources, first_line, prefixes))
+    def _translate_chunk(self, chunk: list, first_line: int, paired: bool):
+        if not paired:
+            return zip(chunk, self.translate_hypotheses(chunk, first_line))
+        sources, prefixes, terms = (list(column) for column in zip(*chunk))
+        found = self.translate_hypotheses(sources, first_line, prefixes if any(prefixes) else None, terms=terms)
+        return zip(sources, found)
 
 
 class Translator(TextTranslator):
     """A loaded model ready to translate raw lines with mtkit's own (PyTorch) search."""
+
+    takes_constraints = True
 
     def __init__(
         self,
@@ -252,11 +238,15 @@ class Translator(TextTranslator):
         self.batch_size, self.max_tokens = batch_size, max_tokens
 
     def _search(
-        self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None
+        self,
+        sentences: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        on_done: OnDone | None = None,
+        constraints: list[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         return translate_ids(
             self.searcher, sentences, self.cfg, self.device, self.precision, self.batch_size, self.max_tokens, prefixes,
-            on_done,
+            on_done, constraints,
         )  # fmt: skip
 
     def open_stream(self, deliver: Callable[[Any, str, NbestList], None]) -> LineStream | None:

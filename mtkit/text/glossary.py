@@ -1,0 +1,132 @@
+"""Terminology: the target phrases a translation must contain (mtkit.decoding.lexical makes the search
+produce them), from a glossary or given per line.
+
+A glossary is a text file of `source term<TAB>target term` lines; blank lines and lines starting with
+"#" are skipped. A file of three or more columns holds one language a column, and its first line
+names them (`en<TAB>de<TAB>fr`, as Google's glossaries of equivalent terms do); the columns of the
+source and target languages are used, and an empty cell is no term. A source term is found in a
+sentence on word boundaries (a letter or digit on neither side), after the model's normalization,
+case-insensitively unless asked (case_sensitive), the longest first where terms overlap; its target
+term is then a constraint of that sentence, as it is written: a constraint is literal, and never
+takes another case ending. Per-line constraints (`translate --constraints FILE`, fairseq's format)
+are a line's target phrases separated by tabs, blank for none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtkit.core.errors import MtkitError
+from mtkit.core.textio import check_input_file
+
+
+@dataclass(frozen=True)
+class Term:
+    """A target phrase a translation must contain; `source`: the source term that called for it
+    (None for a phrase given for the whole line); `origin`: where it was written, for messages."""
+
+    target: str
+    source: str | None = None
+    origin: str = ""
+    case_sensitive: bool = False
+
+
+def _pattern(sources: Iterable[str], case_sensitive: bool) -> re.Pattern | None:
+    alternatives = sorted({source for source in sources if source}, key=len, reverse=True)  # the longest first
+    if not alternatives:
+        return None
+    flags = 0 if case_sensitive else re.IGNORECASE
+    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, alternatives)) + r")(?!\w)", flags)
+
+
+def _key(text: str, case_sensitive: bool) -> str:
+    return text if case_sensitive else text.lower()
+
+
+class Glossary:
+    """Source terms and their target terms; terms(text) finds those a sentence calls for."""
+
+    def __init__(self, entries: Sequence[Term], normalize: Callable[[str], str] = str, case_sensitive: bool = False):
+        self.normalize, self.case_sensitive = normalize, case_sensitive
+        self.entries: dict[str, Term] = {}
+        for term in entries:
+            source = normalize(term.source.strip())
+            term = Term(term.target.strip(), source, term.origin, case_sensitive)
+            self.entries.setdefault(_key(source, case_sensitive), term)  # the first entry of a term wins
+        self._pattern = _pattern((t.source for t in self.entries.values()), case_sensitive)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def terms(self, text: str) -> list[Term]:
+        """The terms the text calls for, in the order they first occur, each once."""
+        if self._pattern is None:
+            return []
+        found = {}
+        for match in self._pattern.finditer(self.normalize(text)):
+            term = self.entries[_key(match.group(0), self.case_sensitive)]
+            found.setdefault(term.target, term)
+        return list(found.values())
+
+
+def occurs(term: Term, text: str) -> bool:
+    """Whether the term's source occurs in (normalized) text, as a glossary finds it."""
+    pattern = _pattern([term.source or ""], term.case_sensitive)
+    return pattern is not None and pattern.search(text) is not None
+
+
+def parse_glossary(lines: Iterable[str], name: str, src_lang: str | None, tgt_lang: str | None) -> list[Term]:
+    """A glossary's terms, each with its origin ("NAME line N"); bad lines raise an error naming them."""
+    rows = [(n, line.rstrip("\r\n")) for n, line in enumerate(lines, 1)]
+    rows = [(n, line) for n, line in rows if line.strip() and not line.lstrip().startswith("#")]
+    if not rows:
+        return []
+    first_n, first = rows[0]
+    width = len(first.split("\t"))
+    columns = (0, 1)
+    if width >= 3:
+        languages = [cell.strip() for cell in first.split("\t")]
+        columns = tuple(
+            _column(languages, lang, side, name, first_n) for lang, side in ((src_lang, "source"), (tgt_lang, "target"))
+        )
+        rows = rows[1:]
+    terms = []
+    for n, line in rows:
+        cells = line.split("\t")
+        if len(cells) != width:
+            raise MtkitError(f"{name} line {n}: {len(cells)} tab-separated columns, where its first line has {width}")
+        source, target = (cells[c].strip() for c in columns)
+        if width == 2 and not (source and target):
+            raise MtkitError(f"{name} line {n}: a source term and a target term, separated by a tab, are needed")
+        if source and target:
+            terms.append(Term(target, source, f"{name} line {n}"))
+    return terms
+
+
+def _column(languages: list[str], lang: str | None, side: str, name: str, line: int) -> int:
+    if lang is None:
+        raise MtkitError(
+            f"{name}: a glossary of several languages ({', '.join(languages)}) needs --src-lang and --tgt-lang"
+        )
+    if lang not in languages:
+        raise MtkitError(
+            f"{name} line {line}: no column for the {side} language {lang} (it has {', '.join(languages)})"
+        )
+    return languages.index(lang)
+
+
+def read_glossary(path: Path, src_lang: str | None = None, tgt_lang: str | None = None) -> list[Term]:
+    check_input_file(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise MtkitError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    return parse_glossary(text.splitlines(), str(path), src_lang, tgt_lang)
+
+
+def constraint_terms(line: str, origin: str) -> list[Term]:
+    """A line of a constraints file: its target phrases, separated by tabs (blank: none)."""
+    return [Term(phrase.strip(), None, origin) for phrase in line.rstrip("\r\n").split("\t") if phrase.strip()]
