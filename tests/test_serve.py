@@ -14,7 +14,8 @@ from conftest import run_mtkit, start_mtkit
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.model.files import load_model_file, resolve_model_path
-from mtkit.serving.service import ModelInfo, ServeConfig, Service
+from mtkit.serving.service import Service
+from mtkit.serving.settings import ModelInfo, ServeConfig
 from mtkit.text.langid import identify
 from mtkit.translation.translate import Translator
 
@@ -166,6 +167,33 @@ def test_options_change_the_search(server, trained_run, sentences):
     assert response.json() == {"translations": expected + [""]}
     single = server.post("/v1/translate", json={"text": sentences[0], "beam": 1})
     assert single.json() == {"translations": expected[:1]}
+
+
+def test_concurrent_requests_with_their_own_glossaries_get_what_translate_gives(server, trained_run, tmp_path):
+    """Two requests at once, each with its own glossary for the same word: each gets its own term, as
+    `mtkit translate --glossary` gives it."""
+    lines, terms = ["A dog runs at the beach.", "A dog sits on the grass."], ["Kater", "Wiese"]
+    answers: dict[int, object] = {}
+    start = threading.Barrier(2)
+
+    def client(i: int) -> None:
+        start.wait()
+        response = server.post("/v1/translate", json={"text": lines, "glossary": [["dog", terms[i]]]})
+        answers[i] = response.json()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, term in enumerate(terms):
+        (tmp_path / f"{i}.tsv").write_text(f"dog\t{term}\n", encoding="utf-8")
+        assert answers[i] == {"translations": offline(trained_run, lines, "--glossary", tmp_path / f"{i}.tsv")}
+        assert all(term in text for text in answers[i]["translations"])
+    bad = server.post("/v1/translate", json={"text": "A dog.", "glossary": [["dog"]]})
+    assert bad.status_code == 422 and "glossary entry 0" in bad.json()["error"]
+    greedy = server.post("/v1/translate", json={"text": "A dog.", "beam": 1, "glossary": [["dog", "Kater"]]})
+    assert greedy.status_code == 422 and "terms need beam search" in greedy.json()["error"]
 
 
 def test_libretranslate_clients_work_unchanged(server, trained_run, sentences):

@@ -9,11 +9,13 @@ import typer
 
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import (
+    CaseSensitiveTermsOption,
     CheckpointOption,
     CudaGraphsOption,
     DeviceOption,
     EngineOption,
     EpsilonOption,
+    GlossaryOption,
     LenpenOption,
     LoopNgramOption,
     LoopRepeatsOption,
@@ -87,6 +89,8 @@ def serve(
     mbr_source: MbrSourceOption = "sample",
     epsilon: EpsilonOption = 0.02,
     mbr_utility: MbrUtilityOption = "chrf",
+    glossary: GlossaryOption = None,
+    case_sensitive_terms: CaseSensitiveTermsOption = False,
     confidence: Annotated[
         bool,
         typer.Option("--confidence", help="Answer each text with a confidence in [0, 1] unless a request says no."),
@@ -123,7 +127,8 @@ def serve(
     from mtkit.serving.access import AccessRules, Gate, KeyFile
     from mtkit.serving.http import _require_extra
     from mtkit.serving.http import serve as run_server
-    from mtkit.serving.service import ServeConfig, Service
+    from mtkit.serving.service import Service
+    from mtkit.serving.settings import ServeConfig
 
     _require_extra()
     if not 0 <= port <= 65535:
@@ -140,6 +145,8 @@ def serve(
     beam = model_beam(beam, engine, [model], checkpoint)
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
+    if glossary is not None and cfg.beam == 1:
+        raise MtkitError("--glossary needs beam search: --beam 2 or more")
     make, tokenizers, info = _load(
         engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas,
         src_lang, mbr_cfg,
@@ -153,7 +160,8 @@ def serve(
         calibrated = calibration_for(calibration, info.path)
     if confidence and info.meta.get(LANGUAGE_TOKENS):
         raise MtkitError("--confidence: not for a model with language tokens (NLLB, M2M100)")
-    service = Service(make, tokenizers, cfg, info, serve_cfg, calibrated)
+    service = Service(make, tokenizers, cfg, info, serve_cfg, calibrated,
+                      _server_terms(tokenizers, info, glossary, case_sensitive_terms, engine != "pytorch" or mbr_cfg))  # fmt: skip
     languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
     run_server(
         service,
@@ -164,6 +172,18 @@ def serve(
         not no_page,
     )
     console.info("stopped")
+
+
+def _server_terms(tokenizers, info, glossary: Path | None, case_sensitive: bool, refused: bool):
+    """--glossary for every request, and whether requests may bring their own (mtkit.serving.terms)."""
+    from mtkit.serving.terms import ServerTerms
+    from mtkit.text.glossary import read_glossary
+
+    why = "terms need mtkit's own beam search: not --engine ctranslate2 or --mbr" if refused else None
+    if glossary is not None and why:
+        raise MtkitError(f"--glossary: {why}")
+    terms = read_glossary(glossary, info.source_language, info.target_language) if glossary else []
+    return ServerTerms(*tokenizers, terms, case_sensitive, why)
 
 
 def _load(
@@ -227,7 +247,7 @@ def _load(
 def _model_info(name: str, path: Path, engine: str, meta: dict, src_lang: str | None, tgt_lang: str | None):
     """The served model's information, with --src-lang and --tgt-lang as its default languages; wrong
     ones fail now (the service frames each request's pieces itself: mtkit.serving.languages)."""
-    from mtkit.serving.service import ModelInfo
+    from mtkit.serving.settings import ModelInfo
     from mtkit.text.targets import LANGUAGE_TOKENS, model_language, target_tag
 
     source, target = src_lang or meta.get("src_lang"), tgt_lang or meta.get("tgt_lang")

@@ -233,7 +233,8 @@ class BeamStream:
             top_scores, top_beam, top_token, top_progress = guided.order(candidates, top_scores, top_beam, top_token)
         last_step = self.steps + 1 >= self.max_lens
         self._record_ended(top_scores[:, :k], top_beam[:, :k], top_token[:, :k], last_step)
-        self.done = self.done | (self.ended.count >= k) | ~torch.isfinite(top_scores[:, 0]) | last_step
+        enough = self.ended.count >= (torch.where(guided.active, guided.ended_enough(cfg.nbest), k) if guided else k)
+        self.done = self.done | enough | ~torch.isfinite(top_scores[:, 0]) | last_step
         # Continue with the k best candidates that did not end; a done sentence's score -inf.
         continuing = top_scores.masked_fill(top_token == EOS_ID, float("-inf"))
         next_scores, pick = continuing.topk(k, dim=1)  # (n, k)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mtkit.serving.dynamic_batching import Batcher, BatchStats
+from mtkit.text.glossary import Term
 from mtkit.translation.confidence import Calibration, confidences
 from mtkit.translation.translate import LineStream, NbestList, TextTranslator
 
@@ -22,6 +23,7 @@ class Sentence:
     text: str
     ids: list[int]
     given: tuple[int, ...] = ()
+    terms: tuple[Term, ...] = ()  # target terms its translation must contain (mtkit.serving.terms)
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class SentenceStream:
         self.stream = stream
 
     def add(self, keys: Sequence[Any], sentences: Sequence[Sentence]) -> None:
-        self.stream.add(keys, [s.text for s in sentences], [s.ids for s in sentences], [s.given for s in sentences])
+        texts, ids = [s.text for s in sentences], [s.ids for s in sentences]
+        self.stream.add(keys, texts, ids, [s.given for s in sentences], [s.terms for s in sentences])
 
     def step(self) -> None:
         self.stream.step()
@@ -78,8 +81,9 @@ class Engine:
         texts, encoded = [s.text for s in sentences], [s.ids for s in sentences]
         translator = self._translator_for(options)
         on_line = None if options.confidence else lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list))  # fmt: skip
+        terms = [s.terms for s in sentences] if any(s.terms for s in sentences) else None
         nbest_lists = translator.translate_hypotheses(
-            texts, on_line=on_line, encoded=encoded, starts=[s.given for s in sentences]
+            texts, on_line=on_line, encoded=encoded, starts=[s.given for s in sentences], terms=terms
         )
         if options.confidence:
             scores = confidences(self.calibration, translator, texts, nbest_lists, encoded)

@@ -90,6 +90,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         source: str | None = None
         target: str | None = None
         format: str = "text"
+        glossary: list[list[str]] | None = None
         api_key: str | None = None
 
     class LibreTranslateRequest(BaseModel):
@@ -152,10 +153,12 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
             if body.confidence:
                 raise RequestError(422, f"format {body.format}: confidence is for plain text")
             translated = await service.run_markup(
-                request, texts, options, body.format, body.target, body.split_sentences
+                request, texts, options, body.format, body.target, body.split_sentences, body.glossary
             )
             return {"translations": translated}
-        translated, scores = await service.run(request, texts, options, body.split_sentences, body.target, body.source)
+        translated, scores = await service.run(
+            request, texts, options, body.split_sentences, body.target, body.source, body.glossary
+        )
         return {"translations": translated, **({"confidences": scores} if scores is not None else {})}
 
     @app.post("/translate")

@@ -6,8 +6,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -21,6 +20,8 @@ from mtkit.serving.engine import Engine, Options, Result, Sentence
 from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
+from mtkit.serving.settings import ModelInfo, ServeConfig
+from mtkit.serving.terms import ServerTerms, TermsError
 from mtkit.text.markup import FORMATS
 from mtkit.text.markup_placement import (
     assemble,
@@ -37,38 +38,6 @@ from mtkit.translation.sentences import Segmenter, SentenceSplitter, require_spl
 from mtkit.translation.translate import NbestList, TextTranslator
 
 MAX_BEAM = 16
-
-
-@dataclass
-class ServeConfig:
-    max_batch_tokens: int = 4096
-    max_wait_ms: float = 20.0
-    max_queue: int = 2048
-    max_chars: int = 20000
-    split_sentences: bool = False  # the requests' default
-    max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
-    max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
-    replicas: int = 1  # engine processes (mtkit.serving.replicas); 1: the engine in the server's process
-    confidence: bool = False  # the requests' default: a confidence with each text
-
-    def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas"):
-            if getattr(self, name) < 1:
-                raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        if self.max_texts < 0:
-            raise MtkitError(f"--max-texts {self.max_texts}: must be at least 0")
-        if self.max_wait_ms < 0:
-            raise MtkitError(f"--max-wait-ms {self.max_wait_ms}: must be at least 0")
-
-
-@dataclass
-class ModelInfo:
-    name: str
-    path: Path  # the file whose checksum /v1/models reports
-    engine: str
-    source_language: str | None
-    target_language: str | None  # the default target (a multilingual model's: serve --tgt-lang, or none)
-    meta: dict[str, Any] = field(default_factory=dict)  # the model file's: languages, training lengths
 
 
 class RequestError(Exception):
@@ -88,12 +57,16 @@ class Service:
         info: ModelInfo,
         cfg: ServeConfig,
         calibration: Calibration | None = None,
+        terms: ServerTerms | None = None,
     ):
         """make_translator builds the translator on the thread that decodes (mtkit.serving.engine); with
-        cfg.replicas > 1, in each replica's process, so it must pickle (mtkit.serving.replicas.EngineSpec)."""
+        cfg.replicas > 1, in each replica's process, so it must pickle (mtkit.serving.replicas.EngineSpec).
+        terms: the server's glossary (default: none, and requests' own where the engine places terms)."""
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.base_cfg = base_cfg
         self.info = info
+        refused = None if info.engine == "pytorch" else "terms need --engine pytorch"
+        self.terms = terms or ServerTerms(*tokenizers, refused=refused)
         self.cfg = cfg
         self.metrics = Metrics(lambda: self.batcher.depth, self.engines_running)
         self.engine = Engine(make_translator, calibration)  # unused where replicas translate
@@ -193,10 +166,12 @@ class Service:
         split_sentences: bool = False,
         target: str | None = None,
         source: str | None = None,
+        glossary: Any = None,
     ) -> tuple[list[Job], list[int], int]:
         """A job per piece of each text (mtkit.translation.sentences: one, unless the text is long or sentences
         are split), each starting with its target's tag where the model has tags (so that requests for
-        different targets share batches); each text's number of pieces, and how many texts were long."""
+        different targets share batches; `glossary`: the request's pairs); each text's number of pieces,
+        and how many texts were long."""
         tag, given = self.framing(source, target)
         self._check_chars(texts)
         if not texts:
@@ -218,11 +193,16 @@ class Service:
             raise RequestError(
                 422, f"alignment: text {n} is translated in {len(pieces[n])} pieces; an alignment is of one"
             )
-        jobs = []
-        for text, parts in zip(texts, pieces):
-            piece_texts = [text] if len(parts) == 1 else self.src_tokenizer.decode_batch(parts)
-            tagged = parts if tag is None else [[tag, *ids] for ids in parts]
-            jobs += [Job(Sentence(t, ids, given), len(ids) + 1, options) for t, ids in zip(piece_texts, tagged)]
+        pieced = [
+            (n, piece, ids if tag is None else [tag, *ids])
+            for n, (text, parts) in enumerate(zip(texts, pieces))
+            for piece, ids in zip([text] if len(parts) == 1 else self.src_tokenizer.decode_batch(parts), parts)
+        ]
+        try:  # each piece's terms (mtkit.serving.terms)
+            found = self.terms.per_piece(self.terms.for_request(glossary), [(n, t) for n, t, _ in pieced], options.beam)
+        except TermsError as err:
+            raise RequestError(422, str(err)) from None
+        jobs = [Job(Sentence(t, ids, given, terms), len(ids) + 1, options) for (_, t, ids), terms in zip(pieced, found)]
         return jobs, [len(parts) for parts in pieces], sum(len(ids) > segmenter.max_len for ids in encoded)
 
     async def run(
@@ -233,11 +213,13 @@ class Service:
         split_sentences: bool | None = None,
         target: str | None = None,
         source: str | None = None,
+        glossary: Any = None,
     ) -> tuple[list[Any], list[float] | None]:
         """Each text's answer (and with options.confidence, its least confident piece's confidence), its
-        pieces queued and dropped if the client goes away; split_sentences, target, source: None: the defaults."""
+        pieces queued and dropped if the client goes away; split_sentences, target, source: None: the defaults;
+        glossary: the request's [source term, target term] pairs, used before the server's."""
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
-        jobs, counts, long = self.jobs(texts, options, split, target, source)
+        jobs, counts, long = self.jobs(texts, options, split, target, source, glossary)
         request.state.sentences, request.state.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
@@ -264,6 +246,7 @@ class Service:
         fmt: str,
         target: str | None = None,
         split_sentences: bool | None = None,
+        glossary: Any = None,
     ) -> list[str]:
         """Texts of markup (fmt html or xml): their segments translated (sentence by sentence, where
         asked or by default), each with its word alignment, and the markup put back around the
@@ -271,7 +254,7 @@ class Service:
         if fmt not in FORMATS:
             raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
         if fmt == "text":
-            return (await self.run(request, texts, options, split_sentences, target))[0]
+            return (await self.run(request, texts, options, split_sentences, target, glossary=glossary))[0]
         if options.nbest > 1 or options.alignment:
             raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
         if not self.can_align:
@@ -287,7 +270,7 @@ class Service:
         cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])
         sentences = [sentence for parts in cut for sentence in parts]
         answers = (await self.run(request, sentences, replace(options, alignment=True, confidence=False), False,
-                                  target))[0] if sentences else []  # fmt: skip
+                                  target, glossary=glossary))[0] if sentences else []  # fmt: skip
         translated = [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
         return assemble(documents, rejoined(cut, translated))
 

@@ -67,9 +67,17 @@ class Glossary:
             return []
         found = {}
         for match in self._pattern.finditer(self.normalize(text)):
-            term = self.entries[_key(match.group(0), self.case_sensitive)]
+            term = self._entry(match.group(0))
             found.setdefault(term.target, term)
         return list(found.values())
+
+    def _entry(self, matched: str) -> Term:
+        """The term of a match; where case folding maps the match to another key than its term's (a
+        letter whose lowercase is two), the term whose source matches it whole."""
+        term = self.entries.get(_key(matched, self.case_sensitive))
+        if term is None:
+            term = next(t for t in self.entries.values() if re.fullmatch(re.escape(t.source), matched, re.IGNORECASE))
+        return term
 
 
 def occurs(term: Term, text: str) -> bool:
@@ -86,6 +94,8 @@ def parse_glossary(lines: Iterable[str], name: str, src_lang: str | None, tgt_la
         return []
     first_n, first = rows[0]
     width = len(first.split("\t"))
+    if width < 2:
+        raise MtkitError(f"{name} line {first_n}: a source term and a target term, separated by a tab, are needed")
     columns = (0, 1)
     if width >= 3:
         languages = [cell.strip() for cell in first.split("\t")]

@@ -22,7 +22,7 @@ from mtkit.text.targets import LANGUAGE_TOKENS, framing
 from mtkit.text.tokenizer import EOS_ID, LINE_BREAKS, Tokenizer
 from mtkit.translation.alignment import alignment_layers, cross_attention_batches, pharaoh, word_alignment
 from mtkit.translation.sentences import Segmenter, segmenter_for
-from mtkit.translation.terminology import piece_constraints
+from mtkit.translation.terminology import line_terms, phrase_ids, piece_constraints
 
 
 def one_line(prefix: str) -> str:
@@ -305,29 +305,35 @@ class LineStream:
         lines: Sequence[str],
         encoded: Sequence[Sequence[int]] | None = None,
         starts: Sequence[Sequence[int]] | None = None,
+        terms: Sequence[Sequence[Term]] | None = None,
     ) -> None:
         """Lines join the search at the next step; `encoded`: their subword ids, where the caller has
         already encoded the stripped lines; `starts`: their translations' given starts (default: the
-        translator's target_start)."""
+        translator's target_start); `terms`: target terms each line's translation must contain."""
         translator = self.translator
         encoded = encoded if encoded is not None else [None] * len(lines)
         starts = starts if starts is not None else [translator.target_start] * len(lines)
-        joining = [(key, line.strip(), ids, list(start)) for key, line, ids, start in zip(keys, lines, encoded, starts)]
+        terms = terms if terms is not None else [()] * len(lines)
+        joining = [
+            (key, line.strip(), ids, list(start), given)
+            for key, line, ids, start, given in zip(keys, lines, encoded, starts, terms)
+        ]
         for key, line, *_ in joining:
             if not line:
                 self.deliver(key, line, [])
         joining = [entry for entry in joining if entry[1]]
         if not joining:
             return
-        if any(ids is None for _, _, ids, _ in joining):
+        if any(ids is None for _, _, ids, *_ in joining):
             ids = translator.src_tokenizer.encode_batch([line for _, line, *_ in joining])
         else:
-            ids = [list(ids) for _, _, ids, _ in joining]
+            ids = [list(ids) for _, _, ids, *_ in joining]
         src = pad_batch([row[:MAX_SOURCE_TOKENS] for row in translator.tagged(ids)], translator.device, suffix=EOS_ID)
-        forced = prefix_tensor([start for *_, start in joining], len(joining), translator.device)
+        forced = prefix_tensor([start for *_, start, _ in joining], len(joining), translator.device)
+        constraints = [phrase_ids(translator, line_terms(translator, line, given), 0) for _, line, *_, given in joining]
         with autocast(translator.device, translator.precision):
-            self.search.add(src, [key for key, *_ in joining], forced)
-        self.lines.update((key, (line, len(start))) for key, line, _, start in joining)
+            self.search.add(src, [key for key, *_ in joining], forced, constraints if any(constraints) else None)
+        self.lines.update((key, (line, len(start))) for key, line, _, start, _ in joining)
 
     def step(self) -> None:
         with autocast(self.translator.device, self.translator.precision):

@@ -1,0 +1,39 @@
+"""What a server starts with: its settings (ServeConfig) and the served model's information (ModelInfo)."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtkit.core.errors import MtkitError
+
+
+@dataclass
+class ServeConfig:
+    max_batch_tokens: int = 4096
+    max_wait_ms: float = 20.0
+    max_queue: int = 2048
+    max_chars: int = 20000
+    split_sentences: bool = False  # the requests' default
+    max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
+    max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
+    replicas: int = 1  # engine processes (mtkit.serving.replicas); 1: the engine in the server's process
+    confidence: bool = False  # the requests' default: a confidence with each text
+
+    def validate(self) -> None:
+        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas"):
+            if getattr(self, name) < 1:
+                raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if self.max_texts < 0:
+            raise MtkitError(f"--max-texts {self.max_texts}: must be at least 0")
+        if self.max_wait_ms < 0:
+            raise MtkitError(f"--max-wait-ms {self.max_wait_ms}: must be at least 0")
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    path: Path  # the file whose checksum /v1/models reports
+    engine: str
+    source_language: str | None
+    target_language: str | None  # the default target (a multilingual model's: serve --tgt-lang, or none)
+    meta: dict[str, Any] = field(default_factory=dict)  # the model file's: languages, training lengths
