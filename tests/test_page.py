@@ -198,12 +198,34 @@ def test_a_server_that_asks_for_a_key_says_so_until_the_page_has_one(browser, tr
         type_text(browser, lines[0])
         message = "a valid API key is needed: api_key in the body, or Authorization: Bearer KEY"
         wait(browser, lambda: by_id(browser, "error").text == message, "the server's 403 message")
-        browser.find_element("css selector", "details summary").click()
+        browser.find_element("css selector", "details:not(#glossary-box) summary").click()
         by_id(browser, "api-key").send_keys("page-key-7c1d", Keys.TAB)  # the key is taken when the field changes
         expected = offline(trained_run, lines[:1])
         wait(browser, lambda: output_lines(browser) == expected, "the translation with the key")
         assert by_id(browser, "error").is_displayed() is False
         browser.execute_script("localStorage.clear()")
+
+
+def test_the_glossary_box_places_its_terms_and_marks_them(browser, server, trained_run, tmp_path):
+    """Pairs typed in the glossary box: the translation is `translate --glossary`'s, its terms marked; a
+    malformed pair is the page's one-line error."""
+    from selenium.webdriver.common.by import By
+
+    text = "A dog runs at the beach.\nA woman sits on the grass."
+    (tmp_path / "g.tsv").write_text("dog\tKater\n", encoding="utf-8")
+    expected = offline(trained_run, text.split("\n"), "--glossary", tmp_path / "g.tsv")
+    open_page(browser, server.url)
+    browser.find_element(By.CSS_SELECTOR, "#glossary-box summary").click()
+    by_id(browser, "glossary").send_keys("dog = Kater")
+    type_text(browser, text)
+    wait(browser, lambda: output_lines(browser) == expected, "the translation with the glossary")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#output .line")
+    marked = [[span.text for span in row.find_elements(By.CSS_SELECTOR, ".term")] for row in rows]
+    assert marked[0] and all("Kater" in word for word in marked[0]) and marked[1] == []
+    by_id(browser, "glossary").send_keys("\nonly a source")
+    message = 'glossary line 2: a source term, a tab (or " = ") and a target term'
+    wait(browser, lambda: by_id(browser, "error").text == message, "the glossary's error")
+    by_id(browser, "glossary").clear()
 
 
 def test_lines_of_low_confidence_are_shaded(browser, trained_run, lines, tmp_path):

@@ -285,3 +285,16 @@ def test_a_requests_glossary_is_checked_before_it_is_queued(translator):
     engine_less = ServerTerms(translator.src_tokenizer, translator.tgt_tokenizer, refused="needs --engine pytorch")
     with pytest.raises(TermsError, match="^glossary: needs --engine pytorch$"):
         engine_less.per_piece(engine_less.for_request([["dog", "Kater"]]), [(0, "a dog")], 4)
+
+
+def test_a_teacher_distils_with_the_glossarys_terms(trained_run, corpus, tmp_path):
+    (tmp_path / "g.tsv").write_text("dog\tKater\n", encoding="utf-8")
+    out = tmp_path / "distilled.de"
+    result = run_mtkit("distill", "-m", trained_run, "--src", corpus / "test.en", "-o", out, "--glossary",
+                       tmp_path / "g.tsv", "--precision", "fp32", "--beam", "3")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    sources = (corpus / "test.en").read_text(encoding="utf-8").splitlines()
+    translations = out.read_text(encoding="utf-8").splitlines()
+    with_dog = [t for s, t in zip(sources, translations) if "dog" in s.lower().split()]
+    assert with_dog and all("Kater" in t for t in with_dog)
+    assert not any("Kater" in t for s, t in zip(sources, translations) if "dog" not in s.lower())

@@ -12,10 +12,12 @@ from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import (
     BatchSizeOption,
     BeamOption,
+    CaseSensitiveTermsOption,
     CheckpointOption,
     DeviceOption,
     EngineOption,
     EpsilonOption,
+    GlossaryOption,
     LangPairsOption,
     LenpenOption,
     MaxLenAOption,
@@ -28,6 +30,7 @@ from mtkit.cli.options import (
     PrecisionOption,
     SrcLangOption,
     TgtLangOption,
+    load_glossary,
     mbr_config,
     parse_lang_pairs,
     search_config,
@@ -270,6 +273,8 @@ def distill(
     mbr_source: MbrSourceOption = "sample",
     epsilon: EpsilonOption = 0.02,
     mbr_utility: MbrUtilityOption = "chrf",
+    glossary: GlossaryOption = None,
+    case_sensitive_terms: CaseSensitiveTermsOption = False,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
@@ -282,7 +287,8 @@ def distill(
 
     The corpus goes in shards of --shard-lines lines, each written whole or not at all: run the same
     command again after an interruption and it goes on from the first missing shard (other settings
-    are refused). Use the teacher's best search settings (beam and lenpen chosen on val).
+    are refused). Use the teacher's best search settings (beam and lenpen chosen on val). With
+    --glossary the teacher's translations use its terms (see translate), and so learns the student.
 
     Example: [bold]mtkit distill -m teacher1.pt -m teacher2.pt --src train.en -o train.distilled.de --lenpen 1.8[/bold]
     """
@@ -292,6 +298,8 @@ def distill(
     from mtkit.translation.distill import distill as distill_corpus
 
     check_input_file(src)
+    if glossary:
+        check_input_file(glossary)
     check_output_file(output)
     if output.exists() and not force:
         raise MtkitError(f"{output}: already exists (use --force to replace it)")
@@ -302,11 +310,13 @@ def distill(
     settings = {"teacher": teacher, "engine": engine, "precision": precision, "tgt_lang": tgt_lang,
                 "beam": beam, "lenpen": lenpen, "max_len_a": max_len_a, "max_len_b": max_len_b,
                 **({"src_lang": src_lang} if src_lang else {}),
+                **({"glossary": sha256_file(glossary), "case_sensitive_terms": case_sensitive_terms} if glossary else {}),
                 **({"mbr": dataclasses.asdict(mbr_cfg)} if mbr_cfg else {})}  # fmt: skip
     translator = make_translator(
         engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, False, False, 0, tgt_lang, src_lang,
         mbr_cfg,
     )  # fmt: skip
+    load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
     lines, shards, done = distill_corpus(translator.translate, src, output, settings, shard_lines)
     resumed = f" (resumed after {done:,} of {shards:,} shards)" if done else ""
     console.info(f"wrote {output}: {lines:,} translations by {len(model)} teacher model(s){resumed}")

@@ -2,7 +2,7 @@
 
 Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /v1/translate  {"text": "..." | ["...", ...], "beam"?, "nbest"?, "lenpen"?, "alignment"?, "confidence"?,
-                      "split_sentences"?, "source"?, "target"?, "format"?} -> {"translations": [...]}, one
+                      "split_sentences"?, "source"?, "target"?, "format"?, "glossary"?} -> {"translations": [...]}, one
                       item per text: the translation, or with nbest > 1 or alignment a list of
                       {"text", "score"[, "alignment"]}, best first (an empty list for a blank
                       text), as `mtkit translate` prints them; format: text, html or xml (the markup
@@ -11,6 +11,8 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
                       of several targets (default: serve --tgt-lang), 400 where it has no such one;
                       confidence (default: serve --confidence) adds "confidences": [...], one in [0, 1]
                       per text (mtkit.translation.confidence; a text in pieces: its lowest)
+                      glossary: [[source term, target term], ...], used with serve --glossary's
+                      (mtkit.serving.terms)
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text" or "html",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests), and
                       "confidence" with serve --confidence

@@ -3,7 +3,8 @@
 // cancels the one before), with word alignments and, on request, alternatives; document mode
 // translates a .txt sentence by sentence, a few lines a request, or an .html file whole with its
 // markup kept (format "html"), and offers the result to download. Where the server gives confidences
-// (serve --confidence), lines below UNSURE_BELOW are shaded: worth a person's check.
+// (serve --confidence), lines below UNSURE_BELOW are shaded: worth a person's check. The glossary box
+// (pairs typed or a .tsv read) goes with every request, and the terms it placed are marked.
 "use strict";
 
 const DEBOUNCE_MS = 300;
@@ -110,9 +111,11 @@ async function translateText() {
     const body = { text: lines, target: $("target").value || undefined, alignment: state.canAlign };
     if (source && source !== "?") body.source = source;
     if ($("alternatives").checked) body.nbest = ALTERNATIVES;
+    const glossary = glossaryPairs();
+    if (glossary.length) body.glossary = glossary;
     const answer = await call("POST", "v1/translate", body, controller.signal);
     if (seq !== state.seq) return;  // a newer request is on its way
-    render(lines, answer.translations, answer.confidences);
+    render(lines, answer.translations, answer.confidences, glossary);
     showError("");
   } catch (error) {
     if (error.name !== "AbortError" && seq === state.seq) {
@@ -147,9 +150,36 @@ function wordSpans(text, side, line) {
   });
 }
 
+// The glossary box's [source term, target term] pairs; a line that is not one is an error naming it.
+function glossaryPairs() {
+  const pairs = [];
+  $("glossary").value.split("\n").forEach((row, i) => {
+    if (!row.trim() || row.trim().startsWith("#")) return;
+    const cells = row.includes("\t") ? row.split("\t") : row.split(" = ");
+    if (cells.length !== 2 || !cells[0].trim() || !cells[1].trim()) {
+      throw new Error(`glossary line ${i + 1}: a source term, a tab (or " = ") and a target term`);
+    }
+    pairs.push([cells[0].trim(), cells[1].trim()]);
+  });
+  return pairs;
+}
+
+const bare = (word) => word.toLowerCase().replace(/^[\p{P}\p{S}]+|[\p{P}\p{S}]+$/gu, "");
+
+// Marks the target words of each term whose source term the line holds and whose target it holds.
+function markTerms(targetLine, source, target, glossary) {
+  const sourceWords = ` ${source.split(/\s+/).map(bare).join(" ")} `;
+  const marked = new Set();
+  for (const [from, to] of glossary) {
+    const fromWords = from.split(/\s+/).map(bare).join(" ");
+    if (sourceWords.includes(` ${fromWords} `) && target.includes(to)) to.split(/\s+/).forEach((w) => marked.add(bare(w)));
+  }
+  targetLine.querySelectorAll(".word").forEach((span) => span.classList.toggle("term", marked.has(bare(span.textContent))));
+}
+
 // One line of the output per line of the input; each is a list of hypotheses, best first; with
-// confidences, a line below UNSURE_BELOW is shaded and says its confidence.
-function render(lines, translations, confidences) {
+// confidences, a line below UNSURE_BELOW is shaded and says its confidence; glossary terms marked.
+function render(lines, translations, confidences, glossary = []) {
   const source = $("source-words");
   const output = $("output");
   source.replaceChildren();
@@ -166,6 +196,7 @@ function render(lines, translations, confidences) {
     const targetLine = document.createElement("div");
     targetLine.className = "line";
     targetLine.append(...wordSpans(best ? best.text : "", "target", i));
+    if (best && best.text) markTerms(targetLine, line, best.text, glossary);
     const confidence = confidences ? confidences[i] : undefined;
     if (confidence !== undefined && confidence < UNSURE_BELOW && best && best.text) {
       targetLine.classList.add("unsure");
@@ -227,6 +258,8 @@ async function translateDocument() {
       const body = html
         ? { text: chunk, format: "html", target: $("target").value || undefined }
         : { text: chunk, split_sentences: true, target: $("target").value || undefined };
+      const glossary = glossaryPairs();
+      if (glossary.length) body.glossary = glossary;
       const answer = await call("POST", "v1/translate", body);
       out.push(...answer.translations);
       progress.value = out.length;
@@ -277,6 +310,12 @@ window.addEventListener("DOMContentLoaded", () => {
   });
   $("target").addEventListener("change", scheduleTranslation);
   $("alternatives").addEventListener("change", scheduleTranslation);
+  $("glossary").addEventListener("input", scheduleTranslation);
+  $("glossary-file").addEventListener("change", async (event) => {
+    if (!event.target.files[0]) return;
+    $("glossary").value = await event.target.files[0].text();
+    scheduleTranslation();
+  });
   $("output").addEventListener("mouseover", (event) => pointAt(event.target.closest(".word")));
   $("output").addEventListener("focusin", (event) => pointAt(event.target.closest(".word")));
   $("output").addEventListener("mouseleave", clearPointing);
