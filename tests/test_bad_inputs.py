@@ -26,6 +26,8 @@ def bad(tmp_path_factory, corpus, tokenizer_path, data_dir, trained_run) -> dict
     (root / "run_file").write_text("a file where a run directory should be\n")
     (root / "keys.txt").write_text("a-key 60 desk\n")
     write_lines(root / "three.de", ["a", "b", "c"])
+    write_lines(root / "glossary.tsv", ["dog\tKater"])
+    write_lines(root / "ragged.tsv", ["dog\tKater", "cat\tKatze\tchat"])
     for lang, lines in (("en", ["A dog.", "A cat."]), ("de", ["Ein Hund."])):
         write_lines(root / f"mismatch.{lang}", lines)
     for lang in ("en", "de"):
@@ -97,6 +99,12 @@ CASES = {
     "cal-empty": ("calibrate -m {run} --src {root}/empty.en --ref {root}/empty.de -o {root}/c.json", "", "empty.en: no lines to calibrate on (the file is empty)", 1),
     "cal-bad-signal": ("calibrate -m {run} --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/c.json --signals logprob,luck", "", "signal 'luck': one of logprob, entropy, agreement, dropout", 1),
     "cal-output-is-dir": ("calibrate -m {run} --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/dir", "", "dir: is a directory", 1),
+    "tr-glossary-missing": ("translate -m {run} --glossary {root}/none.tsv", "A dog.\n", "none.tsv: no such file", 1),
+    "tr-glossary-one-column": ("translate -m {run} --glossary {root}/notes.txt", "A dog.\n", "notes.txt line 1: a source term and a target term, separated by a tab, are needed", 1),
+    "tr-glossary-greedy": ("translate -m {run} --beam 1 --glossary {root}/glossary.tsv", "A dog.\n", "terms and constraints need beam search: --beam 2 or more", 1),
+    "tr-constraints-short": ("translate -m {run} --constraints {root}/three.de", "A.\nB.\nC.\nD.\n", "three.de: 3 lines, fewer than the input (stdin)", 1),
+    "ev-glossary-with-hyp": ("evaluate --hyp {root}/three.de --ref {root}/three.de --glossary {root}/glossary.tsv", "", "--glossary is for translating: give --model and --src, not --hyp", 1),
+    "dis-glossary-columns": ("distill -m {model} --src {root}/three.de -o {root}/d.de --glossary {root}/ragged.tsv", "", "ragged.tsv line 2: 3 tab-separated columns, where its first line has 2", 1),
     "tr-calibration-bad": ("translate -m {run} --confidence --calibration {root}/notes.txt", "A dog.\n", "notes.txt: not a calibration file of mtkit calibrate", 1),
     # choose
     "choose-not-a-run": ("choose {root}/not_a_run --src {corpus}/valid.en --ref {corpus}/valid.de -o {root}/chosen", "", "not_a_run: no checkpoints (a run directory of mtkit train)", 1),

@@ -8,7 +8,9 @@ hypothesis' next token of every phrase it has not met; a candidate's bank is the
 constraint tokens it holds. The beam is then shared among the banks in stripes: the best of every
 bank first, from the fullest bank down, then the second best of every bank, and so on. So the
 search keeps good unconstrained continuations beside hypotheses that have placed the phrases,
-and none of them is crowded out by the other. </s> is forbidden until every phrase is met.
+and none of them is crowded out by the other. </s> is forbidden until every phrase is met; an </s>
+among the k best of its bank ends its hypothesis as a plain beam search would, and a sentence is
+done once half its beam has ended (ConstrainedStep.ended_enough).
 
 Phrases are unordered and met where they first appear whole; a phrase that breaks off starts over
 (from its first token, if the token that broke it is that). Everything runs on the device, for every
@@ -71,8 +73,8 @@ class ConstrainedStep:
 
     def ended_enough(self, nbest: int) -> int:
         """The ended hypotheses that finish a sentence with constraints: half the beam (and the n-best),
-        not all of it. Only hypotheses that met every phrase end, a few a step, and waiting for k of
-        them made the search 1.4x as long on Multi30k for the same BLEU (docs/RESULTS.md, "Terminology")."""
+        not all of it. Only hypotheses that met every phrase end, a few a step: waiting for k of them
+        made the searches of Multi30k's sentences about 1.4x as long, for the same BLEU."""
         return max(nbest, (self.k + 1) // 2)
 
     def forbid_early_end(self, lprobs: Tensor) -> None:

@@ -150,7 +150,7 @@ class TextTranslator:
             waiting[j] -= 1
             if waiting[j] == 0:
                 out[wanted[j]] = segmenter.join(found[first[j] : first[j + 1]])
-                if out[wanted[j]][0][0].missed_constraints:
+                if out[wanted[j]] and out[wanted[j]][0][0].missed_constraints:
                     warn(f"line {first_line + wanted[j]}: cut at the length limit before it held every term")
                 if on_line:
                     on_line(wanted[j], out[wanted[j]])
