@@ -355,3 +355,23 @@ def test_a_multilingual_model_scores_with_its_target_s_tag(corpus, tmp_path):
                        "--precision", "fp32", "--tgt-lang", "por")  # fmt: skip
     assert scored.returncode == 0, scored.stderr.decode()
     assert [float(line) for line in scored.stdout.decode().split()] == pytest.approx(sums, abs=1e-4)
+
+
+def test_an_imported_model_places_glossary_terms_in_its_own_pieces(imported, tmp_path):
+    """A target term is encoded by the imported SentencePiece vocabulary, and every translation holds
+    it; a term that vocabulary cannot write (no byte fallback) is refused naming its glossary line."""
+    from mtkit.core.errors import MtkitError
+    from mtkit.translation.terminology import use_glossary
+
+    model_file, _, _ = imported
+    translator = Translator(model_file, SearchConfig(beam=4, max_len_b=20), device="cpu", precision="fp32")
+    (tmp_path / "g.tsv").write_text("dog\tHund\nbeach\tStrand\n", encoding="utf-8")
+    use_glossary(translator, tmp_path / "g.tsv")
+    lines = ["A dog runs at the beach.", "A woman sits on the grass."]
+    found = translator.translate_hypotheses(lines)
+    for (best, text), wanted in zip((nbest[0] for nbest in found), (["Hund", "Strand"], [])):
+        assert best.missed_constraints == 0
+        assert all(term in text for term in wanted)
+    (tmp_path / "snow.tsv").write_text("# weather\nsnowman\t\u2603\n", encoding="utf-8")
+    with pytest.raises(MtkitError, match=r"snow.tsv line 2: the model's target vocabulary cannot write '\u2603'$"):
+        use_glossary(translator, tmp_path / "snow.tsv")
