@@ -196,6 +196,19 @@ def test_concurrent_requests_with_their_own_glossaries_get_what_translate_gives(
     assert greedy.status_code == 422 and "terms need beam search" in greedy.json()["error"]
 
 
+def test_a_text_cut_before_its_terms_is_named_in_the_answer(trained_run, tmp_path):
+    """Two output tokens at most: a long term cannot fit, and the answer says which text lacks it."""
+    with Server(trained_run, tmp_path / "serve.log", "--max-len-a", "0", "--max-len-b", "2") as server:
+        response = server.post("/v1/translate", json={"text": ["A dog runs.", "A woman sits."],
+                                                     "glossary": [["dog", "Riesenschnauzerhundehütte"]]})  # fmt: skip
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["missed_terms"] == [0] and "Riesenschnauzerhundehütte" not in answer["translations"][0]
+        plain = server.post("/v1/translate", json={"text": ["A dog runs."]}).json()
+        assert "missed_terms" not in plain
+    assert "cut at the length limit" not in (tmp_path / "serve.log").read_text()  # answered, not logged
+
+
 def test_libretranslate_clients_work_unchanged(server, trained_run, sentences):
     expected = offline(trained_run, sentences[:2])
     as_json = server.post("/translate", json={"q": sentences[:2], "source": "en", "target": "de", "format": "text"})

@@ -298,3 +298,13 @@ def test_a_teacher_distils_with_the_glossarys_terms(trained_run, corpus, tmp_pat
     with_dog = [t for s, t in zip(sources, translations) if "dog" in s.lower().split()]
     assert with_dog and all("Kater" in t for t in with_dog)
     assert not any("Kater" in t for s, t in zip(sources, translations) if "dog" not in s.lower())
+
+
+def test_a_line_cut_before_its_terms_is_named_on_stderr(trained_run, tmp_path):
+    (tmp_path / "g.tsv").write_text("dog\tRiesenschnauzerhundehütte\n", encoding="utf-8")
+    result = run_mtkit("translate", "-m", trained_run, "--glossary", tmp_path / "g.tsv", "--max-len-a", "0",
+                       "--max-len-b", "2", "--precision", "fp32", stdin=b"A woman sits.\nA dog runs.\n")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    assert len(result.stdout.decode().splitlines()) == 2
+    assert "line 2: cut at the length limit before it held every term" in result.stderr.decode()
+    assert "line 1:" not in result.stderr.decode()

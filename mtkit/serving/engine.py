@@ -74,6 +74,7 @@ class Engine:
     def build(self) -> None:
         self.translator = self._make_translator()
         self.translator.keep_lines_whole()  # requests come cut into pieces, each with its target's tag
+        self.translator.warn_missed_terms = False  # the answer says which texts (Hypothesis.missed_constraints)
 
     def translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Result], None]) -> None:
         """One batch, with its options; each piece's result is delivered as soon as it is finished (with

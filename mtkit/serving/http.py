@@ -12,7 +12,8 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
                       confidence (default: serve --confidence) adds "confidences": [...], one in [0, 1]
                       per text (mtkit.translation.confidence; a text in pieces: its lowest)
                       glossary: [[source term, target term], ...], used with serve --glossary's
-                      (mtkit.serving.terms)
+                      (mtkit.serving.terms); "missed_terms": [...], the texts cut at the length limit
+                      before their translation held every term, where there are any
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text" or "html",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests), and
                       "confidence" with serve --confidence
@@ -161,7 +162,12 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         translated, scores = await service.run(
             request, texts, options, body.split_sentences, body.target, body.source, body.glossary
         )
-        return {"translations": translated, **({"confidences": scores} if scores is not None else {})}
+        missed = getattr(request.state, "missed_terms", [])
+        return {
+            "translations": translated,
+            **({"confidences": scores} if scores is not None else {}),
+            **({"missed_terms": missed} if missed else {}),
+        }
 
     @app.post("/translate")
     async def translate_libretranslate(request: Request):

@@ -232,7 +232,9 @@ class Service:
         finally:
             gone.cancel()
         if waiting in done:
-            return self._joined(waiting.result(), counts, options)
+            results = waiting.result()
+            request.state.missed_terms = missed_terms(results, counts)
+            return self._joined(results, counts, options)
         for future in futures:
             future.cancel()
         waiting.cancel()
@@ -323,6 +325,12 @@ class Service:
         self.ready = error is None
         if error is not None:
             warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
+
+
+def missed_terms(results: list[Result], counts: list[int]) -> list[int]:
+    """The texts (by index) whose translation lacks a term: a piece cut at the length limit first."""
+    owners = [n for n, count in enumerate(counts) for _ in range(count)]
+    return sorted({n for n, (nbest, _, _) in zip(owners, results) if nbest and nbest[0][0].missed_constraints})
 
 
 async def _disconnect(request) -> None:

@@ -57,6 +57,7 @@ class TextTranslator:
     _segmenter: Segmenter | None = None
     glossary: Glossary | None = None  # terms every line's translation uses where its source has theirs
     takes_constraints = False  # whether _search takes `constraints` (mtkit.decoding.lexical)
+    warn_missed_terms = True  # a line cut before it held its terms named on stderr (a server answers it instead)
 
     def set_target(self, tgt_lang: str | None, src_lang: str | None = None) -> None:
         """The languages (mtkit.text.targets): a target's tag starts every source, where the model has tags; a
@@ -150,7 +151,7 @@ class TextTranslator:
             waiting[j] -= 1
             if waiting[j] == 0:
                 out[wanted[j]] = segmenter.join(found[first[j] : first[j + 1]])
-                if out[wanted[j]] and out[wanted[j]][0][0].missed_constraints:
+                if self.warn_missed_terms and out[wanted[j]] and out[wanted[j]][0][0].missed_constraints:
                     warn(f"line {first_line + wanted[j]}: cut at the length limit before it held every term")
                 if on_line:
                     on_line(wanted[j], out[wanted[j]])
