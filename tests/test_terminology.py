@@ -308,3 +308,16 @@ def test_a_line_cut_before_its_terms_is_named_on_stderr(trained_run, tmp_path):
     assert len(result.stdout.decode().splitlines()) == 2
     assert "line 2: cut at the length limit before it held every term" in result.stderr.decode()
     assert "line 1:" not in result.stderr.decode()
+
+
+def test_constraints_hold_after_a_forced_prefix(model):
+    """A target prefix (an NLLB model's language token, or a user's prefix) comes first, the phrases after it."""
+    from mtkit.decoding.search import prefix_tensor
+
+    src = batch([6, 4], seed=7)
+    forced = prefix_tensor([[5, 6], [9]], 2, CPU)
+    cfg = SearchConfig(beam=3, loop_ngram=0, given_prefix=1)
+    found = beam_search(model, src, cfg, forced, constraints=[[[20, 21]], [[30], [31]]])
+    for hypotheses, prefix, phrases_of in zip(found, ([5, 6], [9]), ([[20, 21]], [[30], [31]])):
+        assert hypotheses[0].tokens[: len(prefix)] == prefix
+        assert all(contains(hypotheses[0].tokens[len(prefix) :], phrase) for phrase in phrases_of)
