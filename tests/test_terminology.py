@@ -18,7 +18,7 @@ from mtkit.decoding.search import SearchConfig, search
 from mtkit.model.files import load_model_file
 from mtkit.serving.engine import Engine, Options, Sentence
 from mtkit.serving.terms import ServerTerms, TermsError
-from mtkit.text.glossary import Glossary, Term, occurs, parse_glossary
+from mtkit.text.glossary import UNSPACED_SCRIPTS, Glossary, Term, occurs, parse_glossary
 from mtkit.text.tokenizer import EOS_ID
 from mtkit.translation.terminology import phrase_ids
 from mtkit.translation.translate import Translator
@@ -134,6 +134,8 @@ def test_terms_are_found_on_word_boundaries_longest_first_case_insensitively():
         "Hund",
     ]
     assert glossary.terms("a category of doghouses") == []  # inside longer words: no
+    unspaced = Glossary([Term("cat", "猫"), Term("Bangkok", "กรุงเทพ")])  # scripts without spaces: anywhere
+    assert [t.target for t in unspaced.terms("我的猫很好, ไปกรุงเทพฯ")] == ["cat", "Bangkok"]
     assert [t.target for t in glossary.terms("cat, cat and cat")] == ["Katze"]  # each term once
     strict = Glossary([Term("Hund", "Dog")], case_sensitive=True)
     assert strict.terms("a dog") == [] and strict.terms("a Dog")[0].target == "Hund"
@@ -146,11 +148,15 @@ def test_terms_are_matched_after_the_models_normalization():
     assert occurs(glossary.terms("a ﬁsh")[0], "one fish")
 
 
+# Letters of scripts written with spaces (a term in Chinese or Thai is found anywhere: no word boundaries there).
+SPACED_LETTERS = st.characters(categories=("Ll", "Lu", "Lo")).filter(
+    lambda c: not unicodedata.name(c, "").startswith(UNSPACED_SCRIPTS)
+)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
-    words=st.lists(
-        st.text(st.characters(categories=("Ll", "Lu", "Lo")), min_size=1, max_size=8), min_size=1, max_size=8
-    ),
+    words=st.lists(st.text(SPACED_LETTERS, min_size=1, max_size=8), min_size=1, max_size=8),
     pick=st.integers(0, 7),
 )
 def test_a_word_of_the_text_is_found_and_never_inside_a_longer_one(words, pick):

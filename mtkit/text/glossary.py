@@ -5,7 +5,8 @@ A glossary is a text file of `source term<TAB>target term` lines; blank lines an
 "#" are skipped. A file of three or more columns holds one language a column, and its first line
 names them (`en<TAB>de<TAB>fr`, as Google's glossaries of equivalent terms do); the columns of the
 source and target languages are used, and an empty cell is no term. A source term is found in a
-sentence on word boundaries (a letter or digit on neither side), after the model's normalization,
+sentence on word boundaries (a letter or digit on neither side, but in scripts written without spaces,
+Chinese, Japanese, Thai and the like, where it is found anywhere), after the model's normalization,
 case-insensitively unless asked (case_sensitive), the longest first where terms overlap; its target
 term is then a constraint of that sentence, as it is written: a constraint is literal, and never
 takes another case ending. Per-line constraints (`translate --constraints FILE`, fairseq's format)
@@ -15,6 +16,7 @@ are a line's target phrases separated by tabs, blank for none.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +36,27 @@ class Term:
     case_sensitive: bool = False
 
 
+UNSPACED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR")
+
+
+def _unspaced(char: str) -> bool:
+    """Whether the character's script writes words without spaces between them: no word boundary there."""
+    return unicodedata.name(char, "").startswith(UNSPACED_SCRIPTS)
+
+
+def _bounded(source: str) -> str:
+    """The source term as a pattern that matches it as a word: no letter or digit right before or after,
+    except at an edge in a script written without spaces."""
+    before = "" if _unspaced(source[0]) else r"(?<!\w)"
+    after = "" if _unspaced(source[-1]) else r"(?!\w)"
+    return before + re.escape(source) + after
+
+
 def _pattern(sources: Iterable[str], case_sensitive: bool) -> re.Pattern | None:
     alternatives = sorted({source for source in sources if source}, key=len, reverse=True)  # the longest first
     if not alternatives:
         return None
-    flags = 0 if case_sensitive else re.IGNORECASE
-    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, alternatives)) + r")(?!\w)", flags)
+    return re.compile("|".join(map(_bounded, alternatives)), 0 if case_sensitive else re.IGNORECASE)
 
 
 def _key(text: str, case_sensitive: bool) -> str:
