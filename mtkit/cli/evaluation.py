@@ -126,8 +126,10 @@ def evaluate(
     if lang_pairs is not None or hyp is None:  # a model translates
         from mtkit.interop.engines import make_translator
     if lang_pairs is not None:
-        if not (model and test) or src or hyp or ref:
-            raise MtkitError("--lang-pairs evaluates --test PREFIX with --model (not --src, --ref or --hyp)")
+        if not (model and test) or src or hyp or ref or glossary:
+            raise MtkitError(
+                "--lang-pairs evaluates --test PREFIX with --model (not --src, --ref, --hyp or --glossary)"
+            )
         pairs = parse_lang_pairs(lang_pairs)
         beam = model_beam(beam, engine, model, checkpoint)
         cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats,
