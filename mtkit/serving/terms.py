@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.text.glossary import Glossary, Term
-from mtkit.text.tokenizer import UNK_ID, Tokenizer
+from mtkit.text.glossary import Glossary, Term, encode_terms
+from mtkit.text.tokenizer import Tokenizer
 
 
 class TermsError(MtkitError):
@@ -71,7 +71,7 @@ class ServerTerms:
         return found
 
     def _check_writable(self, terms) -> None:
-        for term in terms:
-            ids = self.tgt_tokenizer.encode_batch([term.target])[0]
-            if not ids or UNK_ID in ids:
-                raise TermsError(f"{term.origin}: the model's target vocabulary cannot write {term.target!r}")
+        try:
+            encode_terms(self.tgt_tokenizer, list(terms))
+        except MtkitError as err:
+            raise TermsError(str(err)) from None

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.core.errors import MtkitError
-from mtkit.core.textio import check_input_file
+from mtkit.core.textio import iter_lines
+from mtkit.text.tokenizer import UNK_ID, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -146,12 +147,17 @@ def _column(languages: list[str], lang: str | None, side: str, name: str, line: 
 
 
 def read_glossary(path: Path, src_lang: str | None = None, tgt_lang: str | None = None) -> list[Term]:
-    check_input_file(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise MtkitError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    return parse_glossary(text.splitlines(), str(path), src_lang, tgt_lang)
+    return parse_glossary(iter_lines(path), str(path), src_lang, tgt_lang)
+
+
+def encode_terms(tokenizer: Tokenizer, terms: Sequence[Term]) -> list[list[int]]:
+    """Each term's target as the tokenizer's ids; an error names a term it cannot write (<unk>: an
+    imported SentencePiece vocabulary without byte fallback lacks a character)."""
+    encoded = tokenizer.encode_batch([term.target for term in terms])
+    for term, ids in zip(terms, encoded):
+        if not ids or UNK_ID in ids:
+            raise MtkitError(f"{term.origin}: the model's target vocabulary cannot write {term.target!r}")
+    return encoded
 
 
 def constraint_terms(line: str, origin: str) -> list[Term]:

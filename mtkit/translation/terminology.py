@@ -10,8 +10,7 @@ from pathlib import Path
 
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import iter_lines
-from mtkit.text.glossary import Glossary, Term, constraint_terms, occurs, read_glossary
-from mtkit.text.tokenizer import UNK_ID
+from mtkit.text.glossary import Glossary, Term, constraint_terms, encode_terms, occurs, read_glossary
 
 # `translator` below: a mtkit.translation.translate.TextTranslator (which calls piece_constraints).
 
@@ -47,11 +46,7 @@ def phrase_ids(translator, terms: Sequence[Term], line: int) -> list[list[int]]:
         raise MtkitError(f"line {line}: {len(terms)} terms to place, more than --beam {beam} holds: raise --beam")
     if terms and not translator.takes_constraints:
         raise MtkitError("terms and constraints need mtkit's own beam search: not --engine ctranslate2 or --mbr")
-    encoded = translator.tgt_tokenizer.encode_batch([term.target for term in terms])
-    for term, ids in zip(terms, encoded):
-        if not ids or UNK_ID in ids:
-            raise MtkitError(f"{term.origin}: the model's target vocabulary cannot write {term.target!r}")
-    return encoded
+    return encode_terms(translator.tgt_tokenizer, terms)
 
 
 def piece_constraints(
