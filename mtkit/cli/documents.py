@@ -1,0 +1,142 @@
+"""The translate-file command: a document in, the same document translated out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import (
+    BatchSizeOption,
+    CaseSensitiveTermsOption,
+    CheckpointOption,
+    CudaGraphsOption,
+    DeviceOption,
+    EngineOption,
+    GlossaryOption,
+    LenpenOption,
+    LoopNgramOption,
+    LoopRepeatsOption,
+    MaxLenAOption,
+    MaxLenBOption,
+    MaxSourceLenOption,
+    MaxTokensOption,
+    MinLenOption,
+    ModelBeamOption,
+    ModelsOption,
+    NoRepeatOption,
+    PrecisionOption,
+    SrcLangOption,
+    TgtLangOption,
+    load_glossary,
+    model_beam,
+    report_pieces,
+    search_config,
+)
+from mtkit.core import console
+from mtkit.core.errors import MtkitError
+
+DOCUMENTS_EXTRA = "pip install 'mtkit[documents]'"
+
+
+def require_documents():
+    """mtkit.documents.formats, or a one-line error naming the extra to install."""
+    try:
+        from mtkit.documents import formats
+    except ImportError as err:
+        raise MtkitError(f"translating files needs {err.name}: {DOCUMENTS_EXTRA}") from None
+    return formats
+
+
+def read_input(path: Path) -> bytes:
+    """The whole input, read once ("-": stdin)."""
+    from mtkit.core.textio import check_input_file
+
+    if str(path) == "-":
+        return sys.stdin.buffer.read()
+    check_input_file(path)
+    return path.read_bytes()
+
+
+@app.command("translate-file")
+@handle_errors
+def translate_file(
+    input: Annotated[Path, typer.Argument(help="The file to translate (-: stdin, with --format).", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The translated file (-: stdout); same format.")],
+    model: ModelsOption,
+    file_format: Annotated[
+        str | None, typer.Option("--format", help="The file's format, where its extension does not say it.")
+    ] = None,
+    checkpoint: CheckpointOption = "best",
+    beam: ModelBeamOption = None,
+    lenpen: LenpenOption = 0.6,
+    max_len_a: MaxLenAOption = 1.0,
+    max_len_b: MaxLenBOption = 50,
+    min_len: MinLenOption = 1,
+    no_repeat_ngram: NoRepeatOption = 0,
+    loop_ngram: LoopNgramOption = 4,
+    loop_repeats: LoopRepeatsOption = 2,
+    batch_size: BatchSizeOption = 128,
+    max_tokens: MaxTokensOption = 8192,
+    split_sentences: Annotated[
+        bool, typer.Option("--split-sentences/--no-split-sentences", help="Translate paragraphs sentence by sentence.")
+    ] = True,
+    max_source_len: MaxSourceLenOption = 0,
+    src_lang: SrcLangOption = None,
+    tgt_lang: TgtLangOption = None,
+    retranslate: Annotated[
+        bool, typer.Option(help="PO and XLIFF: translate again the messages already translated.")
+    ] = False,
+    glossary: GlossaryOption = None,
+    case_sensitive_terms: CaseSensitiveTermsOption = False,
+    engine: EngineOption = "pytorch",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    cuda_graphs: CudaGraphsOption = False,
+) -> None:
+    """Translate a document, keeping its formatting: Word (.docx), PowerPoint (.pptx), OpenDocument
+    (.odt, .odp), subtitles (.srt, .vtt), message catalogues (.po, .pot, .xliff), Markdown, HTML,
+    EPUB and plain text. The format is the file's extension (or --format); the output has the same.
+
+    Paragraphs are translated sentence by sentence, and each run of formatting (bold, a link, a
+    styled span) is put back around the target words aligned to its own; fields, code, footnote
+    references, placeholders, timings and whatever else is not text are kept as they are. PO entries
+    come out marked fuzzy, XLIFF targets as machine translation; messages already translated are left
+    alone unless --retranslate. The document's language is set to the target's.
+    Formats with formatting need one model and --engine pytorch. Needs pip install 'mtkit\\[documents]'.
+
+    Example: [bold]mtkit translate-file report.docx -o report.de.docx -m model.pt[/bold]
+    """
+    from mtkit.core.textio import atomic_path, check_output_file
+    from mtkit.interop.engines import make_translator
+    from mtkit.translation.markup import translate_document
+
+    formats = require_documents()
+    name = str(input)
+    fmt = formats.document_format(name if name != "-" else "", file_format)
+    if str(output) != "-":
+        check_output_file(output)
+        wanted = formats.document_format(str(output), None, "--output")
+        if wanted != fmt:
+            raise MtkitError(f"--output {output}: a .{fmt} file translates into a .{fmt} file, not .{wanted}")
+    document = formats.read_document(read_input(input), name, fmt, retranslate)  # before the model loads
+    cfg = search_config(model_beam(beam, engine, model, checkpoint), lenpen, max_len_a, max_len_b, min_len, 1,
+                        no_repeat_ngram, loop_ngram, loop_repeats)  # fmt: skip
+    translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens,
+                                 cuda_graphs, False, max_source_len, tgt_lang, src_lang)  # fmt: skip
+    load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
+    target = tgt_lang or translator.model_meta.get("tgt_lang")
+    total = sum(map(len, document.segments()))
+    with console.progress(f"translating {input.name}", total=total, unit="chars") as bar:
+        data = translate_document(translator, document, target, split_sentences, bar.advance)
+    if str(output) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        with atomic_path(output) as tmp:
+            tmp.write_bytes(data)
+        console.info(f"wrote {output} ({len(data):,} bytes)")
+    report_pieces(translator)

@@ -1,0 +1,69 @@
+"""Which reader a file goes to: by its extension, or by the format asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import PurePath
+
+from mtkit.core.errors import MtkitError
+from mtkit.documents import catalogs, markdown, ooxml, opendocument, subtitles, web
+from mtkit.documents.inline import Document
+
+READERS: dict[str, Callable[[bytes, str], Document]] = {
+    "docx": ooxml.read_docx,
+    "pptx": ooxml.read_pptx,
+    "odt": opendocument.read_odt,
+    "odp": opendocument.read_odp,
+    "srt": subtitles.read_srt,
+    "vtt": subtitles.read_vtt,
+    "po": catalogs.read_po,
+    "xliff": catalogs.read_xliff,
+    "md": markdown.read_markdown,
+    "html": web.read_html,
+    "epub": web.read_epub,
+    "txt": web.read_txt,
+}
+RETRANSLATABLE = {"po", "xliff"}  # formats whose messages may be translated already
+ALIASES = {
+    "pot": "po",
+    "xlf": "xliff",
+    "sdlxliff": "xliff",
+    "markdown": "md",
+    "htm": "html",
+    "xhtml": "html",
+    "text": "txt",
+}
+EXTENSIONS = sorted({*READERS, *ALIASES})
+MEDIA_TYPES = {
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "odt": "application/vnd.oasis.opendocument.text",
+    "odp": "application/vnd.oasis.opendocument.presentation",
+    "srt": "application/x-subrip", "vtt": "text/vtt", "po": "text/x-gettext-translation",
+    "xliff": "application/xliff+xml", "md": "text/markdown", "html": "text/html",
+    "epub": "application/epub+zip", "txt": "text/plain",
+}  # fmt: skip
+
+
+def document_format(name: str, fmt: str | None = None, option: str = "--format") -> str:
+    """The format of a file: fmt where given, else its extension's; an MtkitError names what is known."""
+    if fmt:
+        chosen = ALIASES.get(fmt.lower().lstrip("."), fmt.lower().lstrip("."))
+        if chosen not in READERS:
+            raise MtkitError(f"{option} {fmt}: must be one of {', '.join(EXTENSIONS)}")
+        return chosen
+    suffix = PurePath(name).suffix.lower().lstrip(".")
+    chosen = ALIASES.get(suffix, suffix)
+    if chosen not in READERS:
+        what = f"its extension .{suffix}" if suffix else "it has no extension"
+        raise MtkitError(
+            f"{name}: not a format mtkit translates ({what}; known: {', '.join(EXTENSIONS)}; or give {option})"
+        )
+    return chosen
+
+
+def read_document(data: bytes, name: str, fmt: str, retranslate: bool = False) -> Document:
+    """The file's segments (fmt from document_format); an MtkitError naming the file where it is not that format."""
+    if fmt in RETRANSLATABLE:
+        return READERS[fmt](data, name, retranslate)  # type: ignore[call-arg]
+    return READERS[fmt](data, name)

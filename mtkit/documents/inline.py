@@ -1,0 +1,161 @@
+"""The interface every document format shares: a file read into segments, each a paragraph's text
+with its formatting as inline codes, and the file written again from the segments' translations.
+
+A segment is an XML fragment in the way of XLIFF's inline codes: `<g id="3">words</g>` wraps the
+words a formatting run (bold, a hyperlink, a styled span) holds, and `<x id="4"/>` stands for what
+is kept whole (a field, a footnote reference, a tab, a placeholder such as `%s`). The markup engine
+(mtkit.text.markup) puts them back around the target words aligned to their own, so a format needs
+to know only how to turn its runs into codes (InlineBuilder) and codes back into runs (pieces).
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lxml import etree
+
+from mtkit.text.markup import Node, is_element, parse
+
+
+class Document(ABC):
+    """A file read into segments; write() makes the translated file's bytes."""
+
+    markup = "xml"  # the segments' markup: "xml" (inline codes) or "html" (whole HTML texts)
+
+    @abstractmethod
+    def segments(self) -> list[str]:
+        """The texts to translate, in order (markup of their kind)."""
+
+    @abstractmethod
+    def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
+        """The file with each segment replaced by its translation (same order), marked as in target_lang."""
+
+
+class InlineBuilder:
+    """One segment's markup, built run by run; codes[i] is what `id="i"` stands for."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.codes: list[Any] = []
+        self.depth = 0
+
+    def text(self, text: str) -> None:
+        self.parts.append(html.escape(text, quote=False))
+
+    def open(self, code: Any) -> None:
+        """Begin a run of formatting (close it with close())."""
+        self.parts.append(f'<g id="{len(self.codes)}">')
+        self.codes.append(code)
+        self.depth += 1
+
+    def close(self) -> None:
+        self.parts.append("</g>")
+        self.depth -= 1
+
+    def kept(self, code: Any) -> None:
+        """Something kept whole at this place (no words of its own)."""
+        self.parts.append(f'<x id="{len(self.codes)}"/>')
+        self.codes.append(code)
+
+    def markup(self) -> str:
+        return "".join(self.parts) + "</g>" * self.depth
+
+    def has_words(self) -> bool:
+        return any(not part.startswith("<") and part.strip() for part in self.parts)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of a translated segment: text, or a kept code (kept is its id), inside the runs
+    `within` (ids, outermost first)."""
+
+    text: str = ""
+    kept: int | None = None
+    within: tuple[int, ...] = ()
+
+
+def pieces(markup: str) -> list[Piece]:
+    """A translated segment's text and kept codes in order, each with the runs around it; adjacent
+    text in the same runs is one piece."""
+    out: list[Piece] = []
+
+    def walk(node: Node, within: tuple[int, ...]) -> None:
+        for child in node.children:
+            if child.tag is None and not child.kept:
+                if out and out[-1].kept is None and out[-1].within == within:
+                    out[-1] = Piece(out[-1].text + child.text, None, within)
+                elif child.text:
+                    out.append(Piece(child.text, None, within))
+            elif child.tag == "x":
+                out.append(Piece("", _code_id(child), within))
+            elif is_element(child):
+                walk(child, within + (_code_id(child),))
+
+    walk(parse(markup, "xml"), ())
+    return out
+
+
+def _code_id(node: Node) -> int:
+    start = node.start
+    return int(start[start.index('id="') + 4 : start.index('"', start.index('id="') + 4)])
+
+
+def plain(markup: str) -> str:
+    """A segment's text without its codes."""
+    return "".join(piece.text for piece in pieces(markup))
+
+
+def read_mixed(element: etree._Element, is_wrapper: Callable[[etree._Element], bool]) -> InlineBuilder:
+    """An XML element of mixed content (text between child elements) as a segment: the children
+    is_wrapper accepts are runs whose words are translated, every other child is kept whole."""
+    builder = InlineBuilder()
+
+    def walk(parent: etree._Element) -> None:
+        builder.text(parent.text or "")
+        for child in parent:
+            if isinstance(child.tag, str) and is_wrapper(child):
+                builder.open(child)
+                walk(child)
+                builder.close()
+            else:  # elements kept whole, and comments or processing instructions
+                builder.kept(child)
+            builder.text(child.tail or "")
+
+    walk(element)
+    return builder
+
+
+def write_mixed(element: etree._Element, codes: list, translation: str) -> None:
+    """Fill an element of mixed content (its children and text removed) with a translated segment
+    that read_mixed made: a run becomes a copy of its element without content, a kept child a copy."""
+    for child in list(element):
+        element.remove(child)
+    element.text = None
+    open_wraps: list[tuple[int, etree._Element]] = []
+    for piece in pieces(translation):
+        while open_wraps and [i for i, _ in open_wraps] != list(piece.within[: len(open_wraps)]):
+            open_wraps.pop()
+        for i in piece.within[len(open_wraps) :]:
+            parent = open_wraps[-1][1] if open_wraps else element
+            wrap = etree.SubElement(parent, codes[i].tag, attrib=dict(codes[i].attrib))
+            open_wraps.append((i, wrap))
+        container = open_wraps[-1][1] if open_wraps else element
+        if piece.kept is None:
+            if len(container):
+                container[-1].tail = (container[-1].tail or "") + piece.text
+            else:
+                container.text = (container.text or "") + piece.text
+        else:
+            kept = copy.deepcopy(codes[piece.kept])
+            kept.tail = None
+            container.append(kept)
+
+
+def language_tag(lang: str | None) -> str | None:
+    """A target language as documents mark it (BCP 47): "de", "pt-BR", "deu-Latn" for NLLB's deu_Latn."""
+    return lang.replace("_", "-") if lang else None

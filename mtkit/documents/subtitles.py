@@ -1,0 +1,182 @@
+"""Subtitles (.srt, .vtt): each cue's lines are translated as one text and wrapped again to as many
+lines as the cue had; a sentence that runs over cues (a cue that does not end a sentence, up to
+MAX_JOINED cues) is translated whole, its cue boundaries kept as inline codes and the translation
+cut at them by alignment. Numbers, timings, cue settings, a WebVTT file's header, NOTE, STYLE and
+REGION blocks are kept byte for byte; tags in a cue (<i>, <b>, <font>, <v Speaker>, {\\an8}) are
+inline codes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mtkit.core.errors import MtkitError
+from mtkit.documents.inline import Document, InlineBuilder, pieces
+
+MAX_JOINED = 3
+TIMING = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}")
+TAG = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
+SENTENCE_END = re.compile(r"[.!?…。！？♪][\"'”’»)\]]*$")
+WORD = re.compile(r"(?:<[^<>]*>|\{\\[^{}]*\}|\S)+")
+
+
+@dataclass
+class Cue:
+    head: list[str]  # its identifier line (if any) and timing line, as written
+    lines: list[str]  # its text
+    end: str = ""  # the blank lines after it, as written
+    text: list[str] = field(default_factory=list)  # translated lines
+
+
+class Subtitles(Document):
+    def __init__(self, data: bytes, name: str, kind: str):
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise MtkitError(f"{name}: not UTF-8 text (byte {err.start + 1})") from None
+        self.blocks = _blocks(text.replace("\r\n", "\n"))
+        self.newline = "\r\n" if "\r\n" in text else "\n"
+        if kind == ".vtt" and not text.lstrip("\ufeff").startswith("WEBVTT"):
+            raise MtkitError(f"{name}: not a WebVTT file (it does not begin with WEBVTT)")
+        cues = [block for block in self.blocks if isinstance(block, Cue)]
+        if not cues and text.strip() and kind == ".srt":
+            raise MtkitError(
+                f"{name}: not an SRT file (no cue has a timing line such as 00:00:01,000 --> 00:00:02,000)"
+            )
+        self.groups = _sentence_groups(cues)
+        self.built = [_read(group) for group in self.groups]
+
+    def segments(self) -> list[str]:
+        return [builder.markup() for builder in self.built]
+
+    def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
+        for group, builder, translation in zip(self.groups, self.built, translations):
+            _write(group, builder.codes, translation)
+        out = []
+        for block in self.blocks:
+            if isinstance(block, Cue):
+                out.append("\n".join(block.head + (block.text or block.lines)) + block.end)
+            else:
+                out.append(block)
+        return "".join(out).replace("\n", self.newline).encode("utf-8")
+
+
+def _blocks(text: str) -> list[str | Cue]:
+    """The file as cues and text kept as written (a header, notes, blank lines)."""
+    blocks: list[str | Cue] = []
+    for chunk in re.split(r"(\n[ \t]*\n+)", text):  # blocks, and the blank lines between them
+        lines = chunk.split("\n")
+        timing = next((i for i, line in enumerate(lines[:2]) if TIMING.match(line)), None)
+        if chunk.strip() and timing is not None and not lines[0].startswith(("NOTE", "STYLE", "REGION")):
+            text, ends = lines[timing + 1 :], 0
+            while text and not text[-1].strip():  # the file's last cue ends with its newline
+                text.pop()
+                ends += 1
+            blocks.append(Cue(lines[: timing + 1], text, "\n" * ends))
+        elif blocks and isinstance(blocks[-1], Cue) and not chunk.strip():
+            blocks[-1].end += chunk
+        else:
+            blocks.append(chunk)
+    return blocks
+
+
+def _sentence_groups(cues: list[Cue]) -> list[list[Cue]]:
+    groups: list[list[Cue]] = []
+    for cue in cues:
+        if groups and len(groups[-1]) < MAX_JOINED and not _ends_sentence(groups[-1][-1]):
+            groups[-1].append(cue)
+        else:
+            groups.append([cue])
+    return groups
+
+
+def _ends_sentence(cue: Cue) -> bool:
+    visible = TAG.sub("", " ".join(cue.lines)).strip()
+    return not visible or bool(SENTENCE_END.search(visible))
+
+
+def _read(group: list[Cue]) -> InlineBuilder:
+    builder = InlineBuilder()
+    for index, cue in enumerate(group):
+        if index:
+            builder.kept(("cue", index))
+        _read_tags(builder, " ".join(line.strip() for line in cue.lines))
+    return builder
+
+
+def _read_tags(builder: InlineBuilder, text: str) -> None:
+    """A cue's text: paired tags (<i>...</i>) are runs where they nest, every other tag is kept."""
+    tags = list(TAG.finditer(text))
+    pairs = _pairs([match.group() for match in tags])
+    position = 0
+    for index, match in enumerate(tags):
+        builder.text(text[position : match.start()])
+        if index in pairs:
+            builder.open((match.group(), tags[pairs[index]].group()))
+        elif index in pairs.values():
+            builder.close()
+        else:
+            builder.kept(("tag", match.group()))
+        position = match.end()
+    builder.text(text[position:])
+
+
+def _pairs(tags: list[str]) -> dict[int, int]:
+    """Open tag index -> its end tag's index, for the HTML-like tags that nest properly."""
+    stack: list[tuple[int, str]] = []
+    pairs: dict[int, int] = {}
+    for index, tag in enumerate(tags):
+        name = re.match(r"</?([A-Za-z]+)", tag)
+        if not name:
+            continue
+        if tag.startswith("</"):
+            if not stack or stack[-1][1] != name.group(1).lower():
+                return {}
+            pairs[stack.pop()[0]] = index
+        elif not tag.endswith("/>") and not re.fullmatch(r"<\d", tag[:2]):
+            stack.append((index, name.group(1).lower()))
+    return {} if stack else pairs
+
+
+def _write(group: list[Cue], codes: list, translation: str) -> None:
+    texts = [""]
+    open_runs: list[int] = []
+    for piece in pieces(translation):
+        if piece.kept is not None and codes[piece.kept][0] == "cue":
+            texts[-1] += "".join(codes[i][1] for i in reversed(open_runs))
+            texts.append("".join(codes[i][0] for i in open_runs))
+            continue
+        while open_runs and open_runs != list(piece.within[: len(open_runs)]):
+            texts[-1] += codes[open_runs.pop()][1]
+        for i in piece.within[len(open_runs) :]:
+            texts[-1] += codes[i][0]
+            open_runs.append(i)
+        texts[-1] += piece.text if piece.kept is None else codes[piece.kept][1]
+    texts[-1] += "".join(codes[i][1] for i in reversed(open_runs))
+    for cue, text in zip(group, texts):
+        cue.text = wrap(text, len([line for line in cue.lines if line.strip()]) or 1)
+
+
+def wrap(text: str, lines: int) -> list[str]:
+    """The text in at most `lines` lines of about equal visible length, cut between words."""
+    words = WORD.findall(text)
+    if lines <= 1 or len(words) <= 1:
+        return [" ".join(words)]
+    sizes = [len(TAG.sub("", word)) + 1 for word in words]
+    total, out, current, done = sum(sizes), [], [], 0
+    for word, size in zip(words, sizes):
+        if current and done >= total * len(out + [current]) / lines and len(out) < lines - 1:
+            out.append(current)
+            current = []
+        current.append(word)
+        done += size
+    return [" ".join(line) for line in out + [current]]
+
+
+def read_srt(data: bytes, name: str) -> Document:
+    return Subtitles(data, name, ".srt")
+
+
+def read_vtt(data: bytes, name: str) -> Document:
+    return Subtitles(data, name, ".vtt")
