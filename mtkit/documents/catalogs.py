@@ -43,7 +43,7 @@ def read_placeholders(builder: InlineBuilder, text: str) -> None:
     position = 0
     for match in PLACEHOLDER.finditer(text):
         builder.text(text[position : match.start()])
-        builder.kept(match.group())
+        builder.kept(match.group(), match.group() in ("\n", "\t"))
         position = match.end()
     builder.text(text[position:])
 
@@ -84,7 +84,7 @@ class PoCatalog(Document):
         return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
-        filled = (lead + _fill(translation, builder.codes).strip() + trail
+        filled = (lead + _fill(translation, builder).strip() + trail
                   for (lead, _, trail), builder, translation in zip(self.texts, self.built, translations))  # fmt: skip
         forms = self._plural_forms(target_lang)
         for entry in self.entries:
@@ -130,8 +130,9 @@ def _placeholders(text: str) -> InlineBuilder:
     return builder
 
 
-def _fill(translation: str, codes: list) -> str:
-    return "".join(piece.text if piece.kept is None else codes[piece.kept] for piece in pieces(translation))
+def _fill(translation: str, built: InlineBuilder) -> str:
+    found = pieces(translation, built.separators)
+    return "".join(piece.text if piece.kept is None else built.codes[piece.kept] for piece in found)
 
 
 XLIFF1 = "urn:oasis:names:tc:xliff:document:1.2"
@@ -168,7 +169,7 @@ class XliffCatalog(Document):
                 target = etree.Element(self.ns + "target")
                 unit.find(self.ns + "source").addnext(target)
                 target.tail = unit.find(self.ns + "source").tail
-            write_mixed(target, builder.codes, translation)
+            write_mixed(target, builder, translation)
             if self.version2:
                 unit.set("state", "translated")
                 unit.set("subState", "mtkit:mt")

@@ -42,6 +42,7 @@ class InlineBuilder:
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.codes: list[Any] = []
+        self.separators: set[int] = set()  # codes that part words as a space does (tabs, line breaks)
         self.depth = 0
 
     def text(self, text: str) -> None:
@@ -57,9 +58,13 @@ class InlineBuilder:
         self.parts.append("</g>")
         self.depth -= 1
 
-    def kept(self, code: Any) -> None:
-        """Something kept whole at this place (no words of its own)."""
-        self.parts.append(f'<x id="{len(self.codes)}"/>')
+    def kept(self, code: Any, separates: bool = False) -> None:
+        """Something kept whole at this place (no words of its own); separates: it parts the words on
+        its sides as a space would (a tab, a line break), so the model sees a space there and the
+        spaces next to it are left out again (pieces)."""
+        if separates:
+            self.separators.add(len(self.codes))
+        self.parts.append(f' <x id="{len(self.codes)}"/> ' if separates else f'<x id="{len(self.codes)}"/>')
         self.codes.append(code)
 
     def markup(self) -> str:
@@ -79,9 +84,9 @@ class Piece:
     within: tuple[int, ...] = ()
 
 
-def pieces(markup: str) -> list[Piece]:
+def pieces(markup: str, separators: set[int] | frozenset[int] = frozenset()) -> list[Piece]:
     """A translated segment's text and kept codes in order, each with the runs around it; adjacent
-    text in the same runs is one piece."""
+    text in the same runs is one piece; the spaces next to a separator are left out."""
     out: list[Piece] = []
 
     def walk(node: Node, within: tuple[int, ...]) -> None:
@@ -97,7 +102,20 @@ def pieces(markup: str) -> list[Piece]:
                 walk(child, within + (_code_id(child),))
 
     walk(parse(markup, "xml"), ())
+    if separators:
+        out = _trim_separators(out, separators)
     return out
+
+
+def _trim_separators(found: list[Piece], separators: set[int] | frozenset[int]) -> list[Piece]:
+    out = list(found)
+    for index, piece in enumerate(out):
+        if piece.kept in separators:
+            if index and out[index - 1].kept is None:
+                out[index - 1] = Piece(out[index - 1].text.rstrip(" "), None, out[index - 1].within)
+            if index + 1 < len(out) and out[index + 1].kept is None:
+                out[index + 1] = Piece(out[index + 1].text.lstrip(" "), None, out[index + 1].within)
+    return [piece for piece in out if piece.kept is not None or piece.text]
 
 
 def _code_id(node: Node) -> int:
@@ -110,9 +128,14 @@ def plain(markup: str) -> str:
     return "".join(piece.text for piece in pieces(markup))
 
 
-def read_mixed(element: etree._Element, is_wrapper: Callable[[etree._Element], bool]) -> InlineBuilder:
+def read_mixed(
+    element: etree._Element,
+    is_wrapper: Callable[[etree._Element], bool],
+    separates: Callable[[etree._Element], bool] = lambda element: False,
+) -> InlineBuilder:
     """An XML element of mixed content (text between child elements) as a segment: the children
-    is_wrapper accepts are runs whose words are translated, every other child is kept whole."""
+    is_wrapper accepts are runs whose words are translated, every other child is kept whole (and
+    parts the words around it where separates says so)."""
     builder = InlineBuilder()
 
     def walk(parent: etree._Element) -> None:
@@ -123,21 +146,22 @@ def read_mixed(element: etree._Element, is_wrapper: Callable[[etree._Element], b
                 walk(child)
                 builder.close()
             else:  # elements kept whole, and comments or processing instructions
-                builder.kept(child)
+                builder.kept(child, separates(child))
             builder.text(child.tail or "")
 
     walk(element)
     return builder
 
 
-def write_mixed(element: etree._Element, codes: list, translation: str) -> None:
+def write_mixed(element: etree._Element, built: InlineBuilder, translation: str) -> None:
     """Fill an element of mixed content (its children and text removed) with a translated segment
     that read_mixed made: a run becomes a copy of its element without content, a kept child a copy."""
     for child in list(element):
         element.remove(child)
     element.text = None
     open_wraps: list[tuple[int, etree._Element]] = []
-    for piece in pieces(translation):
+    codes = built.codes
+    for piece in pieces(translation, built.separators):
         while open_wraps and [i for i, _ in open_wraps] != list(piece.within[: len(open_wraps)]):
             open_wraps.pop()
         for i in piece.within[len(open_wraps) :]:

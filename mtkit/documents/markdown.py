@@ -54,7 +54,7 @@ class MarkdownDocument(Document):
             if not block.builder.has_words():
                 continue
             first, start = block.lines[0], block.columns[0]
-            line, text = lines[first], _render(translation, block.builder.codes)
+            line, text = lines[first], _render(translation, block.builder)
             lines[first] = line[:start] + text + line[start + len(block.content[0]) :]
             for index in block.lines[1:]:
                 lines[index] = None
@@ -108,17 +108,17 @@ class MarkdownDocument(Document):
                 pad = " " if token.content.startswith("`") or token.content.endswith("`") else ""
                 builder.kept(f"{fence}{pad}{token.content}{pad}{fence}")
             elif token.type == "hardbreak":
-                builder.kept("<br>")
+                builder.kept("<br>", separates=True)
             elif token.type == "image":
                 builder.kept(f"![{token.content}]({token.attrs.get('src', '')})")
             else:  # html_inline, and whatever else is not text
                 builder.kept(token.content)
 
 
-def _render(translation: str, codes: list) -> str:
-    out: list[str] = []
+def _render(translation: str, built: InlineBuilder) -> str:
+    out, codes = [], built.codes
     open_runs: list[int] = []
-    for piece in pieces(translation):
+    for piece in pieces(translation, built.separators):
         while open_runs and open_runs != list(piece.within[: len(open_runs)]):
             out.append(codes[open_runs.pop()][1])
         for i in piece.within[len(open_runs) :]:

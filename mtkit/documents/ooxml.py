@@ -18,6 +18,7 @@ from mtkit.documents.package import Package
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+SEPARATORS = {"tab", "br", "cr", "ptab"}  # part the words on their sides (a:br in slides, w:tab, w:br in Word)
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 
 
@@ -65,7 +66,7 @@ class OfficeDocument(Document):
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for p, builder, translation in reversed(list(zip(self.paragraphs, self.built, translations))):
             if builder.has_words():
-                self._write(p, builder.codes, translation)
+                self._write(p, builder, translation)
         lang = language_tag(target_lang)
         for part, tree in self.trees.items():
             if lang:
@@ -119,7 +120,7 @@ class OfficeDocument(Document):
                 self._read_field_run(builder, child)
             else:
                 self._close_run(builder)
-                builder.kept(("element", child))
+                builder.kept(("element", child), local in SEPARATORS)
         self._close_run(builder)
         return builder
 
@@ -152,7 +153,7 @@ class OfficeDocument(Document):
             if local == "t":
                 builder.text(child.text or "")
             elif local not in ("rPr", *self.dialect.dropped):
-                builder.kept(("in run", properties, child))
+                builder.kept(("in run", properties, child), local in SEPARATORS)
 
     def _close_run(self, builder: InlineBuilder) -> None:
         if self.open_key is not None:
@@ -161,7 +162,7 @@ class OfficeDocument(Document):
 
     # Writing: the translation's pieces as runs again.
 
-    def _write(self, p: etree._Element, codes: list, translation: str) -> None:
+    def _write(self, p: etree._Element, built: InlineBuilder, translation: str) -> None:
         base = _dominant_properties(p, self.ns)
         head = [c for c in p if self._local(c) in self.dialect.head]
         tail = [c for c in p if self._local(c) in self.dialect.tail]
@@ -169,7 +170,8 @@ class OfficeDocument(Document):
             p.remove(child)
         p.extend(head)
         wraps: list[tuple[int, etree._Element]] = []  # open wrappers (hyperlinks), outermost first
-        for piece in pieces(translation):
+        codes = built.codes
+        for piece in pieces(translation, built.separators):
             wrap_ids = [i for i in piece.within if codes[i][0] == "wrap"]
             while wraps and [i for i, _ in wraps] != wrap_ids[: len(wraps)]:
                 wraps.pop()

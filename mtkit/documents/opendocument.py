@@ -23,6 +23,7 @@ MIMETYPES = {
     ".odp": "application/vnd.oasis.opendocument.presentation",
 }
 WRAPPERS = {TEXT + "span", TEXT + "a"}
+SEPARATORS = {TEXT + "tab", TEXT + "line-break", TEXT + "s"}
 PAGE_TEXT = {
     STYLE + name for name in ("header", "footer", "header-left", "footer-left", "header-first", "footer-first")
 }
@@ -38,7 +39,9 @@ class OpenDocument(Document):
         if "styles.xml" in self.package.parts:
             self.trees["styles.xml"] = self.package.xml("styles.xml")
         self.paragraphs = [p for part, tree in self.trees.items() for p in _paragraphs(tree, part == "styles.xml")]
-        self.built = [read_mixed(p, WRAPPERS.__contains__) for p in self.paragraphs]
+        self.built = [
+            read_mixed(p, lambda e: e.tag in WRAPPERS, lambda e: e.tag in SEPARATORS) for p in self.paragraphs
+        ]
 
     def segments(self) -> list[str]:
         return [builder.markup() for builder in self.built]
@@ -46,7 +49,7 @@ class OpenDocument(Document):
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for p, builder, translation in reversed(list(zip(self.paragraphs, self.built, translations))):
             if builder.has_words():
-                write_mixed(p, builder.codes, translation)
+                write_mixed(p, builder, translation)
         lang = language_tag(target_lang)
         for part, tree in self.trees.items():
             if lang:

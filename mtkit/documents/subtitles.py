@@ -52,7 +52,7 @@ class Subtitles(Document):
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for group, builder, translation in zip(self.groups, self.built, translations):
-            _write(group, builder.codes, translation)
+            _write(group, builder, translation)
         out = []
         for block in self.blocks:
             if isinstance(block, Cue):
@@ -100,7 +100,7 @@ def _read(group: list[Cue]) -> InlineBuilder:
     builder = InlineBuilder()
     for index, cue in enumerate(group):
         if index:
-            builder.kept(("cue", index))
+            builder.kept(("cue", index), separates=True)
         _read_tags(builder, " ".join(line.strip() for line in cue.lines))
     return builder
 
@@ -139,10 +139,10 @@ def _pairs(tags: list[str]) -> dict[int, int]:
     return {} if stack else pairs
 
 
-def _write(group: list[Cue], codes: list, translation: str) -> None:
-    texts = [""]
+def _write(group: list[Cue], built: InlineBuilder, translation: str) -> None:
+    texts, codes = [""], built.codes
     open_runs: list[int] = []
-    for piece in pieces(translation):
+    for piece in pieces(translation, built.separators):
         if piece.kept is not None and codes[piece.kept][0] == "cue":
             texts[-1] += "".join(codes[i][1] for i in reversed(open_runs))
             texts.append("".join(codes[i][0] for i in open_runs))

@@ -1,0 +1,307 @@
+"""Documents through translation (mtkit.documents): each format made by its own library, translated
+by engines whose output is known (copy, upper-case, reversed word order, each with its alignment),
+and read back by the same library (and by msgfmt and LibreOffice where installed)."""
+
+import io
+import shutil
+import subprocess
+import zipfile
+
+import docx
+import pptx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lxml import etree
+
+from mtkit.documents.formats import document_format, read_document
+from mtkit.text.markup_placement import translate_markup
+
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+
+
+def copy_engine(texts):
+    return [(text, [(i, i) for i in range(len(text.split()))]) for text in texts]
+
+
+def upper_engine(texts):
+    return [(text.upper(), [(i, i) for i in range(len(text.split()))]) for text in texts]
+
+
+def reverse_engine(texts):
+    out = []
+    for text in texts:
+        words = text.split()
+        out.append((" ".join(reversed(words)), [(i, len(words) - 1 - i) for i in range(len(words))]))
+    return out
+
+
+def translated(data: bytes, name: str, engine, target="de", **options) -> bytes:
+    document = read_document(data, name, document_format(name), **options)
+    return document.write(translate_markup(document.segments(), document.markup, engine), target)
+
+
+def saved(document) -> bytes:
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+# Word
+
+
+def word_document(runs: list[tuple[str, bool, bool]]) -> bytes:
+    """A .docx with a paragraph of the given runs (text, bold, italic), a heading, a table, a header
+    and a footer."""
+    document = docx.Document()
+    paragraph = document.add_paragraph()
+    for text, bold, italic in runs:
+        run = paragraph.add_run(text)
+        run.bold, run.italic = bold or None, italic or None
+    document.add_heading("A child is swimming", 1)
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "a woman sings", "people walk"
+    document.sections[0].header.paragraphs[0].text = "a dog runs"
+    document.sections[0].footer.paragraphs[0].text = "page footer"
+    return saved(document)
+
+
+def word_runs(data: bytes) -> list[list[tuple[str, bool, bool]]]:
+    document = docx.Document(io.BytesIO(data))
+    return [[(run.text, bool(run.bold), bool(run.italic)) for run in p.runs] for p in document.paragraphs]
+
+
+def word_texts(data: bytes) -> list[str]:
+    document = docx.Document(io.BytesIO(data))
+    section = document.sections[0]
+    return ([p.text for p in document.paragraphs] + [c.text for c in document.tables[0].rows[0].cells]
+            + [section.header.paragraphs[0].text, section.footer.paragraphs[0].text])  # fmt: skip
+
+
+RUNS = [("A man in a ", False, False), ("blue shirt", True, False), (" rides a ", False, False), ("bike", False, True)]
+
+
+def test_a_copied_word_document_has_the_same_text_and_runs():
+    data = word_document(RUNS)
+    out = translated(data, "a.docx", copy_engine)
+    assert word_texts(out) == word_texts(data)
+    assert word_runs(out) == word_runs(data)
+
+
+def test_every_paragraph_of_a_word_document_is_translated_headers_tables_and_footers_too():
+    out = translated(word_document(RUNS), "a.docx", upper_engine)
+    assert word_texts(out) == [text.upper() for text in word_texts(word_document(RUNS))]
+
+
+def test_reversed_words_keep_their_runs_in_word():
+    out = translated(word_document(RUNS), "a.docx", reverse_engine)
+    # "A man in a blue shirt rides a bike" reversed
+    assert word_runs(out)[0] == [("bike", False, True), (" a rides ", False, False), ("shirt blue", True, False),
+                                 (" a in man A", False, False)]  # fmt: skip
+
+
+def test_fields_hyperlinks_and_tabs_are_kept_whole_in_word():
+    document = docx.Document()
+    paragraph = document.add_paragraph("Page ")
+    field = ('<w:r {ns}><w:fldChar w:fldCharType="begin"/></w:r>', '<w:r {ns}><w:instrText> PAGE </w:instrText></w:r>',
+             '<w:r {ns}><w:fldChar w:fldCharType="separate"/></w:r>', '<w:r {ns}><w:t>7</w:t></w:r>',
+             '<w:r {ns}><w:fldChar w:fldCharType="end"/></w:r>')  # fmt: skip
+    ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    for xml in field:
+        paragraph._p.append(etree.fromstring(xml.format(ns=ns)))
+    paragraph.add_run(" of the report").add_tab()
+    part = document.part
+    rid = part.relate_to("http://example.org/x", docx.opc.constants.RELATIONSHIP_TYPE.HYPERLINK, is_external=True)
+    link = etree.fromstring(f'<w:hyperlink {ns} xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/'
+                            f'relationships" r:id="{rid}"><w:r><w:t>the site</w:t></w:r></w:hyperlink>')  # fmt: skip
+    paragraph._p.append(link)
+    out = translated(saved(document), "a.docx", upper_engine)
+    p = docx.Document(io.BytesIO(out)).paragraphs[0]._p
+    assert [e.text for e in p.iter(W + "instrText")] == [" PAGE "]
+    assert [e.get(W + "fldCharType") for e in p.iter(W + "fldChar")] == ["begin", "separate", "end"]
+    assert "7" in [t.text for t in p.iter(W + "t")] and len(list(p.iter(W + "tab"))) == 1
+    (hyperlink,) = p.iter(W + "hyperlink")
+    assert [t.text for t in hyperlink.iter(W + "t")] == ["THE SITE"] and hyperlink.get(link.keys()[0]) == rid
+    assert [t.text.strip() for t in p.iter(W + "t")] == ["PAGE", "7", "OF THE REPORT", "THE SITE"]
+
+
+def test_the_word_documents_language_becomes_the_target():
+    out = translated(word_document(RUNS), "a.docx", copy_engine, target="de")
+    styles = etree.fromstring(zipfile.ZipFile(io.BytesIO(out)).read("word/styles.xml"))
+    assert {e.get(W + "val") for e in styles.iter(W + "lang")} == {"de"}
+
+
+def test_parts_that_are_not_translated_stay_byte_for_byte():
+    data = word_document(RUNS)
+    out = translated(data, "a.docx", upper_engine)
+    before, after = zipfile.ZipFile(io.BytesIO(data)), zipfile.ZipFile(io.BytesIO(out))
+    assert after.namelist() == before.namelist()
+    kept = [
+        n for n in before.namelist() if not n.startswith(("word/document", "word/header", "word/footer", "word/styles"))
+    ]
+    assert kept and all(after.read(name) == before.read(name) for name in kept)
+
+
+words = st.text(alphabet="abcdefgh", min_size=1, max_size=5)
+run_lists = st.lists(
+    st.tuples(st.lists(words, min_size=1, max_size=3), st.booleans(), st.booleans()), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(run_lists)
+def test_any_runs_reversed_keep_each_word_with_its_formatting(runs):
+    """Whatever runs a paragraph is cut into, reversing its words keeps each word's bold and italic."""
+    source = [(" ".join(ws) + " ", bold, italic) for ws, bold, italic in runs]
+    out = word_runs(translated(word_document(source), "a.docx", reverse_engine))[0]
+    words_of = lambda runs: sorted((w, b, i) for text, b, i in runs for w in text.split())  # noqa: E731
+    assert words_of(out) == words_of(source)
+
+
+@settings(max_examples=40, deadline=None)
+@given(run_lists, st.randoms(use_true_random=False))
+def test_any_runs_in_any_order_give_a_valid_document_with_the_same_words_and_formats(runs, rng):
+    source = [(" ".join(ws) + " ", bold, italic) for ws, bold, italic in runs]
+
+    def shuffle_engine(texts):
+        out = []
+        for text in texts:
+            order = list(range(len(text.split())))
+            rng.shuffle(order)
+            words = text.split()
+            out.append((" ".join(words[i] for i in order), [(i, order.index(i)) for i in order]))
+        return out
+
+    out = word_runs(translated(word_document(source), "a.docx", shuffle_engine))[0]
+    assert sorted(w for text, *_ in out for w in text.split()) == sorted(w for ws, *_ in runs for w in ws)
+    formats = lambda runs: {(b, i) for text, b, i in runs if text.strip()}  # noqa: E731
+    assert formats(out) <= formats(source)
+
+
+# PowerPoint
+
+
+def slides() -> bytes:
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[1])
+    slide.shapes.title.text = "a dog runs"
+    body = slide.placeholders[1].text_frame
+    paragraph = body.paragraphs[0]
+    for text, bold in (("a man in a ", False), ("blue shirt", True), (" rides", False)):
+        run = paragraph.add_run()
+        run.text, run.font.bold = text, bold or None
+        run.font.language_id = pptx.enum.lang.MSO_LANGUAGE_ID.ENGLISH_US
+    slide.notes_slide.notes_text_frame.text = "speaker notes here"
+    return saved(presentation)
+
+
+def slide_texts(data: bytes) -> list[list[tuple[str, bool]]]:
+    presentation = pptx.Presentation(io.BytesIO(data))
+    slide = presentation.slides[0]
+    shapes = [[(run.text, bool(run.font.bold)) for p in shape.text_frame.paragraphs for run in p.runs]
+              for shape in slide.shapes if shape.has_text_frame]  # fmt: skip
+    return shapes + [[(slide.notes_slide.notes_text_frame.text, False)]]
+
+
+def test_slides_and_their_notes_are_translated_with_their_runs():
+    data = slides()
+    assert slide_texts(translated(data, "a.pptx", copy_engine)) == slide_texts(data)
+    assert slide_texts(translated(data, "a.pptx", reverse_engine)) == [
+        [("runs dog a", False)],
+        [("rides ", False), ("shirt blue", True), (" a in man a", False)],
+        [("here notes speaker", False)],
+    ]
+
+
+def test_the_slides_language_becomes_the_target():
+    out = translated(slides(), "a.pptx", copy_engine, target="fr")
+    xml = zipfile.ZipFile(io.BytesIO(out)).read("ppt/slides/slide1.xml")
+    assert b'lang="fr"' in xml and b'lang="en-US"' not in xml
+
+
+# OpenDocument
+
+
+def open_document(kind: str) -> bytes:
+    from odf.opendocument import OpenDocumentPresentation, OpenDocumentText
+    from odf.style import Style, TextProperties
+    from odf.text import A, LineBreak, Note, NoteBody, NoteCitation, P, Span
+
+    document = OpenDocumentText() if kind == "odt" else OpenDocumentPresentation()
+    bold = Style(name="Bold", family="text")
+    bold.addElement(TextProperties(fontweight="bold", language="en", country="US"))
+    document.automaticstyles.addElement(bold)
+    paragraph = P(text="a man in a ")
+    paragraph.addElement(Span(stylename=bold, text="blue shirt"))
+    paragraph.addText(" rides a")
+    paragraph.addElement(LineBreak())
+    paragraph.addElement(A(href="http://example.org/", text="bike"))
+    if kind == "odt":
+        note = Note(id="ftn1", noteclass="footnote")
+        note.addElement(NoteCitation(text="1"))
+        body = NoteBody()
+        body.addElement(P(text="a footnote"))
+        note.addElement(body)
+        paragraph.addElement(note)
+        document.text.addElement(paragraph)
+    else:
+        from odf.draw import Frame, Page, TextBox
+
+        page = Page(name="one", masterpagename="Default")
+        frame = Frame(width="20cm", height="5cm", x="1cm", y="1cm")
+        box = TextBox()
+        box.addElement(paragraph)
+        frame.addElement(box)
+        page.addElement(frame)
+        document.presentation.addElement(page)
+    return saved(document)
+
+
+def odf_paragraphs(data: bytes) -> list[str]:
+    from odf import teletype
+    from odf.opendocument import load
+    from odf.text import P
+
+    return [teletype.extractText(p) for p in load(io.BytesIO(data)).getElementsByType(P)]
+
+
+@pytest.mark.parametrize("kind", ["odt", "odp"])
+def test_opendocument_copied_is_the_same_and_translated_keeps_its_spans(kind):
+    data = open_document(kind)
+    assert odf_paragraphs(translated(data, f"a.{kind}", copy_engine)) == odf_paragraphs(data)
+    out = translated(data, f"a.{kind}", upper_engine)
+    assert odf_paragraphs(out)[-1] == ("A FOOTNOTE" if kind == "odt" else "A MAN IN A BLUE SHIRT RIDES A\nBIKE")
+    content = zipfile.ZipFile(io.BytesIO(out)).read("content.xml").decode()
+    assert '<text:span text:style-name="Bold">BLUE SHIRT</text:span> RIDES A<text:line-break/>' in content
+    assert 'xlink:href="http://example.org/"' in content and ">BIKE</text:a>" in content
+    assert 'fo:language="de"' in content and "fo:country" not in content
+    assert zipfile.ZipFile(io.BytesIO(out)).infolist()[0].filename == "mimetype"
+
+
+def test_an_opendocument_footnote_is_translated_in_its_place():
+    out = translated(open_document("odt"), "a.odt", upper_engine)
+    content = zipfile.ZipFile(io.BytesIO(out)).read("content.xml").decode()
+    assert "<text:note-citation>1</text:note-citation><text:note-body><text:p>A FOOTNOTE</text:p>" in content
+
+
+# Office files read by LibreOffice
+
+
+@pytest.mark.skipif(
+    shutil.which("soffice") is None,
+    reason="LibreOffice is not installed (Debian: libreoffice-writer-nogui, libreoffice-impress-nogui)",
+)
+def test_libreoffice_reads_the_translated_office_files(tmp_path):
+    files = {"a.docx": word_document(RUNS), "b.odt": open_document("odt")}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(translated(data, name, upper_engine))
+    profile = f"-env:UserInstallation=file://{tmp_path}/profile"
+    subprocess.run(["soffice", profile, "--headless", "--convert-to", "txt:Text", "--outdir", str(tmp_path / "txt"),
+                    *(str(tmp_path / name) for name in files)], check=True, capture_output=True, timeout=300)  # fmt: skip
+    assert "A MAN IN A BLUE SHIRT RIDES A BIKE" in (tmp_path / "txt" / "a.txt").read_text(encoding="utf-8-sig")
+    assert "A MAN IN A BLUE SHIRT RIDES A" in (tmp_path / "txt" / "b.txt").read_text(encoding="utf-8-sig")
+    presentation = tmp_path / "c.pptx"
+    presentation.write_bytes(translated(slides(), "c.pptx", upper_engine))
+    subprocess.run(["soffice", profile, "--headless", "--convert-to", "odp", "--outdir", str(tmp_path / "odp"),
+                    str(presentation)], check=True, capture_output=True, timeout=300)  # fmt: skip
+    assert "A MAN IN A " in " ".join(odf_paragraphs((tmp_path / "odp" / "c.odp").read_bytes()))
