@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
+from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import document_format, read_document
 from mtkit.text.markup_placement import translate_markup
 
@@ -305,3 +306,263 @@ def test_libreoffice_reads_the_translated_office_files(tmp_path):
     subprocess.run(["soffice", profile, "--headless", "--convert-to", "odp", "--outdir", str(tmp_path / "odp"),
                     str(presentation)], check=True, capture_output=True, timeout=300)  # fmt: skip
     assert "A MAN IN A " in " ".join(odf_paragraphs((tmp_path / "odp" / "c.odp").read_bytes()))
+
+
+# Subtitles
+
+SRT = """1
+00:00:01,000 --> 00:00:02,500
+<i>a man in a blue shirt</i>
+rides a bike
+
+2
+00:00:03,000 --> 00:00:04,000
+on the street.
+
+3
+00:00:05,000 --> 00:00:06,000
+Two dogs play.
+"""
+VTT = """WEBVTT
+Kind: captions
+
+NOTE a note that is kept
+
+intro
+00:00:01.000 --> 00:00:02.500 align:start position:10%
+Hello <b>there</b> friend.
+
+00:00:03.000 --> 00:00:04.000
+Bye now.
+"""
+
+
+def test_copied_subtitles_are_the_same_file():
+    assert translated(SRT.encode(), "a.srt", copy_engine).decode() == SRT
+    assert translated(VTT.encode(), "a.vtt", copy_engine).decode() == VTT
+
+
+def test_a_sentence_over_cues_is_translated_whole_and_cut_back_by_alignment():
+    import pysubs2
+
+    document = read_document(SRT.encode(), "a.srt", "srt")
+    assert document.segments()[0] == ('<g id="0">a man in a blue shirt</g> rides a bike <x id="1"/> on the street.')
+    out = translated(SRT.encode(), "a.srt", reverse_engine).decode()
+    cues = pysubs2.SSAFile.from_string(out)
+    assert [(cue.start, cue.end) for cue in cues] == [(1000, 2500), (3000, 4000), (5000, 6000)]
+    texts = [block.split("\n")[2:] for block in out.strip().split("\n\n")]
+    # where the alignment leaves a cue without words, they are shared out by the cues' lengths
+    assert texts == [["street. the on bike", "a rides <i>shirt blue a</i>"], ["<i>in man a</i>"], ["play. dogs Two"]]
+
+
+def test_webvtt_keeps_its_header_notes_identifiers_and_cue_settings():
+    out = translated(VTT.encode(), "a.vtt", upper_engine).decode()
+    assert out.startswith(
+        "WEBVTT\nKind: captions\n\nNOTE a note that is kept\n\nintro\n00:00:01.000 --> 00:00:02.500 align:start position:10%\n"
+    )
+    assert "HELLO <b>THERE</b> FRIEND." in out and "BYE NOW." in out
+
+
+def test_rewrapping_balances_the_lines():
+    from mtkit.documents.subtitles import wrap
+
+    assert wrap("one two three four", 2) == ["one two", "three four"]
+    assert wrap("<i>one</i> two", 3) == ["<i>one</i>", "two"]
+    assert wrap("word", 2) == ["word"]
+
+
+# Message catalogues
+
+PO = r"""msgid ""
+msgstr ""
+"Content-Type: text/plain; charset=CHARSET\n"
+"Plural-Forms: nplurals=INTEGER; plural=EXPRESSION;\n"
+
+#, python-format
+msgid "Hello %(name)s, you have mail\n"
+msgstr ""
+
+#, c-format
+msgid "one file on %s"
+msgid_plural "%d files on %s"
+msgstr[0] ""
+msgstr[1] ""
+
+msgid "already done"
+msgstr "schon fertig"
+
+#, fuzzy
+msgid "a guess"
+msgstr "eine Vermutung"
+"""
+
+
+def test_po_fills_untranslated_messages_marks_them_fuzzy_and_keeps_placeholders():
+    import polib
+
+    out = polib.pofile(translated(PO.encode(), "a.pot", reverse_engine, target="cs").decode())
+    hello, files, done, guess = list(out)
+    # the placeholder goes after the target word aligned to the source word before it
+    assert hello.msgstr == "mail have you , Hello %(name)s\n" and "fuzzy" in hello.flags
+    assert files.msgstr_plural == {0: "on file one %s", 1: "%d on files %s", 2: "%d on files %s"}
+    assert (done.msgstr, done.flags) == ("schon fertig", []) and guess.msgstr == "eine Vermutung"
+    assert out.metadata["Language"] == "cs" and out.metadata["Plural-Forms"].startswith("nplurals=3;")
+
+
+def test_po_retranslates_on_request_only():
+    import polib
+
+    out = polib.pofile(translated(PO.encode(), "a.po", upper_engine, retranslate=True).decode())
+    assert [entry.msgstr for entry in out][2:] == ["ALREADY DONE", "A GUESS"]
+
+
+@pytest.mark.skipif(shutil.which("msgfmt") is None, reason="gettext's msgfmt is not installed (Debian: gettext)")
+def test_msgfmt_checks_the_translated_catalogue(tmp_path):
+    path = tmp_path / "de.po"
+    path.write_bytes(translated(PO.encode(), "a.pot", reverse_engine))
+    subprocess.run(["msgfmt", "--check-format", "--check-header", "-o", "/dev/null", str(path)], check=True)
+
+
+def test_a_po_file_with_plurals_and_no_known_plural_forms_is_refused():
+    with pytest.raises(MtkitError, match="a.pot: its header has no Plural-Forms and mtkit does not know those of xx"):
+        translated(PO.encode(), "a.pot", copy_engine, target="xx")
+
+
+XLIFF = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+ <file source-language="en" datatype="plaintext" original="x">
+  <body>
+   <trans-unit id="1"><source>a man in a <g id="b">blue shirt</g> rides<x id="img"/>.</source></trans-unit>
+   <trans-unit id="2"><source>a woman sings</source><target>eine Frau singt</target></trans-unit>
+   <trans-unit id="3" translate="no"><source>mtkit</source></trans-unit>
+  </body>
+ </file>
+</xliff>
+"""
+XLIFF2 = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="en">
+ <file id="f"><unit id="u"><segment><source>a <pc id="1">bold</pc> word<ph id="2"/></source></segment></unit></file>
+</xliff>
+"""
+
+
+def test_xliff_targets_keep_inline_codes_and_say_they_are_machine_translated():
+    root = etree.fromstring(translated(XLIFF.encode(), "a.xlf", reverse_engine))
+    ns = "{urn:oasis:names:tc:xliff:document:1.2}"
+    first, second, third = root.iter(ns + "trans-unit")
+    target = first.find(ns + "target")
+    assert etree.tostring(target, encoding="unicode", with_tail=False).split(">", 1)[1] == (
+        'rides. <g id="b">shirt blue</g> a in man a<x id="img"/></target>'
+    )
+    assert (target.get("state"), target.get("state-qualifier")) == ("needs-review-translation", "leveraged-mt")
+    assert second.find(ns + "target").text == "eine Frau singt" and third.find(ns + "target") is None
+    assert root.find(ns + "file").get("target-language") == "de"
+    root2 = etree.fromstring(translated(XLIFF2.encode(), "a.xliff", upper_engine))
+    segment = root2.find(".//{urn:oasis:names:tc:xliff:document:2.0}segment")
+    assert (segment.get("state"), root2.get("trgLang")) == ("translated", "de")
+    target = etree.tostring(segment[-1], encoding="unicode", with_tail=False)
+    assert target.endswith('>A <pc id="1">BOLD</pc> WORD<ph id="2"/></target>')
+
+
+# Markdown, HTML, EPUB, text
+
+MARKDOWN = """---
+title: kept
+---
+# a **blue** shirt
+
+- a man rides a [bike](http://example.org/a_b "t") on the `street`
+  and smiles
+
+| head | tail |
+|------|------|
+| cat | a dog |
+
+```
+code stays
+```
+"""
+
+
+def test_markdown_copied_renders_the_same_and_keeps_code_and_links():
+    from markdown_it import MarkdownIt
+
+    render = MarkdownIt("commonmark").enable("table").render
+    out = translated(MARKDOWN.encode(), "a.md", copy_engine).decode()
+    assert render(out) == render(MARKDOWN).replace("street</code>\nand", "street</code> and")
+    upper = translated(MARKDOWN.encode(), "a.md", upper_engine).decode()
+    assert upper.startswith("---\ntitle: kept\n---\n# A **BLUE** SHIRT\n")
+    assert '- A MAN RIDES A [BIKE](http://example.org/a_b "t") ON THE `street` AND SMILES\n' in upper
+    assert "| CAT | A DOG |" in upper and "```\ncode stays\n```" in upper
+
+
+def test_html_files_are_translated_with_their_language_set():
+    page = '<!DOCTYPE html>\n<html lang="en"><head><title>a title</title></head><body><p>a <b>bold</b> word</p><script>x = "a"</script></body></html>\n'
+    out = translated(page.encode(), "a.html", upper_engine).decode()
+    assert out == page.replace('lang="en"', 'lang="de"').replace("a title", "A TITLE").replace(
+        "a <b>bold</b> word", "A <b>BOLD</b> WORD"
+    )
+
+
+def test_an_epub_is_translated_chapter_by_chapter_and_reopens():
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("id1")
+    book.set_title("a book")
+    book.set_language("en")
+    chapter = epub.EpubHtml(title="one", file_name="one.xhtml", lang="en")
+    chapter.content = "<h1>a chapter</h1><p>a <i>dog</i> runs</p>"
+    book.add_item(chapter)
+    book.toc, book.spine = [chapter], ["nav", chapter]
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    path = io.BytesIO()
+    epub.write_epub(path, book)
+    out = translated(path.getvalue(), "a.epub", upper_engine)
+    (tmp := __import__("tempfile").NamedTemporaryFile(suffix=".epub")).write(out)
+    tmp.flush()
+    reopened = epub.read_epub(tmp.name)
+    assert reopened.get_metadata("DC", "language")[0][0] == "de"
+    text = reopened.get_item_with_href("one.xhtml").get_content().decode()
+    assert "<h1>A CHAPTER</h1>" in text and "<p>A <i>DOG</i> RUNS</p>" in text
+    assert zipfile.ZipFile(io.BytesIO(out)).infolist()[0].filename == "mimetype"
+
+
+def test_plain_text_keeps_its_lines_and_blank_lines():
+    assert translated(b"a dog\n\nruns  here\n", "a.txt", upper_engine) == b"A DOG\n\nRUNS HERE\n"
+
+
+# What is not the format it says
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("a.docx", b"plain text", "a.docx: not a .docx file (not a readable zip archive"),
+        ("a.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1rest", "a.docx: encrypted, or an old binary Office file"),
+        ("a.pptx", None, "a.pptx: not a .pptx file (it has no ppt/presentation.xml)"),
+        ("a.odt", None, "a.odt: not an .odt file (it has no content.xml)"),
+        ("a.epub", None, "a.epub: not an .epub file (it has no META-INF/container.xml)"),
+        ("a.srt", b"just words\n", "a.srt: not an SRT file"),
+        ("a.vtt", b"1\n00:00:01.000 --> 00:00:02.000\nhi\n", "a.vtt: not a WebVTT file"),
+        ("a.xliff", b"<html/>", "a.xliff: not an XLIFF 1.2 or 2.x file (its root is html)"),
+        ("a.xliff", b"<xliff", "a.xliff: not well-formed XML"),
+        ("a.po", b'msgid "x"\nbogus line\n', "a.po: not a PO file (Syntax error in po file (line 2))"),
+        ("a.txt", b"\xff\xfe", "a.txt: not UTF-8 text (byte 1)"),
+        ("a.rtf", b"{\\rtf1}", "a.rtf: not a format mtkit translates (its extension .rtf"),
+    ],
+)
+def test_a_file_that_is_not_what_it_says_is_named_with_the_reason(name, data, message):
+    if data is None:  # a zip archive of another kind
+        data = word_document(RUNS)
+    with pytest.raises(MtkitError) as err:
+        read_document(data, name, document_format(name))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_a_broken_archive_is_named():
+    data = bytearray(word_document(RUNS))
+    data[len(data) // 2 : len(data) // 2 + 200] = bytes(200)
+    with pytest.raises(MtkitError, match="a.docx: "):
+        read_document(bytes(data), "a.docx", "docx")

@@ -18,6 +18,7 @@ MAX_JOINED = 3
 TIMING = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}")
 TAG = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
 SENTENCE_END = re.compile(r"[.!?…。！？♪][\"'”’»)\]]*$")
+EMPTY_PAIR = re.compile(r"<([A-Za-z]+)[^<>]*>\s*</\1>")
 WORD = re.compile(r"(?:<[^<>]*>|\{\\[^{}]*\}|\S)+")
 
 
@@ -154,8 +155,40 @@ def _write(group: list[Cue], built: InlineBuilder, translation: str) -> None:
             open_runs.append(i)
         texts[-1] += piece.text if piece.kept is None else codes[piece.kept][1]
     texts[-1] += "".join(codes[i][1] for i in reversed(open_runs))
+    texts = [EMPTY_PAIR.sub("", text) for text in texts]
+    if any(not TAG.sub("", text).strip() for text in texts) and len(texts) > 1:
+        texts = _shared_out(" ".join(texts), group)
     for cue, text in zip(group, texts):
-        cue.text = wrap(text, len([line for line in cue.lines if line.strip()]) or 1)
+        if text.split() == " ".join(cue.lines).split():
+            cue.text = cue.lines  # the same words: the same lines
+        else:
+            cue.text = wrap(text, len([line for line in cue.lines if line.strip()]) or 1)
+
+
+def _shared_out(text: str, group: list[Cue]) -> list[str]:
+    """Where the alignment left a cue without words: the words shared out in the proportions of the
+    cues' source words (each cue at least one)."""
+    words = WORD.findall(text)
+    sizes = [max(1, len(TAG.sub("", " ".join(cue.lines)).split())) for cue in group]
+    bounds = [round(len(words) * sum(sizes[: i + 1]) / sum(sizes)) for i in range(len(sizes))]
+    bounds = [min(max(b, i + 1), len(words) - (len(sizes) - 1 - i)) for i, b in enumerate(bounds)]
+    texts, carried = [], ""
+    for a, b in zip([0, *bounds[:-1]], bounds):
+        text = carried + " ".join(words[a:b])
+        opened = _open_tags(text)  # tags still open at the cue's end close there and open again in the next
+        texts.append(text + "".join(f"</{name}>" for name, _ in reversed(opened)))
+        carried = "".join(tag for _, tag in opened)
+    return texts
+
+
+def _open_tags(text: str) -> list[tuple[str, str]]:
+    stack: list[tuple[str, str]] = []
+    for match in re.finditer(r"<(/?)([A-Za-z]+)[^<>]*>", text):
+        if match.group(1) and stack and stack[-1][0] == match.group(2):
+            stack.pop()
+        elif not match.group(1):
+            stack.append((match.group(2), match.group()))
+    return stack
 
 
 def wrap(text: str, lines: int) -> list[str]:
@@ -166,7 +199,7 @@ def wrap(text: str, lines: int) -> list[str]:
     sizes = [len(TAG.sub("", word)) + 1 for word in words]
     total, out, current, done = sum(sizes), [], [], 0
     for word, size in zip(words, sizes):
-        if current and done >= total * len(out + [current]) / lines and len(out) < lines - 1:
+        if current and done + size / 2 > total * (len(out) + 1) / lines and len(out) < lines - 1:
             out.append(current)
             current = []
         current.append(word)
