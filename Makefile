@@ -11,7 +11,7 @@ DEMO_OUT ?= runs/demo
 AUTO_LOG := $(abspath $(VENV))/auto-precision.log
 AUTO_ON_THIS_CPU := import torch; from mtkit.core.device import resolve_precision; print(resolve_precision("auto", torch.device("cpu")))
 
-.PHONY: setup test demo clean browser
+.PHONY: setup test demo clean browser office
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,19 @@ browser:
 		&& echo "browser: installed chromium and chromium-driver"; \
 	else \
 		echo "browser: not installed (run: sudo apt-get install chromium chromium-driver); the page's tests will skip"; \
+	fi
+
+# LibreOffice (headless) and gettext, which read the translated documents in their tests (they skip,
+# saying so, without them).
+office:
+	@if command -v soffice >/dev/null && command -v msgfmt >/dev/null; then \
+		echo "office: LibreOffice and gettext are installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			libreoffice-writer-nogui libreoffice-impress-nogui gettext >/dev/null \
+		&& echo "office: installed LibreOffice and gettext"; \
+	else \
+		echo "office: not installed (run: sudo apt-get install libreoffice-writer-nogui libreoffice-impress-nogui gettext); those tests will skip"; \
 	fi
 
 demo: setup

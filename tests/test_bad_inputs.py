@@ -33,6 +33,9 @@ def bad(tmp_path_factory, corpus, tokenizer_path, data_dir, trained_run) -> dict
     for lang in ("en", "de"):
         (root / f"empty.{lang}").write_bytes(b"")
         (root / f"badutf.{lang}").write_bytes(b"A dog.\n\xff\n")
+    (root / "fake.docx").write_text("not a Word file\n")
+    (root / "page.rtf").write_text("{\\rtf1 a page}\n")
+    (root / "doc.txt").write_text("A dog.\n")
     (root / "not_a_run").mkdir()
     (root / "export_exists").mkdir()
     return {
@@ -186,6 +189,15 @@ CASES = {
     "att-bad-layer": ("attention -m {model} --src 'A dog.' --layer 9", "", "--layer 9: the model has layers 1..1", 1),
     "att-bad-head": ("attention -m {model} --src 'A dog.' --head zero", "", "--head zero", 1),
     "att-image-without-output": ("attention -m {model} --src 'A dog.' --format png", "", "--format png needs -o FILE", 1),
+    # translate-file
+    "tf-missing-input": ("translate-file {root}/none.docx -o {root}/o.docx -m {model}", "", "none.docx: no such file", 1),
+    "tf-not-what-it-says": ("translate-file {root}/fake.docx -o {root}/o.docx -m {model}", "", "fake.docx: not a .docx file (not a readable zip archive", 1),
+    "tf-unknown-format": ("translate-file {root}/page.rtf -o {root}/o.rtf -m {model}", "", "page.rtf: not a format mtkit translates (its extension .rtf", 1),
+    "tf-bad-format-option": ("translate-file {root}/doc.txt -o {root}/o.txt -m {model} --format pdf", "", "--format pdf: must be one of docx, epub", 1),
+    "tf-output-other-format": ("translate-file {root}/doc.txt -o {root}/o.docx -m {model}", "", "o.docx: a .txt file translates into a .txt file, not .docx", 1),
+    "tf-stdin-without-format": ("translate-file - -o {root}/o.txt -m {model}", "A dog.\n", "-: give --format for a file read from stdin", 1),
+    "tf-output-is-dir": ("translate-file {root}/doc.txt -o {root}/dir -m {model}", "", "dir: is a directory", 1),
+    "tf-missing-model": ("translate-file {root}/doc.txt -o {root}/o.txt -m {root}/none.pt", "", "none.pt: no such model file", 1),
     # plot
     "plot-not-a-run": ("plot {root}/dir", "", "metrics.jsonl: no such file", 1),
     "plot-output-is-dir": ("plot {run} -o {root}/dir", "", "dir: is a directory", 1),

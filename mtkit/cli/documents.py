@@ -116,7 +116,9 @@ def translate_file(
 
     formats = require_documents()
     name = str(input)
-    fmt = formats.document_format(name if name != "-" else "", file_format)
+    if name == "-" and not file_format:
+        raise MtkitError("-: give --format for a file read from stdin")
+    fmt = formats.document_format(name, file_format)
     if str(output) != "-":
         check_output_file(output)
         wanted = formats.document_format(str(output), None, "--output")
