@@ -582,7 +582,9 @@ def test_translate_file_writes_a_valid_document_with_a_trained_model(trained_run
     assert len(word_texts(out)) == len(word_texts(source.read_bytes())) and result.stdout == b""
     bold = [run for run in word_runs(out)[0] if run[1]]
     assert bold and all(text.strip() for text, *_ in bold)  # the bold run holds words of the translation
-    piped = run_mtkit("translate-file", "-", "--format", "txt", "-o", "-", "-m", trained_run, stdin=b"A dog.\n\nA cat.\n")
+    piped = run_mtkit(
+        "translate-file", "-", "--format", "txt", "-o", "-", "-m", trained_run, stdin=b"A dog.\n\nA cat.\n"
+    )
     assert piped.returncode == 0 and piped.stdout.count(b"\n") == 3 and piped.stdout.split(b"\n")[1::2] == [b"", b""]
 
 
@@ -595,5 +597,7 @@ def test_a_missing_documents_extra_is_named_with_its_pip_command(monkeypatch):
     require_documents()  # imported once, then taken away as if its dependencies were missing
     monkeypatch.delattr(mtkit.documents, "formats")
     monkeypatch.setitem(sys.modules, "mtkit.documents.formats", None)
-    with pytest.raises(MtkitError, match=r"translating files needs mtkit.documents.formats: pip install 'mtkit\[documents\]'"):
+    with pytest.raises(
+        MtkitError, match=r"translating files needs mtkit.documents.formats: pip install 'mtkit\[documents\]'"
+    ):
         require_documents()

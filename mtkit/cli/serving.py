@@ -65,6 +65,10 @@ def serve(
     max_texts: Annotated[
         int, typer.Option(help="Most texts per request (0: as many as the queue holds); beyond, 413.")
     ] = 0,
+    max_file_bytes: Annotated[
+        int, typer.Option(help="Largest document /translate_file takes, in bytes; beyond, 413.")
+    ] = 20 << 20,
+    keep_files: Annotated[float, typer.Option(help="Seconds a translated document waits for its download.")] = 3600.0,
     api_keys: Annotated[
         Path | None,
         typer.Option(help="File of API keys, one a line: KEY [REQUESTS_PER_MINUTE [NAME]]; without one, 403."),
@@ -112,7 +116,7 @@ def serve(
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
 ) -> None:
-    """Serve a model over HTTP: a translation page at /, /v1/translate, LibreTranslate's /translate, /health, /ready, /v1/models, /metrics.
+    """Serve a model over HTTP: a translation page at /, /v1/translate, LibreTranslate's /translate and /translate_file, /health, /ready, /v1/models, /metrics.
 
     Sentences of concurrent requests are batched together (up to --max-batch-tokens, waiting at
     most --max-wait-ms); with the PyTorch engine, a search starts at once and sentences that
@@ -135,7 +139,7 @@ def serve(
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
-        confidence,
+        confidence, max_file_bytes, keep_files,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":

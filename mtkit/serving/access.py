@@ -190,22 +190,24 @@ class BodyLimit:
     """ASGI middleware: a request body over `limit` bytes is answered 413 as soon as its
     Content-Length says so, or as its chunks pass the limit, without holding the rest in memory."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, by_path: dict[str, int] | None = None):
+        """by_path: other limits for some paths (an uploaded file's)."""
+        self.app, self.limit, self.by_path = app, limit, by_path or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.by_path.get(scope["path"], self.limit)
         length = dict(scope["headers"]).get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self.limit:
-            return await _too_large(send, self.limit)
+        if not length.isdigit() or int(length) > limit:
+            return await _too_large(send, limit)
         received, over = 0, False
 
         async def counted():  # past the limit the app is told the client left, and its answer is dropped
             nonlocal received, over
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.limit:
+            if received > limit:
                 over = True
                 return {"type": "http.disconnect"}
             return message
@@ -220,7 +222,7 @@ class BodyLimit:
             if not over:
                 raise
         if over:
-            await _too_large(send, self.limit)
+            await _too_large(send, limit)
 
 
 async def _too_large(send, limit: int) -> None:

@@ -17,6 +17,10 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /translate     LibreTranslate's API: q (a string or a list), source, target, format "text" or "html",
                       alternatives; answers {"translatedText": ...} (JSON or form-encoded requests), and
                       "confidence" with serve --confidence
+  POST /translate_file LibreTranslate's: a document (multipart file, source, target, api_key) translated
+                      with its formatting (mtkit.documents; up to serve --max-file-bytes), answered
+                      {"translatedFileUrl": ...}, downloadable there for serve --keep-files seconds
+  GET  /frontend/settings LibreTranslate's: limits, languages and the file types /translate_file takes
   GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
                       "targets"}, ...]
   POST /detect        LibreTranslate's: q's likeliest language, [{"confidence", "language"}] (by
@@ -24,7 +28,7 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
   GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
-  GET  /              the translation page (mtkit.serving.page), unless serve --no-page
+  GET  /              the translation page (mtkit.serving.files), unless serve --no-page
 
 Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker
 thread (or on each of serve --replicas engine processes, mtkit.serving.replicas); with the PyTorch engine the batch is a running beam search that new sentences join between
@@ -42,16 +46,17 @@ from contextlib import asynccontextmanager
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
+from mtkit.serving.files import TranslatedFiles, add_file_routes, add_page
 from mtkit.serving.libretranslate import (
     check_source,
     detect_languages,
+    frontend_settings,
     libretranslate,
     libretranslate_fields,
     libretranslate_languages,
     texts_of,
 )
 from mtkit.serving.metrics import ObservedApp
-from mtkit.serving.page import add_page
 from mtkit.serving.service import RequestError, Service
 
 
@@ -104,15 +109,19 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         alternatives: int = 0
         api_key: str | None = None
 
+    store = TranslatedFiles(service.cfg.keep_files_s)
+
     @asynccontextmanager
     async def lifespan(app):
         service.batcher.start()
         service.warm_up()
         yield
         service.batcher.stop()
+        store.close()
 
     app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
-    routes = {"/v1/translate", "/translate", "/languages", "/detect", "/health", "/ready", "/v1/models", "/metrics"}
+    routes = {"/v1/translate", "/translate", "/translate_file", "/frontend/settings", "/languages", "/detect",
+              "/health", "/ready", "/v1/models", "/metrics"}  # fmt: skip
 
     def admit(request: Request, body_key: str | None = None) -> None:
         key = gate.identify(body_key or bearer_key(request.headers.get("authorization")))
@@ -178,6 +187,12 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         admit(request, body.api_key)
         return await libretranslate(service, request, body)
 
+    add_file_routes(app, service, admit, store)
+
+    @app.get("/frontend/settings")
+    async def settings():
+        return frontend_settings(service, gate.rules.keys is not None)
+
     @app.get("/languages")
     async def languages():
         return libretranslate_languages(service.languages)
@@ -232,8 +247,9 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         admit_status(request)
         return PlainTextResponse(prom.generate_latest(service.metrics.registry), media_type=prom.CONTENT_TYPE_LATEST)
 
-    limited = BodyLimit(app, max_body_bytes(service.cfg.max_chars))
-    return ObservedApp(limited, service.metrics, routes, translating={"/v1/translate", "/translate"})
+    file_limit = service.cfg.max_file_bytes + (64 << 10)  # the file, and room for the form's other fields
+    limited = BodyLimit(app, max_body_bytes(service.cfg.max_chars), {"/translate_file": file_limit})
+    return ObservedApp(limited, service.metrics, routes, translating={"/v1/translate", "/translate", "/translate_file"})
 
 
 def max_body_bytes(max_chars: int) -> int:

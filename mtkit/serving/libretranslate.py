@@ -115,3 +115,26 @@ async def libretranslate_fields(request) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RequestError(400, "the body must be a JSON object")
     return data
+
+
+def frontend_settings(service: Service, keys_required: bool) -> dict[str, Any]:
+    """LibreTranslate's /frontend/settings: its clients read the limits, the default languages and
+    the file types /translate_file takes (none where the documents extra is not installed)."""
+    from mtkit.serving.files import document_formats
+
+    formats = document_formats()
+    source = service.info.source_language or "auto"
+    target = service.info.target_language or next(iter(service.languages.targets()), "")
+    return {
+        "charLimit": service.cfg.max_chars,
+        "frontendTimeout": 500,
+        "apiKeys": keys_required,
+        "keyRequired": keys_required,
+        "suggestions": False,
+        "filesTranslation": formats is not None,
+        "supportedFilesFormat": [f".{ext}" for ext in formats.EXTENSIONS] if formats else [],
+        "language": {
+            "source": {"code": source, "name": LANGUAGE_NAMES.get(source, source)},
+            "target": {"code": target, "name": LANGUAGE_NAMES.get(target, target)},
+        },
+    }

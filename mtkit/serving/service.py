@@ -21,7 +21,7 @@ from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
 from mtkit.serving.settings import ModelInfo, ServeConfig
-from mtkit.serving.terms import ServerTerms, TermsError
+from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
 from mtkit.text.markup import FORMATS
 from mtkit.text.markup_placement import (
     assemble,
@@ -249,10 +249,12 @@ class Service:
         target: str | None = None,
         split_sentences: bool | None = None,
         glossary: Any = None,
+        whole_file: bool = False,
     ) -> list[str]:
         """Texts of markup (fmt html or xml): their segments translated (sentence by sentence, where
         asked or by default), each with its word alignment, and the markup put back around the
-        aligned words (mtkit.text.markup_placement); a string per text."""
+        aligned words (mtkit.text.markup_placement); a string per text. whole_file: a document's
+        texts (mtkit.documents), queued in chunks within the limits."""
         if fmt not in FORMATS:
             raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
         if fmt == "text":
@@ -263,18 +265,29 @@ class Service:
             raise RequestError(
                 422, f"format {fmt} needs --engine pytorch and a model without target tags or language tokens"
             )
-        self._check_chars(texts)
+        if not whole_file:
+            self._check_chars(texts)
         try:
             documents = markup_segments(texts, fmt, lambda i: f"text {i}")
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
         cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])
-        sentences = [sentence for parts in cut for sentence in parts]
-        answers = (await self.run(request, sentences, replace(options, alignment=True, confidence=False), False,
-                                  target, glossary=glossary))[0] if sentences else []  # fmt: skip
+        sentences, answers = [sentence for parts in cut for sentence in parts], []
+        for chunk in self.chunks(sentences) if whole_file else [sentences] * bool(sentences):
+            options = replace(options, alignment=True, confidence=False)
+            answers += (await self.run(request, chunk, options, False, target, glossary=glossary))[0]
         translated = [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
         return assemble(documents, rejoined(cut, translated))
+
+    def chunks(self, texts: list[str]) -> list[list[str]]:
+        """Texts in consecutive chunks, each as large as a request may be (--max-chars, --max-texts)."""
+        most, out = min(self.cfg.max_texts or self.cfg.max_queue, self.cfg.max_queue), []
+        for text in texts:
+            if not out or len(out[-1]) >= most or sum(map(len, out[-1])) + len(text) > self.cfg.max_chars:
+                out.append([])
+            out[-1].append(text)
+        return out
 
     def _sentence_splitter(self) -> SentenceSplitter:
         self.segmenter(True)  # 422 where the splitter is not installed
@@ -325,12 +338,6 @@ class Service:
         self.ready = error is None
         if error is not None:
             warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
-
-
-def missed_terms(results: list[Result], counts: list[int]) -> list[int]:
-    """The texts (by index) whose translation lacks a term: a piece cut at the length limit first."""
-    owners = [n for n, count in enumerate(counts) for _ in range(count)]
-    return sorted({n for n, (nbest, _, _) in zip(owners, results) if nbest and nbest[0][0].missed_constraints})
 
 
 async def _disconnect(request) -> None:

@@ -18,15 +18,19 @@ class ServeConfig:
     max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
     replicas: int = 1  # engine processes (mtkit.serving.replicas); 1: the engine in the server's process
     confidence: bool = False  # the requests' default: a confidence with each text
+    max_file_bytes: int = 20 << 20  # an uploaded document's size at most (/translate_file)
+    keep_files_s: float = 3600.0  # how long a translated document waits for its download
 
     def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas"):
+        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes"):
             if getattr(self, name) < 1:
                 raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if self.max_texts < 0:
             raise MtkitError(f"--max-texts {self.max_texts}: must be at least 0")
         if self.max_wait_ms < 0:
             raise MtkitError(f"--max-wait-ms {self.max_wait_ms}: must be at least 0")
+        if self.keep_files_s <= 0:
+            raise MtkitError(f"--keep-files {self.keep_files_s:g}: must be more than 0 seconds")
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 from mtkit.core.errors import MtkitError
 from mtkit.text.glossary import Glossary, Term, encode_terms
 from mtkit.text.tokenizer import Tokenizer
+from mtkit.translation.translate import NbestList
 
 
 class TermsError(MtkitError):
@@ -75,3 +76,10 @@ class ServerTerms:
             encode_terms(self.tgt_tokenizer, list(terms))
         except MtkitError as err:
             raise TermsError(str(err)) from None
+
+
+def missed_terms(results: Sequence[tuple[NbestList, Any, Any]], counts: list[int]) -> list[int]:
+    """The texts (by index) whose translation lacks a term: a piece cut at the length limit first
+    (results: each piece's n-best first, as the engine answers)."""
+    owners = [n for n, count in enumerate(counts) for _ in range(count)]
+    return sorted({n for n, (nbest, _, _) in zip(owners, results) if nbest and nbest[0][0].missed_constraints})

@@ -1,0 +1,97 @@
+"""Documents through `mtkit serve`: LibreTranslate's /translate_file and the download it points to,
+with keys and limits, giving what `mtkit translate-file` gives offline."""
+
+import io
+
+import docx
+import httpx
+import pytest
+from conftest import run_mtkit
+from test_documents import RUNS, word_document, word_runs
+from test_serve import Server
+
+from mtkit.serving.files import TranslatedFiles, safe_name
+
+KEY = "k" * 32
+
+
+@pytest.fixture(scope="module")
+def keyed_server(trained_run, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve_files")
+    (root / "keys.txt").write_text(f"{KEY} 1000 office\n")
+    # --max-chars 60: a document's sentences are queued in several chunks
+    options = ("--api-keys", root / "keys.txt", "--max-file-bytes", "100000", "--max-chars", "60")
+    with Server(trained_run, root / "serve.log", *options) as served:
+        yield served
+
+
+def upload(server, name: str, data: bytes, **fields):
+    return server.post("/translate_file", files={"file": (name, data)}, data={"target": "de", **fields})
+
+
+def test_a_document_uploaded_with_a_key_downloads_as_translate_file_makes_it(keyed_server, trained_run, tmp_path):
+    document = word_document(RUNS)
+    answer = upload(keyed_server, "../report.docx", document, api_key=KEY)
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["translatedFileUrl"]
+    assert url.startswith(keyed_server.url + "/download_file/") and url.endswith("/report.docx")
+    downloaded = httpx.get(url)
+    assert (
+        downloaded.status_code == 200
+        and downloaded.headers["content-disposition"] == 'attachment; filename="report.docx"'
+    )
+    assert downloaded.headers["content-type"].startswith("application/vnd.openxmlformats-officedocument")
+    (tmp_path / "report.docx").write_bytes(document)
+    offline = run_mtkit("translate-file", tmp_path / "report.docx", "-o", tmp_path / "out.docx", "-m", trained_run,
+                        "--precision", "fp32")  # fmt: skip
+    assert offline.returncode == 0, offline.stderr.decode()
+    assert word_runs(downloaded.content) == word_runs((tmp_path / "out.docx").read_bytes())
+    docx.Document(io.BytesIO(downloaded.content))  # python-docx opens it
+
+
+def test_plain_text_files_go_through_too(keyed_server):
+    answer = upload(keyed_server, "notes.txt", b"A dog runs.\n\nA cat sleeps.\n", api_key=KEY)
+    text = httpx.get(answer.json()["translatedFileUrl"]).text
+    assert text.count("\n") == 3 and text.split("\n")[1] == "" and text.split("\n")[0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "name", "data", "status", "message"),
+    [
+        ({}, "a.docx", b"x", 403, "a valid API key is needed"),
+        ({"api_key": KEY}, "a.docx", b"not a zip", 400, "a.docx: not a .docx file (not a readable zip archive"),
+        ({"api_key": KEY}, "a.rtf", b"{\\rtf1}", 400, "a.rtf: not a format mtkit translates"),
+        ({"api_key": KEY, "target": "xx"}, "a.txt", b"A dog.", 400, "xx"),
+        ({"api_key": KEY}, "big.txt", b"A dog runs. " * 20000, 413, "the request body is over"),
+    ],
+)
+def test_what_is_refused_is_said(keyed_server, fields, name, data, status, message):
+    answer = upload(keyed_server, name, data, **fields)
+    assert answer.status_code == status and message in answer.json()["error"], answer.text
+
+
+def test_an_unknown_download_is_404_and_the_settings_list_the_file_types(keyed_server):
+    assert httpx.get(f"{keyed_server.url}/download_file/nothing/a.docx").status_code == 404
+    settings = httpx.get(f"{keyed_server.url}/frontend/settings").json()
+    assert settings["filesTranslation"] and {".docx", ".srt", ".po", ".epub"} <= set(settings["supportedFilesFormat"])
+    assert settings["keyRequired"] is True and settings["language"]["target"]["code"] == "de"
+
+
+def test_translated_files_are_removed_after_their_time():
+    now = [0.0]
+    store = TranslatedFiles(keep_s=60, clock=lambda: now[0])
+    first = store.put("a.txt", b"one")
+    now[0] = 30.0
+    second = store.put("b.txt", b"two")
+    assert store.get(first) == ("a.txt", b"one")
+    now[0] = 61.0
+    assert store.get(first) is None and store.get(second) == ("b.txt", b"two")
+    assert not (store.root / first).exists()
+    store.close()
+    assert not store.root.exists()
+
+
+def test_an_uploaded_name_cannot_leave_its_folder():
+    assert safe_name("../../etc/passwd") == "passwd"
+    assert safe_name("C:\\docs\\my report.docx") == "my_report.docx"
+    assert safe_name("") == safe_name("..") == "document"
