@@ -250,3 +250,35 @@ def test_lines_of_low_confidence_are_shaded(browser, trained_run, lines, tmp_pat
         assert [i for i, row in enumerate(rows) if "unsure" in row.get_attribute("class").split()] == unsure
         for i in unsure:
             assert rows[i].get_attribute("title") == f"confidence {answer['confidences'][i]:.2f}: worth checking"
+
+
+def test_a_word_document_uploaded_on_the_page_downloads_translated(browser, server, trained_run, tmp_path):
+    from test_documents import RUNS, word_document, word_runs
+
+    path = tmp_path / "report.docx"
+    path.write_bytes(word_document(RUNS))
+    open_page(browser, server.url)
+    by_id(browser, "mode-document").click()
+    wait(browser, lambda: ".docx" in by_id(browser, "document-file").get_attribute("accept"), "the file types loaded")
+    by_id(browser, "document-file").send_keys(str(path))
+    wait(browser, lambda: by_id(browser, "document-status").text == "report.docx: ready to translate", "the file chosen")
+    by_id(browser, "document-go").click()
+    wait(browser, lambda: by_id(browser, "document-download").is_displayed(), "the download link")
+    assert by_id(browser, "document-status").text == "report.docx: translated"
+    assert by_id(browser, "document-download").get_attribute("download") == "report.de.docx"
+    downloaded = httpx.get(by_id(browser, "document-download").get_attribute("href")).content
+    offline_run = run_mtkit("translate-file", path, "-o", tmp_path / "out.docx", "-m", trained_run, "--precision", "fp32")
+    assert offline_run.returncode == 0, offline_run.stderr.decode()
+    assert word_runs(downloaded) == word_runs((tmp_path / "out.docx").read_bytes())
+
+
+def test_a_file_the_server_refuses_shows_its_reason(browser, server, tmp_path):
+    path = tmp_path / "broken.docx"
+    path.write_bytes(b"not a zip archive")
+    open_page(browser, server.url)
+    by_id(browser, "mode-document").click()
+    by_id(browser, "document-file").send_keys(str(path))
+    wait(browser, lambda: by_id(browser, "document-status").text == "broken.docx: ready to translate", "the file chosen")
+    by_id(browser, "document-go").click()
+    wait(browser, lambda: by_id(browser, "error").is_displayed(), "the error")
+    assert by_id(browser, "error").text.startswith("broken.docx: not a .docx file (not a readable zip archive")

@@ -2,7 +2,9 @@
 // loaded from another host. Text mode translates as the user types (debounced; a newer request
 // cancels the one before), with word alignments and, on request, alternatives; document mode
 // translates a .txt sentence by sentence, a few lines a request, or an .html file whole with its
-// markup kept (format "html"), and offers the result to download. Where the server gives confidences
+// markup kept (format "html"), and offers the result to download; any other file the server takes
+// (Word, slides, OpenDocument, subtitles, PO, XLIFF, Markdown, EPUB: /frontend/settings) is uploaded
+// to /translate_file, with the upload's progress, and its translation offered for download. Where the server gives confidences
 // (serve --confidence), lines below UNSURE_BELOW are shaded: worth a person's check. The glossary box
 // (pairs typed or a .tsv read) goes with every request, and the terms it placed are marked.
 "use strict";
@@ -236,11 +238,77 @@ function clearPointing() {
 
 // --- document mode --------------------------------------------------------------------------------
 
+const EDITED_HERE = /\.(txt|html?)$/i;  // shown in the box and translated by /v1/translate
+
 function isHtml() {
   return /\.html?$/i.test(state.documentName || "");
 }
 
+async function loadFileTypes() {
+  try {
+    const settings = await call("GET", "frontend/settings");
+    if (settings.filesTranslation) $("document-file").accept = settings.supportedFilesFormat.join(",");
+  } catch (_) {
+    // an older server: .txt and .html only
+  }
+}
+
+function downloadName(name, extension) {
+  const stem = (name || "document").replace(/\.[^.]*$/, "");
+  return `${stem}.${$("target").value || "translated"}.${extension}`;
+}
+
+function translateFile(file) {
+  const form = new FormData();
+  form.append("file", file);
+  if ($("target").value) form.append("target", $("target").value);
+  if ($("source").value && $("source").value !== "?") form.append("source", $("source").value);
+  const key = $("api-key").value.trim();
+  if (key) form.append("api_key", key);
+  const progress = $("document-progress");
+  const status = $("document-status");
+  progress.hidden = false;
+  progress.value = 0;
+  $("document-download").hidden = true;
+  showError("");
+  const request = new XMLHttpRequest();
+  request.open("POST", "translate_file");
+  request.responseType = "json";
+  request.upload.onprogress = (event) => {
+    if (!event.lengthComputable) return;
+    progress.max = event.total;
+    progress.value = event.loaded;
+    status.textContent = `uploading ${Math.round((100 * event.loaded) / event.total)}%`;
+  };
+  request.upload.onload = () => {
+    progress.removeAttribute("value");  // the server translates: no measure of its progress here
+    status.textContent = `translating ${file.name}…`;
+  };
+  request.onload = () => {
+    const answer = request.response || {};
+    if (request.status !== 200) {
+      progress.hidden = true;
+      status.textContent = "";
+      showError(answer.error || `${request.status} ${request.statusText}`);
+      return;
+    }
+    progress.max = 1;
+    progress.value = 1;
+    status.textContent = `${file.name}: translated`;
+    const link = $("document-download");
+    link.href = answer.translatedFileUrl;
+    link.download = downloadName(file.name, file.name.split(".").pop());
+    link.hidden = false;
+  };
+  request.onerror = () => showError("the upload failed: the server could not be reached");
+  request.send(form);
+}
+
 async function translateDocument() {
+  if (state.documentFile) {
+    translateFile(state.documentFile);
+    return;
+  }
   const text = $("document-input").value;
   const html = isHtml();  // one request: an element may span lines
   const lines = html ? [text] : text.replace(/\n$/, "").split("\n");
@@ -275,14 +343,20 @@ async function translateDocument() {
   if (link.href) URL.revokeObjectURL(link.href);
   const type = html ? "text/html;charset=utf-8" : "text/plain;charset=utf-8";
   link.href = URL.createObjectURL(new Blob([result], { type }));
-  const name = (state.documentName || "document").replace(/\.(txt|html?)$/i, "");
-  link.download = `${name}.${$("target").value || "translated"}.${html ? "html" : "txt"}`;
+  link.download = downloadName(state.documentName, html ? "html" : "txt");
   link.hidden = false;
 }
 
 async function readDocument(file) {
   state.documentName = file.name;
-  $("document-input").value = await file.text();
+  state.documentFile = EDITED_HERE.test(file.name) ? null : file;
+  $("document-input").hidden = Boolean(state.documentFile);
+  $("document-output").textContent = "";
+  if (state.documentFile) {
+    $("document-status").textContent = `${file.name}: ready to translate`;
+  } else {
+    $("document-input").value = await file.text();
+  }
 }
 
 function setMode(documentMode) {
@@ -324,4 +398,5 @@ window.addEventListener("DOMContentLoaded", () => {
   $("document-file").addEventListener("change", (event) => event.target.files[0] && readDocument(event.target.files[0]));
   $("document-go").addEventListener("click", translateDocument);
   loadLanguages().catch((error) => showError(error.message));
+  loadFileTypes();
 });
