@@ -261,13 +261,17 @@ def test_a_word_document_uploaded_on_the_page_downloads_translated(browser, serv
     by_id(browser, "mode-document").click()
     wait(browser, lambda: ".docx" in by_id(browser, "document-file").get_attribute("accept"), "the file types loaded")
     by_id(browser, "document-file").send_keys(str(path))
-    wait(browser, lambda: by_id(browser, "document-status").text == "report.docx: ready to translate", "the file chosen")
+    wait(
+        browser, lambda: by_id(browser, "document-status").text == "report.docx: ready to translate", "the file chosen"
+    )
     by_id(browser, "document-go").click()
     wait(browser, lambda: by_id(browser, "document-download").is_displayed(), "the download link")
     assert by_id(browser, "document-status").text == "report.docx: translated"
     assert by_id(browser, "document-download").get_attribute("download") == "report.de.docx"
     downloaded = httpx.get(by_id(browser, "document-download").get_attribute("href")).content
-    offline_run = run_mtkit("translate-file", path, "-o", tmp_path / "out.docx", "-m", trained_run, "--precision", "fp32")
+    offline_run = run_mtkit(
+        "translate-file", path, "-o", tmp_path / "out.docx", "-m", trained_run, "--precision", "fp32"
+    )
     assert offline_run.returncode == 0, offline_run.stderr.decode()
     assert word_runs(downloaded) == word_runs((tmp_path / "out.docx").read_bytes())
 
@@ -278,7 +282,9 @@ def test_a_file_the_server_refuses_shows_its_reason(browser, server, tmp_path):
     open_page(browser, server.url)
     by_id(browser, "mode-document").click()
     by_id(browser, "document-file").send_keys(str(path))
-    wait(browser, lambda: by_id(browser, "document-status").text == "broken.docx: ready to translate", "the file chosen")
+    wait(
+        browser, lambda: by_id(browser, "document-status").text == "broken.docx: ready to translate", "the file chosen"
+    )
     by_id(browser, "document-go").click()
     wait(browser, lambda: by_id(browser, "error").is_displayed(), "the error")
     assert by_id(browser, "error").text.startswith("broken.docx: not a .docx file (not a readable zip archive")
