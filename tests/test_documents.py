@@ -601,3 +601,19 @@ def test_a_missing_documents_extra_is_named_with_its_pip_command(monkeypatch):
         MtkitError, match=r"translating files needs mtkit.documents.formats: pip install 'mtkit\[documents\]'"
     ):
         require_documents()
+
+
+def test_progress_counts_every_sentence_once(trained_run):
+    from mtkit.decoding.search_rules import SearchConfig
+    from mtkit.model.files import load_model_file
+    from mtkit.translation.markup import translate_document
+    from mtkit.translation.translate import Translator
+
+    model = load_model_file(trained_run / "checkpoints" / "step_00000040.pt")
+    for name, data in (("a.docx", word_document(RUNS)), ("a.txt", b"A dog. A cat.\n\nTwo men.\n")):
+        seen: list[tuple[int, int]] = []
+        document = read_document(data, name, document_format(name))
+        translator = Translator(model, SearchConfig(beam=2), "cpu")
+        translate_document(translator, document, "de", True, lambda *a, seen=seen: seen.append(a))
+        total = seen[-1][1]
+        assert seen == [(n, total) for n in range(1, total + 1)] and total >= 3

@@ -131,9 +131,9 @@ def translate_file(
                                  cuda_graphs, False, max_source_len, tgt_lang, src_lang)  # fmt: skip
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
     target = tgt_lang or translator.model_meta.get("tgt_lang")
-    total = sum(map(len, document.segments()))
-    with console.progress(f"translating {input.name}", total=total, unit="chars") as bar:
-        data = translate_document(translator, document, target, split_sentences, bar.advance)
+    with console.progress(f"translating {input.name}") as bar:
+        progress = lambda done, total: bar.set(done, f"of {total:,}")  # noqa: E731
+        data = translate_document(translator, document, target, split_sentences, progress)
     if str(output) == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()

@@ -13,7 +13,17 @@ from mtkit.core.errors import MtkitError
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.search_rules import Hypothesis
 from mtkit.text.markup import plain_text
-from mtkit.text.markup_placement import Aligned, by_sentences, parse_alignment, translate_markup
+from mtkit.text.markup_placement import (
+    Aligned,
+    assemble,
+    by_sentences,
+    markup_segments,
+    parse_alignment,
+    pending_texts,
+    rejoined,
+    sentences_of,
+    translate_markup,
+)
 from mtkit.translation.sentences import SentenceSplitter, default_splitter
 from mtkit.translation.translate import NbestList, TextTranslator, Translator
 
@@ -75,11 +85,12 @@ class MarkupTranslator(TextTranslator):
     def aligned(self, texts: list[str]) -> Aligned:
         """Each segment's translation and its word alignment (sentence by sentence, where asked)."""
         if self.splitter is not None:
-            return by_sentences(texts, self.splitter.split, self._aligned_whole)
-        return self._aligned_whole(texts)
+            return by_sentences(texts, self.splitter.split, self.aligned_whole)
+        return self.aligned_whole(texts)
 
-    def _aligned_whole(self, texts: list[str]) -> Aligned:
-        best = [nbest[0] for nbest in self.inner.translate_hypotheses(texts)]
+    def aligned_whole(self, texts: list[str], on_line: Callable[[int, NbestList], None] | None = None) -> Aligned:
+        """Each text's translation, as one piece, and its word alignment; on_line as translate_hypotheses calls it."""
+        best = [nbest[0] for nbest in self.inner.translate_hypotheses(texts, on_line=on_line)]
         alignments = self.inner.alignments(texts, [hypothesis for hypothesis, _ in best])
         return [(translation, parse_alignment(a)) for (_, translation), a in zip(best, alignments)]
 
@@ -89,7 +100,7 @@ def without_markup(lines: Sequence[str], fmt: str) -> list[str]:
     return [plain_text(line, fmt) if fmt != "text" else line for line in lines]
 
 
-CHUNK_CHARS = 20_000  # a document's segments are translated in chunks of about this much text
+Progress = Callable[[int, int], None]  # (done, in all): sentences, or lines of a document without codes
 
 
 def translate_document(
@@ -97,38 +108,44 @@ def translate_document(
     document: Document,
     target_lang: str | None,
     split_sentences: bool = True,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> bytes:
     """The translated file's bytes. Segments with inline codes go through the markup engine (one
-    model, mtkit's engine); a document whose segments have none is plain text to any engine.
-    on_progress(characters) follows the chunks as they are done."""
+    model, mtkit's engine); a document whose segments have none is plain text to any engine. Every
+    sentence of the document is translated in one call (batched as translate batches a file), and
+    on_progress follows them as they are done."""
     texts = document.segments()
     if document.markup == "xml" and not any("<" in text for text in texts):
-        translate = _plain_chunks(translator, split_sentences)
-    else:
-        splitter = default_splitter(translator.model_meta.get("src_lang")) if split_sentences else None
-        markup = MarkupTranslator(translator, document.markup, split_sentences, splitter)  # type: ignore[arg-type]
-        translate = lambda chunk, first: translate_markup(  # noqa: E731
-            chunk, document.markup, markup.aligned, lambda i: f"segment {first + i + 1}"
-        )
-    translated: list[str] = []
-    for first, chunk in _chunks(texts):
-        translated += translate(chunk, first)
-        if on_progress:
-            on_progress(sum(map(len, chunk)))
-    return document.write(translated, target_lang)
+        return document.write(_translate_plain(translator, texts, split_sentences, on_progress), target_lang)
+    splitter = default_splitter(translator.model_meta.get("src_lang")) if split_sentences else None
+    markup = MarkupTranslator(translator, document.markup, split_sentences, splitter)  # type: ignore[arg-type]
+    documents = markup_segments(texts, document.markup, lambda i: f"segment {i + 1}")
+    pending = pending_texts(documents)
+    cut = sentences_of(pending, splitter.split) if splitter else [[text] for text in pending]
+    sentences = [sentence for parts in cut for sentence in parts]
+    aligned = markup.aligned_whole(sentences, _counter(len(sentences), on_progress))
+    return document.write(assemble(documents, rejoined(cut, aligned)), target_lang)
 
 
-def _plain_chunks(translator: TextTranslator, split_sentences: bool):
+def _translate_plain(translator: TextTranslator, texts: list[str], split_sentences: bool, on_progress) -> list[str]:
     """Segments without codes as plain lines (their text escaped as XML), sentence by sentence where asked."""
     translator.set_segmenter(split_sentences and _has_splitter())
+    lines = [html.unescape(text) for text in texts]
+    found = translator.translate_hypotheses(lines, on_line=_counter(len(lines), on_progress))
+    return [html.escape(nbest[0][1], quote=False) if nbest and line.strip() else text
+            for nbest, line, text in zip(found, lines, texts)]  # fmt: skip
 
-    def translate(chunk: list[str], first: int) -> list[str]:
-        lines = [html.unescape(text) for text in chunk]
-        return [html.escape(t, quote=False) if line.strip() else text
-                for t, line, text in zip(translator.translate(lines), lines, chunk)]  # fmt: skip
 
-    return translate
+def _counter(total: int, on_progress: Progress | None):
+    """An on_line callback that counts the lines done for on_progress."""
+    done = [0]
+
+    def on_line(index: int, nbest) -> None:
+        done[0] += 1
+        if on_progress:
+            on_progress(done[0], total)
+
+    return on_line
 
 
 def _has_splitter() -> bool:
@@ -137,15 +154,3 @@ def _has_splitter() -> bool:
     except ImportError:
         return False
     return True
-
-
-def _chunks(texts: list[str]):
-    """(index of the first, texts) of about CHUNK_CHARS characters each."""
-    start, size = 0, 0
-    for index, text in enumerate(texts):
-        size += len(text)
-        if size >= CHUNK_CHARS:
-            yield start, texts[start : index + 1]
-            start, size = index + 1, 0
-    if start < len(texts):
-        yield start, texts[start:]
