@@ -58,15 +58,16 @@ class OfficeDocument(Document):
         # Pre-order: a text box's paragraphs come after the paragraph whose run holds them, and are
         # written first, so the run kept whole carries them translated.
         self.paragraphs = [p for tree in self.trees.values() for p in tree.iter(self.ns + "p")]
+        self.bases: list[etree._Element | None] = []
         self.built = [self._read(p) for p in self.paragraphs]
 
     def segments(self) -> list[str]:
         return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
-        for p, builder, translation in reversed(list(zip(self.paragraphs, self.built, translations))):
+        for p, builder, base, translation in reversed(list(zip(self.paragraphs, self.built, self.bases, translations))):
             if builder.has_words():
-                self._write(p, builder, translation)
+                self._write(p, builder, base, translation)
         lang = language_tag(target_lang)
         for part, tree in self.trees.items():
             if lang:
@@ -97,6 +98,8 @@ class OfficeDocument(Document):
     def _read(self, p: etree._Element) -> InlineBuilder:
         builder = InlineBuilder()
         self.base = _dominant_properties(p, self.ns)
+        self.base_key = _key(self.base)
+        self.bases.append(self.base)  # the properties of the words outside every run code, for _write
         self.open_key: bytes | None = None
         self.field: list[etree._Element] | None = None  # the runs of a field being read, kept whole
         self.field_depth = 0
@@ -145,7 +148,7 @@ class OfficeDocument(Document):
         key = _key(properties)
         if key != self.open_key:
             self._close_run(builder)
-            if key != _key(self.base):
+            if key != self.base_key:
                 builder.open(("run", properties))
                 self.open_key = key
         for child in run:
@@ -162,8 +165,7 @@ class OfficeDocument(Document):
 
     # Writing: the translation's pieces as runs again.
 
-    def _write(self, p: etree._Element, built: InlineBuilder, translation: str) -> None:
-        base = _dominant_properties(p, self.ns)
+    def _write(self, p: etree._Element, built: InlineBuilder, base: etree._Element | None, translation: str) -> None:
         head = [c for c in p if self._local(c) in self.dialect.head]
         tail = [c for c in p if self._local(c) in self.dialect.tail]
         for child in list(p):
