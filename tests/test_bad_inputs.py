@@ -36,6 +36,7 @@ def bad(tmp_path_factory, corpus, tokenizer_path, data_dir, trained_run) -> dict
     (root / "fake.docx").write_text("not a Word file\n")
     (root / "page.rtf").write_text("{\\rtf1 a page}\n")
     (root / "doc.txt").write_text("A dog.\n")
+    (root / "tagged.srt").write_text("1\n00:00:01,000 --> 00:00:02,000\n<i>A dog.</i>\n")
     (root / "not_a_run").mkdir()
     (root / "export_exists").mkdir()
     return {
@@ -197,6 +198,7 @@ CASES = {
     "tf-output-other-format": ("translate-file {root}/doc.txt -o {root}/o.docx -m {model}", "", "o.docx: a .txt file translates into a .txt file, not .docx", 1),
     "tf-stdin-without-format": ("translate-file - -o {root}/o.txt -m {model}", "A dog.\n", "-: give --format for a file read from stdin", 1),
     "tf-output-is-dir": ("translate-file {root}/doc.txt -o {root}/dir -m {model}", "", "dir: is a directory", 1),
+    "tf-ensemble-formatting": ("translate-file {root}/tagged.srt -o {root}/o.srt -m {model} -m {model}", "", "tagged.srt, a file with formatting, needs one model and --engine pytorch", 1),
     "tf-missing-model": ("translate-file {root}/doc.txt -o {root}/o.txt -m {root}/none.pt", "", "none.pt: no such model file", 1),
     # plot
     "plot-not-a-run": ("plot {root}/dir", "", "metrics.jsonl: no such file", 1),

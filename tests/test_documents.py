@@ -126,6 +126,21 @@ def test_fields_hyperlinks_and_tabs_are_kept_whole_in_word():
     assert [t.text.strip() for t in p.iter(W + "t")] == ["PAGE", "7", "OF THE REPORT", "THE SITE"]
 
 
+def test_footnotes_and_endnotes_are_translated_with_the_body():
+    """python-docx cannot write footnotes: its document with a footnotes part added as Word writes one."""
+    ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    footnotes = (f'<w:footnotes {ns}><w:footnote w:id="1"><w:p><w:r><w:footnoteRef/></w:r>'
+                 f'<w:r><w:t xml:space="preserve"> a small note</w:t></w:r></w:p></w:footnote></w:footnotes>')  # fmt: skip
+    data = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(word_document(RUNS))) as source, zipfile.ZipFile(data, "w") as target:
+        for item in source.infolist():
+            target.writestr(item, source.read(item))
+        target.writestr("word/footnotes.xml", footnotes)
+    out = zipfile.ZipFile(io.BytesIO(translated(data.getvalue(), "a.docx", upper_engine)))
+    root = etree.fromstring(out.read("word/footnotes.xml"))
+    assert [t.text for t in root.iter(W + "t")] == [" A SMALL NOTE"] and len(list(root.iter(W + "footnoteRef"))) == 1
+
+
 def test_the_word_documents_language_becomes_the_target():
     out = translated(word_document(RUNS), "a.docx", copy_engine, target="de")
     styles = etree.fromstring(zipfile.ZipFile(io.BytesIO(out)).read("word/styles.xml"))

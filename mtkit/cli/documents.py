@@ -133,7 +133,7 @@ def translate_file(
     target = tgt_lang or translator.model_meta.get("tgt_lang")
     with console.progress(f"translating {input.name}") as bar:
         progress = lambda done, total: bar.set(done, f"of {total:,}")  # noqa: E731
-        data = translate_document(translator, document, target, split_sentences, progress)
+        data = translate_document(translator, document, target, split_sentences, progress, name)
     if str(output) == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()

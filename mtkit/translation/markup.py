@@ -31,14 +31,14 @@ if TYPE_CHECKING:  # the documents stage needs lxml, which a translation of line
     from mtkit.documents.inline import Document
 
 
-def require_alignment(translator: TextTranslator, fmt: str) -> None:
-    """Markup is placed by the model's word alignment: one model, mtkit's own engine, no target tags."""
+def require_alignment(translator: TextTranslator, fmt: str, what: str | None = None) -> None:
+    """Markup is placed by the model's word alignment: one model, mtkit's own engine, no target tags.
+    what: what needs it, in the error (default: --format FMT)."""
+    what = what or f"--format {fmt}"
     if not isinstance(translator, Translator) or isinstance(translator.model, Ensemble):
-        raise MtkitError(
-            f"--format {fmt} needs one model and --engine pytorch (its elements follow the word alignment)"
-        )
+        raise MtkitError(f"{what} needs one model and --engine pytorch (its elements follow the word alignment)")
     if translator.source_tag is not None:
-        raise MtkitError(f"--format {fmt} is not available for a model with target tags or language tokens")
+        raise MtkitError(f"{what} is not available for a model with target tags or language tokens")
 
 
 class MarkupTranslator(TextTranslator):
@@ -109,14 +109,16 @@ def translate_document(
     target_lang: str | None,
     split_sentences: bool = True,
     on_progress: Progress | None = None,
+    name: str = "the document",
 ) -> bytes:
     """The translated file's bytes. Segments with inline codes go through the markup engine (one
     model, mtkit's engine); a document whose segments have none is plain text to any engine. Every
     sentence of the document is translated in one call (batched as translate batches a file), and
-    on_progress follows them as they are done."""
+    on_progress follows them as they are done; name: the file, in errors."""
     texts = document.segments()
     if document.markup == "xml" and not any("<" in text for text in texts):
         return document.write(_translate_plain(translator, texts, split_sentences, on_progress), target_lang)
+    require_alignment(translator, document.markup, f"{name}, a file with formatting,")
     splitter = default_splitter(translator.model_meta.get("src_lang")) if split_sentences else None
     markup = MarkupTranslator(translator, document.markup, split_sentences, splitter)  # type: ignore[arg-type]
     documents = markup_segments(texts, document.markup, lambda i: f"segment {i + 1}")
