@@ -632,3 +632,11 @@ def test_progress_counts_every_sentence_once(trained_run):
         translate_document(translator, document, "de", True, lambda *a, seen=seen: seen.append(a))
         total = seen[-1][1]
         assert seen == [(n, total) for n in range(1, total + 1)] and total >= 3
+
+
+def test_a_catalogue_that_cannot_be_written_in_the_target_is_refused_before_translating():
+    from mtkit.translation.markup import translate_document
+
+    document = read_document(PO.encode(), "a.pot", "po")
+    with pytest.raises(MtkitError, match="a.pot: its header has no Plural-Forms"):
+        translate_document(object(), document, "xx")  # refused before the translator is used

@@ -70,14 +70,13 @@ class PoCatalog(Document):
             ) from None
         except (OSError, ValueError) as err:
             raise MtkitError(f"{name}: not a PO file ({str(err).splitlines()[0]})") from None
-        if not text.strip() or not any(True for _ in self.catalog) and "msgid" not in text:
+        if "msgid" not in text:
             raise MtkitError(f"{name}: not a PO file (no messages)")
         self.entries = [e for e in self.catalog if not e.obsolete and e.msgid and (retranslate or not e.translated())]
         self.entries = [e for e in self.entries if retranslate or not e.fuzzy]
         self.texts: list[tuple[str, str, str]] = []  # each segment's lead, text, trail
         for entry in self.entries:
             self.texts += [_strip(entry.msgid)] + ([_strip(entry.msgid_plural)] if entry.msgid_plural else [])
-
         self.built = [_placeholders(text) for _, text, _ in self.texts]
 
     def segments(self) -> list[str]:
@@ -104,6 +103,9 @@ class PoCatalog(Document):
         metadata["Content-Type"] = "text/plain; charset=UTF-8"
         metadata.setdefault("Content-Transfer-Encoding", "8bit")
         return str(self.catalog).encode("utf-8")
+
+    def check_target(self, target_lang: str | None) -> None:
+        self._plural_forms(target_lang)
 
     def _plural_forms(self, target_lang: str | None) -> str:
         given = self.catalog.metadata.get("Plural-Forms", "")

@@ -35,6 +35,9 @@ class Document(ABC):
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         """The file with each segment replaced by its translation (same order), marked as in target_lang."""
 
+    def check_target(self, target_lang: str | None) -> None:  # noqa: B027 - most formats take any target
+        """An MtkitError, before anything is translated, where the file cannot be written in target_lang."""
+
 
 class InlineBuilder:
     """One segment's markup, built run by run; codes[i] is what `id="i"` stands for."""
@@ -44,9 +47,11 @@ class InlineBuilder:
         self.codes: list[Any] = []
         self.separators: set[int] = set()  # codes that part words as a space does (tabs, line breaks)
         self.depth = 0
+        self.words = False  # whether any text is more than whitespace
 
     def text(self, text: str) -> None:
         self.parts.append(html.escape(text, quote=False))
+        self.words = self.words or not text.isspace() and text != ""
 
     def open(self, code: Any) -> None:
         """Begin a run of formatting (close it with close())."""
@@ -71,7 +76,7 @@ class InlineBuilder:
         return "".join(self.parts) + "</g>" * self.depth
 
     def has_words(self) -> bool:
-        return any(not part.startswith("<") and part.strip() for part in self.parts)
+        return self.words
 
 
 @dataclass(frozen=True)

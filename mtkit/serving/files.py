@@ -103,6 +103,7 @@ async def translate_upload(service: Service, request, data: bytes, name: str, ta
     try:
         fmt = formats.document_format(name)
         document = await asyncio.to_thread(formats.read_document, data, name, fmt)
+        document.check_target(target or service.info.target_language)
     except MtkitError as err:
         raise RequestError(400, str(err)) from None
     texts, options = document.segments(), service.defaults()
