@@ -64,10 +64,11 @@ def _require_extra():
     try:
         import fastapi
         import prometheus_client
+        import python_multipart  # noqa: F401 - FastAPI reads /translate_file's form with it
         import uvicorn
     except ImportError:
         raise MtkitError(
-            "mtkit serve needs FastAPI, uvicorn and prometheus-client: pip install 'mtkit[serve]'"
+            "mtkit serve needs FastAPI, uvicorn, prometheus-client and python-multipart: pip install 'mtkit[serve]'"
         ) from None
     return fastapi, prometheus_client, uvicorn
 
