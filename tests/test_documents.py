@@ -235,6 +235,44 @@ def test_the_slides_language_becomes_the_target():
     assert b'lang="fr"' in xml and b'lang="en-US"' not in xml
 
 
+# Excel
+
+
+def spreadsheet() -> bytes:
+    import openpyxl
+    from openpyxl.cell.rich_text import CellRichText, TextBlock
+    from openpyxl.cell.text import InlineFont
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "kept name"
+    sheet["A1"], sheet["B1"], sheet["C1"] = "a dog runs", 42, "=B1*2"
+    sheet["A2"] = CellRichText(["a man in a ", TextBlock(InlineFont(b=True), "blue shirt"), " rides"])
+    sheet["A3"] = " spaced words "
+    return saved(book)
+
+
+def cells(data: bytes) -> list:
+    import openpyxl
+
+    sheet = openpyxl.load_workbook(io.BytesIO(data), rich_text=True).active
+    return [sheet.title] + [
+        [(str(block.text), bool(block.font.b)) if hasattr(block, "font") else str(block) for block in cell.value]
+        if hasattr(cell.value, "__iter__") and not isinstance(cell.value, str) else cell.value
+        for row in sheet.iter_rows() for cell in row
+    ]  # fmt: skip
+
+
+def test_a_spreadsheets_strings_are_translated_and_its_numbers_and_formulas_kept():
+    data = spreadsheet()
+    assert cells(translated(data, "a.xlsx", copy_engine)) == cells(data)
+    assert cells(translated(data, "a.xlsx", reverse_engine)) == [
+        "kept name", "runs dog a", 42, "=B1*2",
+        ["rides ", ("shirt blue", True), " a in man a"], None, None,
+        " words spaced ", None, None,
+    ]  # fmt: skip
+
+
 # OpenDocument
 
 
@@ -302,6 +340,10 @@ def test_an_opendocument_footnote_is_translated_in_its_place():
 
 # Office files read by LibreOffice
 
+NO_LIBREOFFICE = (
+    "LibreOffice is not installed (Debian: libreoffice-writer-nogui, libreoffice-impress-nogui, libreoffice-calc-nogui)"
+)
+
 
 @pytest.mark.skipif(
     shutil.which("soffice") is None,
@@ -316,11 +358,34 @@ def test_libreoffice_reads_the_translated_office_files(tmp_path):
                     *(str(tmp_path / name) for name in files)], check=True, capture_output=True, timeout=300)  # fmt: skip
     assert "A MAN IN A BLUE SHIRT RIDES A BIKE" in (tmp_path / "txt" / "a.txt").read_text(encoding="utf-8-sig")
     assert "A MAN IN A BLUE SHIRT RIDES A" in (tmp_path / "txt" / "b.txt").read_text(encoding="utf-8-sig")
+    sheet = tmp_path / "d.xlsx"
+    sheet.write_bytes(translated(spreadsheet(), "d.xlsx", upper_engine))
+    subprocess.run(["soffice", profile, "--headless", "--convert-to", "csv", "--outdir", str(tmp_path / "csv"),
+                    str(sheet)], check=True, capture_output=True, timeout=300)  # fmt: skip
+    assert (tmp_path / "csv" / "d.csv").read_text().splitlines()[:2] == [
+        "A DOG RUNS,42,84",
+        "A MAN IN A BLUE SHIRT RIDES,,",
+    ]
     presentation = tmp_path / "c.pptx"
     presentation.write_bytes(translated(slides(), "c.pptx", upper_engine))
     subprocess.run(["soffice", profile, "--headless", "--convert-to", "odp", "--outdir", str(tmp_path / "odp"),
                     str(presentation)], check=True, capture_output=True, timeout=300)  # fmt: skip
     assert "A MAN IN A " in " ".join(odf_paragraphs((tmp_path / "odp" / "c.odp").read_bytes()))
+
+
+@pytest.mark.skipif(shutil.which("soffice") is None, reason=NO_LIBREOFFICE)
+def test_libreoffice_calc_reads_the_translated_spreadsheet(tmp_path):
+    (tmp_path / "source.xlsx").write_bytes(spreadsheet())
+    (tmp_path / "d.xlsx").write_bytes(translated(spreadsheet(), "d.xlsx", upper_engine))
+    subprocess.run(["soffice", f"-env:UserInstallation=file://{tmp_path}/profile", "--headless", "--convert-to", "csv",
+                    "--outdir", str(tmp_path / "csv"), str(tmp_path / "source.xlsx"), str(tmp_path / "d.xlsx")],
+                   capture_output=True, timeout=300)  # fmt: skip
+    if not (tmp_path / "csv" / "source.csv").exists():
+        pytest.skip("LibreOffice has no Calc to read spreadsheets (Debian: libreoffice-calc-nogui)")
+    assert (tmp_path / "csv" / "d.csv").read_text().splitlines()[:2] == [
+        "A DOG RUNS,42,84",
+        "A MAN IN A BLUE SHIRT RIDES,,",
+    ]
 
 
 # Subtitles

@@ -97,7 +97,7 @@ def translate_file(
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
 ) -> None:
-    """Translate a document, keeping its formatting: Word (.docx), PowerPoint (.pptx), OpenDocument
+    """Translate a document, keeping its formatting: Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument
     (.odt, .odp), subtitles (.srt, .vtt), message catalogues (.po, .pot, .xliff), Markdown, HTML,
     EPUB and plain text. The format is the file's extension (or --format); the output has the same.
 

@@ -12,6 +12,7 @@ from mtkit.documents.inline import Document
 READERS: dict[str, Callable[[bytes, str], Document]] = {
     "docx": ooxml.read_docx,
     "pptx": ooxml.read_pptx,
+    "xlsx": ooxml.read_xlsx,
     "odt": opendocument.read_odt,
     "odp": opendocument.read_odp,
     "srt": subtitles.read_srt,
@@ -37,6 +38,7 @@ EXTENSIONS = sorted({*READERS, *ALIASES})
 MEDIA_TYPES = {
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     "odt": "application/vnd.oasis.opendocument.text",
     "odp": "application/vnd.oasis.opendocument.presentation",
     "srt": "application/x-subrip", "vtt": "text/vtt", "po": "text/x-gettext-translation",

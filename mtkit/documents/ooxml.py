@@ -1,9 +1,10 @@
-"""Word (.docx) and PowerPoint (.pptx) files: every paragraph of the body, tables, text boxes,
-headers, footers, footnotes, endnotes, slides, speaker notes and diagrams is a segment; its runs of
-formatting are inline codes (a hyperlink wraps its runs), and what is not text (tabs, breaks, fields,
-footnote references, pictures, bookmarks, comment anchors) is kept whole in its place. The parts'
-XML is changed in place with lxml, so whatever mtkit does not know stays as it was; the language of
-the text is set to the target."""
+"""Word (.docx), PowerPoint (.pptx) and Excel (.xlsx) files: every paragraph of the body, tables,
+text boxes, headers, footers, footnotes, endnotes, slides, speaker notes and diagrams, and every
+text of a spreadsheet's cells, is a segment; its runs of formatting are inline codes (a hyperlink
+wraps its runs), and what is not text (tabs, breaks, fields, footnote references, pictures,
+bookmarks, comment anchors) is kept whole in its place. The parts' XML is changed in place with
+lxml, so whatever mtkit does not know stays as it was (a spreadsheet's numbers and formulas too);
+the language of the text is set to the target."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from mtkit.documents.package import Package
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+S = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 SEPARATORS = {"tab", "br", "cr", "ptab"}  # part the words on their sides (a:br in slides, w:tab, w:br in Word)
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 
@@ -34,19 +36,25 @@ class Dialect:
     tail: frozenset[str]  # kept last (a slide paragraph's end-of-paragraph run properties)
     wrappers: frozenset[str]  # hold runs: their words are translated, the element wraps them
     dropped: frozenset[str]  # hints for the editor that the new text would make wrong (spelling marks)
-    lang_attr: str  # the attribute of a language element (docx) or of run properties (pptx)
+    preserve_space: bool  # text with spaces at its ends needs xml:space="preserve"
+    paragraphs: tuple[str, ...] = ("p",)
+    bare_text: bool = False  # text may stand outside runs (a spreadsheet's plain strings)
 
 
 DOCX = Dialect(
     ".docx", "word/document.xml",
     re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes)\.xml"),
     W, frozenset({"pPr"}), frozenset(), frozenset({"hyperlink", "smartTag"}),
-    frozenset({"proofErr", "lastRenderedPageBreak"}), W + "val",
+    frozenset({"proofErr", "lastRenderedPageBreak"}), True,
 )  # fmt: skip
 PPTX = Dialect(
     ".pptx", "ppt/presentation.xml",
     re.compile(r"ppt/(slides/slide|notesSlides/notesSlide|diagrams/data)\d+\.xml"),
-    A, frozenset({"pPr"}), frozenset({"endParaRPr"}), frozenset(), frozenset(), "lang",
+    A, frozenset({"pPr"}), frozenset({"endParaRPr"}), frozenset(), frozenset(), False,
+)  # fmt: skip
+XLSX = Dialect(  # shared strings, and strings written in the cells (inlineStr); rPh: a phonetic reading
+    ".xlsx", "xl/workbook.xml", re.compile(r"xl/(sharedStrings|worksheets/sheet\d+)\.xml"),
+    S, frozenset(), frozenset({"phoneticPr"}), frozenset(), frozenset({"rPh"}), True, ("si", "is"), True,
 )  # fmt: skip
 
 
@@ -57,7 +65,8 @@ class OfficeDocument(Document):
         self.trees = {part: self.package.xml(part) for part in self.package.names(dialect.parts.fullmatch)}
         # Pre-order: a text box's paragraphs come after the paragraph whose run holds them, and are
         # written first, so the run kept whole carries them translated.
-        self.paragraphs = [p for tree in self.trees.values() for p in tree.iter(self.ns + "p")]
+        tags = [self.ns + tag for tag in dialect.paragraphs]
+        self.paragraphs = [p for tree in self.trees.values() for p in tree.iter(*tags)]
         self.bases: list[etree._Element | None] = []
         self.built = [self._read(p) for p in self.paragraphs]
 
@@ -80,6 +89,8 @@ class OfficeDocument(Document):
         return self.package.write()
 
     def _set_language(self, tree: etree._Element, lang: str) -> None:
+        if self.dialect is XLSX:
+            return  # a spreadsheet's strings carry no language
         if self.dialect is DOCX:
             for element in tree.iter(W + "lang"):
                 if element.get(W + "val") is not None:
@@ -97,7 +108,7 @@ class OfficeDocument(Document):
 
     def _read(self, p: etree._Element) -> InlineBuilder:
         builder = InlineBuilder()
-        self.base = _dominant_properties(p, self.ns)
+        self.base = _dominant_properties(p, self.ns, self.dialect.bare_text)
         self.base_key = _key(self.base)
         self.bases.append(self.base)  # the properties of the words outside every run code, for _write
         self.open_key: bytes | None = None
@@ -109,6 +120,9 @@ class OfficeDocument(Document):
                 continue
             if local == "r" and self.field is None and not self._begins_field(child):
                 self._read_run(builder, child)
+            elif local == "t" and self.dialect.bare_text:
+                self._close_run(builder)
+                builder.text(child.text or "")
             elif local in self.dialect.wrappers:
                 self._close_run(builder)
                 builder.open(("wrap", child))
@@ -172,8 +186,12 @@ class OfficeDocument(Document):
             p.remove(child)
         p.extend(head)
         wraps: list[tuple[int, etree._Element]] = []  # open wrappers (hyperlinks), outermost first
-        codes = built.codes
-        for piece in pieces(translation, built.separators):
+        codes, found = built.codes, pieces(translation, built.separators)
+        # a spreadsheet's string is plain text or runs, never both
+        plain = (
+            self.dialect.bare_text and base is None and all(piece.kept is None and not piece.within for piece in found)
+        )
+        for piece in found:
             wrap_ids = [i for i in piece.within if codes[i][0] == "wrap"]
             while wraps and [i for i, _ in wraps] != wrap_ids[: len(wraps)]:
                 wraps.pop()
@@ -184,7 +202,9 @@ class OfficeDocument(Document):
             container = wraps[-1][1] if wraps else p
             runs = [codes[i][1] for i in piece.within if codes[i][0] == "run"]
             properties = runs[-1] if runs else base
-            if piece.kept is None:
+            if plain:
+                container.append(self._text(piece.text))
+            elif piece.kept is None:
                 container.append(self._run(properties, self._text(piece.text)))
             else:
                 container.extend(self._kept(codes[piece.kept]))
@@ -206,7 +226,7 @@ class OfficeDocument(Document):
     def _text(self, text: str) -> etree._Element:
         element = etree.Element(self.ns + "t")
         element.text = text
-        if self.dialect is DOCX and text != text.strip():
+        if self.dialect.preserve_space and text != text.strip():
             element.set(XML_SPACE, "preserve")
         return element
 
@@ -219,11 +239,13 @@ def _key(properties: etree._Element | None) -> bytes:
     return etree.tostring(properties, method="c14n") if properties is not None else b""
 
 
-def _dominant_properties(p: etree._Element, ns: str) -> etree._Element | None:
+def _dominant_properties(p: etree._Element, ns: str, bare_text: bool = False) -> etree._Element | None:
     """The run properties that hold most of a paragraph's characters: its words outside every code
-    are written with them."""
+    are written with them (None: text without properties, or outside runs where bare_text)."""
     weight: dict[bytes, int] = {}
     found: dict[bytes, etree._Element | None] = {}
+    if bare_text:
+        weight[b""], found[b""] = sum(len(t.text or "") for t in p.iterchildren(ns + "t")), None
     for run in p.iterchildren(ns + "r"):
         properties = run.find(ns + "rPr")
         key = _key(properties)
@@ -238,3 +260,7 @@ def read_docx(data: bytes, name: str) -> Document:
 
 def read_pptx(data: bytes, name: str) -> Document:
     return OfficeDocument(data, name, PPTX)
+
+
+def read_xlsx(data: bytes, name: str) -> Document:
+    return OfficeDocument(data, name, XLSX)
