@@ -91,6 +91,14 @@ def test_translated_files_are_removed_after_their_time():
     assert not store.root.exists()
 
 
+def test_the_oldest_translated_files_go_first_beyond_the_most_kept():
+    store = TranslatedFiles(keep_s=60, clock=lambda: 0.0, most=2)
+    first, second, third = (store.put(f"{n}.txt", b"x") for n in range(3))
+    assert store.get(first) is None and store.get(second) and store.get(third)
+    assert sorted(path.name for path in store.root.iterdir()) == sorted([second, third])
+    store.close()
+
+
 def test_an_uploaded_name_cannot_leave_its_folder():
     assert safe_name("../../etc/passwd") == "passwd"
     assert safe_name("C:\\docs\\my report.docx") == "my_report.docx"

@@ -51,16 +51,17 @@ def document_formats():
 
 class TranslatedFiles:
     """Translated files on disk (a private temporary directory), each under a random id, removed
-    keep_s seconds after it was written, or when the server stops."""
+    keep_s seconds after it was written, or when the server stops; of more than most files, the
+    oldest go first (the disk a flood of uploads may take is bounded)."""
 
-    def __init__(self, keep_s: float, clock=time.monotonic):
-        self.keep_s, self.clock = keep_s, clock
+    def __init__(self, keep_s: float, clock=time.monotonic, most: int = 1000):
+        self.keep_s, self.clock, self.most = keep_s, clock, most
         self._directory = tempfile.TemporaryDirectory(prefix="mtkit-files-")
         self.root = Path(self._directory.name)
         self.written: dict[str, tuple[float, str]] = {}  # id: (when, file name)
 
     def put(self, name: str, data: bytes) -> str:
-        self.expire()
+        self.expire(room=1)
         file_id = secrets.token_urlsafe(16)
         path = self.root / file_id
         with open(path.with_suffix(".tmp"), "wb") as out:
@@ -77,10 +78,11 @@ class TranslatedFiles:
             return None
         return self.written[file_id][1], (self.root / file_id).read_bytes()
 
-    def expire(self) -> None:
+    def expire(self, room: int = 0) -> None:
+        """Remove the files past their time, and the oldest beyond most (less room for new ones)."""
         now = self.clock()
-        for file_id, (when, _) in list(self.written.items()):
-            if now - when > self.keep_s:
+        for file_id, (when, _) in list(self.written.items()):  # oldest first
+            if now - when > self.keep_s or len(self.written) + room > self.most:
                 (self.root / file_id).unlink(missing_ok=True)
                 del self.written[file_id]
 
