@@ -21,6 +21,7 @@ PLACEHOLDER = re.compile(
     r"|\{[\w.\[\]]*(?:![rsa])?(?::[^{}]*)?\}"  # str.format, ICU-style {name}
     r"|\$\{\w+\}|</?[A-Za-z][^<>]*>|&\w+;|\n|\t"  # shell/JS ${x}, tags, entities, breaks
 )
+UNNUMBERED = re.compile(r"%[-+ #0]*(?:\d+|\*)?(?:\.\d+)?[hlLqjzt]*[diouxXeEfFgGcrsab]")  # not %(n)s, %1$s, %%
 PLURAL_FORMS = {
     "nplurals=1; plural=0;": "ja ko zh vi th id ms lo my km",
     "nplurals=2; plural=(n != 1);": "en de nl sv da nb nn no fi et el it es ca eu gl hu bg he af sq az eo fy is "
@@ -133,8 +134,13 @@ def _placeholders(text: str) -> InlineBuilder:
 
 
 def _fill(translation: str, built: InlineBuilder) -> str:
+    """The translated message with its placeholders; printf's unnumbered ones (`%s`, `%d`) stay in the
+    source's order wherever the alignment put them, as their arguments come in that order."""
     found = pieces(translation, built.separators)
-    return "".join(piece.text if piece.kept is None else built.codes[piece.kept] for piece in found)
+    codes = built.codes
+    unnumbered = [p.kept for p in found if p.kept is not None and UNNUMBERED.fullmatch(codes[p.kept])]
+    in_order = dict(zip(unnumbered, sorted(unnumbered)))
+    return "".join(piece.text if piece.kept is None else codes[in_order.get(piece.kept, piece.kept)] for piece in found)
 
 
 XLIFF1 = "urn:oasis:names:tc:xliff:document:1.2"
