@@ -112,6 +112,24 @@ def pieces(markup: str, separators: set[int] | frozenset[int] = frozenset()) -> 
     return out
 
 
+def render_pieces(
+    found: list[Piece], codes: list, text: Callable[[str], str] = str, kept: Callable[[Any], str] = str
+) -> str:
+    """Translated pieces as text again, for formats whose runs are markup around their words: a
+    run's code is its (opening, closing) markup, text(piece) writes a piece's words, kept(code) a kept code."""
+    out: list[str] = []
+    open_runs: list[int] = []
+    for piece in found:
+        while open_runs and open_runs != list(piece.within[: len(open_runs)]):
+            out.append(codes[open_runs.pop()][1])
+        for i in piece.within[len(open_runs) :]:
+            out.append(codes[i][0])
+            open_runs.append(i)
+        out.append(text(piece.text) if piece.kept is None else kept(codes[piece.kept]))
+    out.extend(codes[i][1] for i in reversed(open_runs))
+    return "".join(out)
+
+
 def _trim_separators(found: list[Piece], separators: set[int] | frozenset[int]) -> list[Piece]:
     out = list(found)
     for index, piece in enumerate(out):

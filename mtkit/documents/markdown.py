@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from mtkit.documents.inline import Document, InlineBuilder, pieces
+from mtkit.documents.inline import Document, InlineBuilder, pieces, render_pieces
 from mtkit.documents.web import decode
 
 PAIRED = {"strong_open": "strong_close", "em_open": "em_close", "s_open": "s_close"}
@@ -116,17 +116,8 @@ class MarkdownDocument(Document):
 
 
 def _render(translation: str, built: InlineBuilder) -> str:
-    out, codes = [], built.codes
-    open_runs: list[int] = []
-    for piece in pieces(translation, built.separators):
-        while open_runs and open_runs != list(piece.within[: len(open_runs)]):
-            out.append(codes[open_runs.pop()][1])
-        for i in piece.within[len(open_runs) :]:
-            out.append(codes[i][0])
-            open_runs.append(i)
-        out.append(SPECIAL.sub(r"\\\1", piece.text) if piece.kept is None else codes[piece.kept])
-    out.extend(codes[i][1] for i in reversed(open_runs))
-    return "".join(out)
+    found = pieces(translation, built.separators)
+    return render_pieces(found, built.codes, lambda text: SPECIAL.sub(r"\\\1", text))
 
 
 def read_markdown(data: bytes, name: str) -> Document:

@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, InlineBuilder, pieces
+from mtkit.documents.inline import Document, InlineBuilder, pieces, render_pieces
 
 MAX_JOINED = 3
 TIMING = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}")
 TAG = re.compile(r"<[^<>]*>|\{\\[^{}]*\}")
 SENTENCE_END = re.compile(r"[.!?…。！？♪][\"'”’»)\]]*$")
+CUE_BOUNDARY = "\x00"  # where one cue ends in a rendered group (no subtitle holds it)
 EMPTY_PAIR = re.compile(r"<([A-Za-z]+)[^<>]*>\s*</\1>")
 WORD = re.compile(r"(?:<[^<>]*>|\{\\[^{}]*\}|\S)+")
 
@@ -141,21 +142,9 @@ def _pairs(tags: list[str]) -> dict[int, int]:
 
 
 def _write(group: list[Cue], built: InlineBuilder, translation: str) -> None:
-    texts, codes = [""], built.codes
-    open_runs: list[int] = []
-    for piece in pieces(translation, built.separators):
-        if piece.kept is not None and codes[piece.kept][0] == "cue":
-            texts[-1] += "".join(codes[i][1] for i in reversed(open_runs))
-            texts.append("".join(codes[i][0] for i in open_runs))
-            continue
-        while open_runs and open_runs != list(piece.within[: len(open_runs)]):
-            texts[-1] += codes[open_runs.pop()][1]
-        for i in piece.within[len(open_runs) :]:
-            texts[-1] += codes[i][0]
-            open_runs.append(i)
-        texts[-1] += piece.text if piece.kept is None else codes[piece.kept][1]
-    texts[-1] += "".join(codes[i][1] for i in reversed(open_runs))
-    texts = [EMPTY_PAIR.sub("", text) for text in texts]
+    found = pieces(translation, built.separators)
+    rendered = render_pieces(found, built.codes, kept=lambda code: CUE_BOUNDARY if code[0] == "cue" else code[1])
+    texts = [EMPTY_PAIR.sub("", text) for text in _balanced(rendered.split(CUE_BOUNDARY))]
     if any(not TAG.sub("", text).strip() for text in texts) and len(texts) > 1:
         texts = _shared_out(" ".join(texts), group)
     for cue, text in zip(group, texts):
@@ -172,13 +161,18 @@ def _shared_out(text: str, group: list[Cue]) -> list[str]:
     sizes = [max(1, len(TAG.sub("", " ".join(cue.lines)).split())) for cue in group]
     bounds = [round(len(words) * sum(sizes[: i + 1]) / sum(sizes)) for i in range(len(sizes))]
     bounds = [min(max(b, i + 1), len(words) - (len(sizes) - 1 - i)) for i, b in enumerate(bounds)]
-    texts, carried = [], ""
-    for a, b in zip([0, *bounds[:-1]], bounds):
-        text = carried + " ".join(words[a:b])
-        opened = _open_tags(text)  # tags still open at the cue's end close there and open again in the next
-        texts.append(text + "".join(f"</{name}>" for name, _ in reversed(opened)))
+    return _balanced([" ".join(words[a:b]) for a, b in zip([0, *bounds[:-1]], bounds)])
+
+
+def _balanced(texts: list[str]) -> list[str]:
+    """Cues' texts in which a tag still open at a cue's end closes there and opens again in the next."""
+    out, carried = [], ""
+    for text in texts:
+        text = carried + text
+        opened = _open_tags(text)
+        out.append(text + "".join(f"</{name}>" for name, _ in reversed(opened)))
         carried = "".join(tag for _, tag in opened)
-    return texts
+    return out
 
 
 def _open_tags(text: str) -> list[tuple[str, str]]:
