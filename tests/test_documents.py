@@ -713,3 +713,20 @@ def test_a_catalogue_that_cannot_be_written_in_the_target_is_refused_before_tran
     document = read_document(PO.encode(), "a.pot", "po")
     with pytest.raises(MtkitError, match="a.pot: its header has no Plural-Forms"):
         translate_document(object(), document, "xx")  # refused before the translator is used
+
+
+def test_only_sentences_with_codes_are_aligned(trained_run):
+    """A paragraph in one formatting needs no alignment (with beam search, no second pass for it)."""
+    from mtkit.decoding.search_rules import SearchConfig
+    from mtkit.model.files import load_model_file
+    from mtkit.translation.markup import translate_document
+    from mtkit.translation.translate import Translator
+
+    translator = Translator(
+        load_model_file(trained_run / "checkpoints" / "step_00000040.pt"), SearchConfig(beam=2), "cpu"
+    )
+    aligned: list[str] = []
+    original = translator.alignments
+    translator.alignments = lambda lines, hypotheses: aligned.extend(lines) or original(lines, hypotheses)
+    translate_document(translator, read_document(word_document(RUNS), "a.docx", "docx"), "de")
+    assert aligned == ["A man in a blue shirt rides a bike"]  # not the heading, the table, the header or footer

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.search_rules import Hypothesis
-from mtkit.text.markup import plain_text
+from mtkit.text.markup import Segment, plain_text
 from mtkit.text.markup_placement import (
     Aligned,
     assemble,
@@ -88,11 +88,19 @@ class MarkupTranslator(TextTranslator):
             return by_sentences(texts, self.splitter.split, self.aligned_whole)
         return self.aligned_whole(texts)
 
-    def aligned_whole(self, texts: list[str], on_line: Callable[[int, NbestList], None] | None = None) -> Aligned:
-        """Each text's translation, as one piece, and its word alignment; on_line as translate_hypotheses calls it."""
+    def aligned_whole(
+        self,
+        texts: list[str],
+        on_line: Callable[[int, NbestList], None] | None = None,
+        wanted: Sequence[bool] | None = None,
+    ) -> Aligned:
+        """Each text's translation, as one piece, and its word alignment; on_line as translate_hypotheses
+        calls it; wanted: which texts need their alignment (default: all; the others get none)."""
         best = [nbest[0] for nbest in self.inner.translate_hypotheses(texts, on_line=on_line)]
-        alignments = self.inner.alignments(texts, [hypothesis for hypothesis, _ in best])
-        return [(translation, parse_alignment(a)) for (_, translation), a in zip(best, alignments)]
+        chosen = [i for i in range(len(texts)) if wanted is None or wanted[i]]
+        found = self.inner.alignments([texts[i] for i in chosen], [best[i][0] for i in chosen])
+        alignments = dict(zip(chosen, found))
+        return [(translation, parse_alignment(alignments.get(i, ""))) for i, (_, translation) in enumerate(best)]
 
 
 def without_markup(lines: Sequence[str], fmt: str) -> list[str]:
@@ -126,8 +134,16 @@ def translate_document(
     pending = pending_texts(documents)
     cut = sentences_of(pending, splitter.split) if splitter else [[text] for text in pending]
     sentences = [sentence for parts in cut for sentence in parts]
-    aligned = markup.aligned_whole(sentences, _counter(len(sentences), on_progress))
+    # a segment without codes (a paragraph in one formatting) needs no alignment: no second pass for it
+    coded = [has_codes(part) for parts in documents for part in parts if isinstance(part, Segment)]
+    wanted = [needs for needs, parts in zip(coded, cut) for _ in parts]
+    aligned = markup.aligned_whole(sentences, _counter(len(sentences), on_progress), wanted)
     return document.write(assemble(documents, rejoined(cut, aligned)), target_lang)
+
+
+def has_codes(segment: Segment) -> bool:
+    """Whether a segment holds markup that its translation's alignment must place."""
+    return any(child.tag is not None or child.kept for child in segment.root.children)
 
 
 def _translate_plain(translator: TextTranslator, texts: list[str], split_sentences: bool, on_progress) -> list[str]:
