@@ -5,8 +5,9 @@ formatting, against the same text translated as plain lines.
 
 Speed: a generated document of about --pages pages (Word: paragraphs of four Multi30k sentences,
 from val, test2016 and train, 25 sentences a page; PowerPoint: slides of five such paragraphs),
-each sentence with one to three runs of one to four words in bold, italic, underline or a colour,
-and a heading every tenth paragraph. Its translation, reading and writing the file included, is
+each sentence with one to three runs of one to four words in bold, italic, underline or a colour
+(in a --formatted share of the paragraphs, all by default; the others in one formatting), and a
+heading every tenth paragraph. Its translation, reading and writing the file included, is
 timed against translating the same paragraphs as lines sentence by sentence (`translate
 --split-sentences`); the fastest of --repeats runs each, in turn.
 
@@ -206,6 +207,7 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--pages", type=int, default=100)
+    parser.add_argument("--formatted", type=float, default=1.0, help="speed: the share of paragraphs with runs")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip", choices=["speed", "quality"], help="leave one part out")
@@ -225,7 +227,10 @@ def main() -> None:
         rng = random.Random(args.seed)
         pool = (read("val.en") + read("test2016.en") + read("train.en"))[: 25 * args.pages]
         paragraphs = [[runs_of(s, rng) for s in pool[i : i + 4]] for i in range(0, len(pool), 4)]
-        print(f"speed: {len(pool):,} sentences in {len(paragraphs):,} paragraphs, sentences/s")
+        for index in range(len(paragraphs)):  # --formatted: the share of paragraphs with runs; the rest plain
+            if rng.random() >= args.formatted:
+                paragraphs[index] = [[("".join(text for text, _ in runs), None)] for runs in paragraphs[index]]
+        print(f"speed: {len(pool):,} sentences in {len(paragraphs):,} paragraphs, {args.formatted:.0%} with runs")
         print_table(["translated", "sentences/s", "of plain", "target"], speed(args, translator_for, paragraphs))
     if args.skip != "quality":
         print("\nquality: test2016 as a .docx, a paragraph per sentence")
