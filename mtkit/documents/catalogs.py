@@ -14,7 +14,7 @@ import polib
 from lxml import etree
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, InlineBuilder, language_tag, pieces, read_mixed, write_mixed
+from mtkit.documents.inline import Document, InlineBuilder, language_tag, pieces, read_mixed, read_xml, write_mixed
 
 PLACEHOLDER = re.compile(
     r"%(?:\(\w+\)|\d+\$)?[-+ #0]*(?:\d+|\*)?(?:\.\d+)?[hlLqjzt]*[diouxXeEfFgGcrsab%]"  # printf, Python %
@@ -150,11 +150,7 @@ WRAPPERS = {"g", "mrk", "pc"}  # XLIFF's inline codes that hold text; the others
 
 class XliffCatalog(Document):
     def __init__(self, data: bytes, name: str, retranslate: bool = False):
-        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True)
-        try:
-            self.root = etree.fromstring(data, parser)
-        except etree.XMLSyntaxError as err:
-            raise MtkitError(f"{name}: not well-formed XML ({err})") from None
+        self.root = read_xml(data, name)
         namespace = etree.QName(self.root).namespace or ""
         if etree.QName(self.root).localname != "xliff" or not namespace.startswith((XLIFF1, XLIFF2)):
             raise MtkitError(f"{name}: not an XLIFF 1.2 or 2.x file (its root is {etree.QName(self.root).localname})")

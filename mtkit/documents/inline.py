@@ -19,6 +19,7 @@ from typing import Any
 
 from lxml import etree
 
+from mtkit.core.errors import MtkitError
 from mtkit.text.markup import Node, is_element, parse
 
 
@@ -201,6 +202,28 @@ def write_mixed(element: etree._Element, built: InlineBuilder, translation: str)
             kept = copy.deepcopy(codes[piece.kept])
             kept.tail = None
             container.append(kept)
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """A text file's UTF-8 (a byte-order mark left out), or an MtkitError naming the file and byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise MtkitError(f"{name}: not UTF-8 text (byte {err.start + 1})") from None
+
+
+def read_xml(data: bytes, where: str) -> etree._Element:
+    """An XML document's tree (no entities expanded, nothing fetched), or an MtkitError that starts with where."""
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True)
+    try:
+        return etree.fromstring(data, parser)
+    except etree.XMLSyntaxError as err:
+        raise MtkitError(f"{where}: not well-formed XML ({err})") from None
+
+
+def without_codes(markup: str, texts: Sequence[str]) -> bool:
+    """Whether a document's segments are plain text (no inline code in any): any engine translates them."""
+    return markup == "xml" and not any("<" in text for text in texts)
 
 
 def language_tag(lang: str | None) -> str | None:

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from mtkit.documents.inline import Document, InlineBuilder, pieces, render_pieces
-from mtkit.documents.web import decode
+from mtkit.documents.inline import Document, InlineBuilder, decode_text, pieces, render_pieces
 
 PAIRED = {"strong_open": "strong_close", "em_open": "em_close", "s_open": "s_close"}
 FRONT_MATTER = re.compile(r"\A(---|\+\+\+)\n.*?\n\1\n", re.DOTALL)
@@ -34,7 +33,7 @@ class Block:
 
 class MarkdownDocument(Document):
     def __init__(self, data: bytes, name: str):
-        self.source = decode(data, name).split("\n")
+        self.source = decode_text(data, name).split("\n")
         text = "\n".join(self.source)
         front = FRONT_MATTER.match(text)
         skipped = front.group().count("\n") if front else 0  # front matter: blank lines to the parser

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 from lxml import etree
 
-from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, language_tag, read_mixed, write_mixed
 from mtkit.documents.package import Package
 
@@ -31,10 +30,7 @@ PAGE_TEXT = {
 
 class OpenDocument(Document):
     def __init__(self, data: bytes, name: str, kind: str):
-        self.package = Package(data, name, f"an {kind} file", "content.xml")
-        mimetype = self.package.parts.get("mimetype", b"").decode("ascii", "replace").strip()
-        if mimetype != MIMETYPES[kind]:
-            raise MtkitError(f"{name}: not an {kind} file (its mimetype is {mimetype or 'missing'})")
+        self.package = Package(data, name, f"an {kind} file", "content.xml", MIMETYPES[kind])
         self.trees = {"content.xml": self.package.xml("content.xml")}
         if "styles.xml" in self.package.parts:
             self.trees["styles.xml"] = self.package.xml("styles.xml")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from lxml import etree
 
 from mtkit.core.errors import MtkitError
+from mtkit.documents.inline import read_xml
 
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted OOXML, and the old binary .doc/.ppt/.xls
 
@@ -19,8 +20,9 @@ OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted OOXML, and the old 
 class Package:
     """A zip package's parts by name, in their order; changed parts replace their bytes on write."""
 
-    def __init__(self, data: bytes, name: str, kind: str, required: str):
-        """kind names the format in errors ("a .docx"); required: a part every such package has."""
+    def __init__(self, data: bytes, name: str, kind: str, required: str, mimetype: str | None = None):
+        """kind names the format in errors ("a .docx"); required: a part every such package has;
+        mimetype: what its `mimetype` part says, where the format has one (OpenDocument, EPUB)."""
         self.name = name
         if data[:8] == OLE_MAGIC:
             raise MtkitError(
@@ -38,6 +40,9 @@ class Package:
             raise MtkitError(f"{name}: a broken zip archive ({err})") from None
         if required not in self.parts:
             raise MtkitError(f"{name}: not {kind} (it has no {required})")
+        found = self.parts.get("mimetype", b"").decode("ascii", "replace").strip()
+        if mimetype is not None and found != mimetype:
+            raise MtkitError(f"{name}: not {kind} (its mimetype is {found or 'missing'})")
         self.changed: dict[str, bytes] = {}
 
     def names(self, matches: Callable[[str], bool]) -> list[str]:
@@ -45,11 +50,7 @@ class Package:
 
     def xml(self, part: str) -> etree._Element:
         """A part's XML tree (no entities expanded, nothing fetched)."""
-        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True, remove_blank_text=False)
-        try:
-            return etree.fromstring(self.parts[part], parser)
-        except etree.XMLSyntaxError as err:
-            raise MtkitError(f"{self.name}: {part} is not well-formed XML ({err})") from None
+        return read_xml(self.parts[part], f"{self.name}: {part}")
 
     def replace(self, part: str, root: etree._Element) -> None:
         self.changed[part] = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True)

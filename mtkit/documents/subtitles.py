@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, InlineBuilder, pieces, render_pieces
+from mtkit.documents.inline import Document, InlineBuilder, decode_text, pieces, render_pieces
 
 MAX_JOINED = 3
 TIMING = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}")
@@ -33,10 +33,7 @@ class Cue:
 
 class Subtitles(Document):
     def __init__(self, data: bytes, name: str, kind: str):
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as err:
-            raise MtkitError(f"{name}: not UTF-8 text (byte {err.start + 1})") from None
+        text = decode_text(data, name)
         self.blocks = _blocks(text.replace("\r\n", "\n"))
         self.newline = "\r\n" if "\r\n" in text else "\n"
         if kind == ".vtt" and not text.lstrip("\ufeff").startswith("WEBVTT"):

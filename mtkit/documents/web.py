@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, InlineBuilder, language_tag, plain
+from mtkit.documents.inline import Document, InlineBuilder, decode_text, language_tag, plain
 from mtkit.documents.package import Package
 
 HTML_TAG = re.compile(r"<html\b[^>]*>", re.IGNORECASE)
@@ -18,13 +18,6 @@ LANG_ATTRIBUTE = re.compile(r"""(\s(?:xml:)?lang\s*=\s*)(["'])[^"']*\2""", re.IG
 OPF = "{http://www.idpf.org/2007/opf}"
 DC = "{http://purl.org/dc/elements/1.1/}"
 CONTAINER = "{urn:oasis:names:tc:opendocument:xmlns:container}"
-
-
-def decode(data: bytes, name: str) -> str:
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise MtkitError(f"{name}: not UTF-8 text (byte {err.start + 1})") from None
 
 
 def set_page_language(page: str, lang: str | None) -> str:
@@ -44,7 +37,7 @@ class HtmlPage(Document):
     markup = "html"
 
     def __init__(self, data: bytes, name: str):
-        self.text = decode(data, name)
+        self.text = decode_text(data, name)
 
     def segments(self) -> list[str]:
         return [self.text]
@@ -57,10 +50,7 @@ class Epub(Document):
     markup = "html"
 
     def __init__(self, data: bytes, name: str):
-        self.package = Package(data, name, "an .epub file", "META-INF/container.xml")
-        mimetype = self.package.parts.get("mimetype", b"").decode("ascii", "replace").strip()
-        if mimetype != "application/epub+zip":
-            raise MtkitError(f"{name}: not an .epub file (its mimetype is {mimetype or 'missing'})")
+        self.package = Package(data, name, "an .epub file", "META-INF/container.xml", "application/epub+zip")
         rootfile = self.package.xml("META-INF/container.xml").find(f".//{CONTAINER}rootfile")
         self.opf_name = rootfile.get("full-path") if rootfile is not None else None
         if self.opf_name not in self.package.parts:
@@ -71,7 +61,7 @@ class Epub(Document):
         self.pages = [posixpath.normpath(posixpath.join(folder, item.get("href", ""))) for item in items
                       if item.get("media-type") == "application/xhtml+xml"]  # fmt: skip
         self.pages = [page for page in self.pages if page in self.package.parts]
-        self.texts = [decode(self.package.parts[page], f"{name}: {page}") for page in self.pages]
+        self.texts = [decode_text(self.package.parts[page], f"{name}: {page}") for page in self.pages]
 
     def segments(self) -> list[str]:
         return self.texts
@@ -89,7 +79,7 @@ class Epub(Document):
 
 class PlainText(Document):
     def __init__(self, data: bytes, name: str):
-        self.lines = decode(data, name).split("\n")
+        self.lines = decode_text(data, name).split("\n")
 
     def segments(self) -> list[str]:
         out = []

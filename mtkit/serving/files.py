@@ -102,6 +102,8 @@ async def translate_upload(service: Service, request, data: bytes, name: str, ta
     formats = document_formats()
     if formats is None:
         raise RequestError(501, f"translating files needs the documents extra on the server: {DOCUMENTS_EXTRA}")
+    from mtkit.documents.inline import without_codes
+
     try:
         fmt = formats.document_format(name)
         document = await asyncio.to_thread(formats.read_document, data, name, fmt)
@@ -111,7 +113,7 @@ async def translate_upload(service: Service, request, data: bytes, name: str, ta
     texts, options = document.segments(), service.defaults()
     if service.can_align:
         texts = await service.run_markup(request, texts, options, document.markup, target, True, whole_file=True)
-    elif document.markup == "xml" and not any("<" in text for text in texts):  # plain text: any engine
+    elif without_codes(document.markup, texts):  # plain text: any engine
         plain, translated = [html.unescape(text) for text in texts], []
         for chunk in service.chunks(plain):
             translated += (await service.run(request, chunk, options, True, target))[0]

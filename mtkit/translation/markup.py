@@ -123,9 +123,11 @@ def translate_document(
     model, mtkit's engine); a document whose segments have none is plain text to any engine. Every
     sentence of the document is translated in one call (batched as translate batches a file), and
     on_progress follows them as they are done; name: the file, in errors."""
+    from mtkit.documents.inline import without_codes
+
     document.check_target(target_lang)
     texts = document.segments()
-    if document.markup == "xml" and not any("<" in text for text in texts):
+    if without_codes(document.markup, texts):
         return document.write(_translate_plain(translator, texts, split_sentences, on_progress), target_lang)
     require_alignment(translator, document.markup, f"{name}, a file with formatting,")
     splitter = default_splitter(translator.model_meta.get("src_lang")) if split_sentences else None
