@@ -56,8 +56,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def offline_rate(model: Path, sentences: list[str], beam: int, engine: str, cuda_graphs: bool) -> float:
-    """Sentences/s of `mtkit translate` on these sentences, the model already loaded."""
+def offline_translator(model: Path, beam: int, engine: str, cuda_graphs: bool):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from mtkit.decoding.search import SearchConfig
     from mtkit.interop.engines import make_translator
@@ -65,10 +64,28 @@ def offline_rate(model: Path, sentences: list[str], beam: int, engine: str, cuda
     translator = make_translator(
         engine, [model], "best", SearchConfig(beam=beam, lenpen=0.6), "auto", "auto", 128, 8192, cuda_graphs
     )
-    translator.translate(sentences[:20])  # warm-up
+    translator.translate(["Hello."])  # warm-up
+    return translator
+
+
+def offline_rate(model: Path, sentences: list[str], beam: int, engine: str, cuda_graphs: bool) -> float:
+    """Sentences/s of `mtkit translate` on these sentences, the model already loaded."""
+    translator = offline_translator(model, beam, engine, cuda_graphs)
     start = time.perf_counter()
     translator.translate(sentences)
     return len(sentences) / (time.perf_counter() - start)
+
+
+def offline_latency(model: Path, sentences: list[str], beam: int, engine: str) -> float:
+    """The median seconds to translate one sentence alone, the model already loaded (what a lone
+    client's request costs the engine)."""
+    translator = offline_translator(model, beam, engine, False)
+    seconds = []
+    for sentence in sentences:
+        start = time.perf_counter()
+        translator.translate([sentence])
+        seconds.append(time.perf_counter() - start)
+    return percentile(seconds, 0.5)
 
 
 def batch_totals(httpx, url: str) -> tuple[float, float]:
@@ -154,6 +171,7 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=0, help="decoding threads, offline and served (0: torch's)")
     parser.add_argument("--replicas", type=int, default=1, help="serve --replicas: engine processes in the server")
+    parser.add_argument("--in-process", action="store_true", help="serve --in-process: the engine in the HTTP process")
     parser.add_argument(
         "--client-processes", type=int, default=0, help="load generator processes (0: one per 32 clients)"
     )
@@ -174,7 +192,7 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = mtkit_command("serve", "-m", args.model, "--engine", args.engine, "--port", port, "--beam", args.beam,
-                                "--replicas", args.replicas)  # fmt: skip
+                                "--replicas", args.replicas, *["--in-process"] * args.in_process)  # fmt: skip
         server = subprocess.Popen(command + options, stderr=subprocess.DEVNULL)
         try:
             while True:
@@ -193,6 +211,7 @@ def main() -> None:
                 after, server_cpu = batch_totals(httpx, url), cpu_seconds(server.pid) - server_cpu
                 rate = len(latencies) / args.seconds
                 rates[name, clients] = rate
+                rates[name, "p50", clients] = percentile(latencies, 0.5)
                 mean_batch = (after[0] - before[0]) / max(1.0, after[1] - before[1])
                 rows.append(
                     [name, clients, rate, rate, 1000 * percentile(latencies, 0.5), 1000 * percentile(latencies, 0.95),
@@ -207,7 +226,9 @@ def main() -> None:
     offline_after = {g: offline_rate(args.model, sentences, args.beam, args.engine, g) for g in graphs}
     # this machine drifts: measured before and after the servers
     offline = {g: (offline_before[g] + offline_after[g]) / 2 for g in graphs}
-    print(f"mtkit serve under load: {args.model}, engine {args.engine}, --replicas {args.replicas}, beam {args.beam}, "
+    alone = offline_latency(args.model, sentences[:200], args.beam, args.engine) if 1 in client_counts else None
+    layout = "--in-process" if args.in_process else f"--replicas {args.replicas}"
+    print(f"mtkit serve under load: {args.model}, engine {args.engine}, {layout}, beam {args.beam}, "
           "lenpen 0.6, single test2016")  # fmt: skip
     print(f"sentences per request, {args.seconds:g} s per row; {conditions()}")
     print()
@@ -223,6 +244,10 @@ def main() -> None:
             f"{offline[graphed]:.1f} sentences/s (mean of {offline_before[graphed]:.1f} before and "
             f"{offline_after[graphed]:.1f} after the servers)"
         )
+    lone = rates.get((SETTINGS["wait20"][0], "p50", 1))
+    if alone is not None and lone is not None:
+        print(f"1 client: p50 {1000 * lone:.1f} ms, {lone / alone:.2f}x translating one sentence alone offline "
+              f"(p50 {1000 * alone:.1f} ms over 200 sentences; target <= 1.5x)")  # fmt: skip
     most = max(client_counts)
     best = rates.get((SETTINGS["wait20"][0], most))
     if best is not None:

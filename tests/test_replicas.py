@@ -3,6 +3,7 @@
 import os
 import re
 import signal
+import threading
 from pathlib import Path
 
 import httpx
@@ -12,7 +13,7 @@ from test_serve import Server, concurrent_translations, offline, wait_until
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.model.files import load_model_file, resolve_model_path
-from mtkit.serving.dynamic_batching import Job, QueueFull
+from mtkit.serving.dynamic_batching import EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Options, Sentence
 from mtkit.serving.replicas import EngineSpec, Replicas
 from mtkit.translation.translate import Translator
@@ -101,7 +102,7 @@ def test_a_replica_that_dies_fails_its_sentences_and_the_others_serve_on(replica
     (lost,) = replicas.submit(jobs(trained_run, sentences[1:2]))  # replica 1
     os.kill(victim.process.pid, signal.SIGKILL)
     wait_until(lambda: not victim.alive, "the reader saw replica 1 end")
-    with pytest.raises(RuntimeError, match=r"^engine replica 1 stopped \(exit code -9\)$"):
+    with pytest.raises(EngineStopped, match=r"^engine replica 1 stopped \(exit code -9\)$"):
         lost.result(300)
     assert replicas.alive == 1
     resumed(replicas)
@@ -120,6 +121,7 @@ def test_a_server_with_two_replicas_answers_as_offline_and_stops_them(trained_ru
     expected_lines = offline(trained_run, sentences[:16])
     with Server(trained_run, tmp_path / "serve.log", "--replicas", "2") as server:
         assert server.metric("mtkit_engine_replicas") == 2
+        assert server.metric("mtkit_engine_replicas_ready") == 2
         engines = engine_processes(server.process.pid)
         assert len(engines) == 2
         assert concurrent_translations(server, sentences, 8) == expected_lines
@@ -129,17 +131,86 @@ def test_a_server_with_two_replicas_answers_as_offline_and_stops_them(trained_ru
                for i, hyps in enumerate(response.json()["translations"]) for h in hyps]  # fmt: skip
         assert got == rows
         os.kill(engines[1], signal.SIGKILL)
-        wait_until(lambda: server.metric("mtkit_engine_replicas") == 1, "the server saw a replica end")
+        wait_until(lambda: engines[1] not in engine_processes(server.process.pid), "the server saw a replica end")
         assert server.post("/v1/translate", json={"text": sentences[:2]}).json()["translations"] == expected_lines[:2]
-        assert httpx.get(f"{server.url}/ready").status_code == 200
+        assert httpx.get(f"{server.url}/ready").status_code == 200  # the other replica serves meanwhile
+        wait_until(lambda: server.metric("mtkit_engine_replicas_ready") == 2, "the replica started again")
+        again = engine_processes(server.process.pid)
+        assert len(again) == 2 and engines[0] in again
     log = server.log_path.read_text()
     assert re.search(
-        r"engine replica [01] stopped \(exit code -9\): its 0 sentences in flight get an error; 1 replicas remain", log
+        r"engine replica [01] stopped \(exit code -9\): its 0 sentences in flight get an error; it starts again", log
     )
-    assert not any(Path(f"/proc/{pid}").exists() for pid in engines)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in engines + again)
 
 
 def test_replicas_below_one_is_a_clear_error(trained_run):
     result = run_mtkit("serve", "-m", trained_run, "--replicas", "0")
     assert result.returncode == 1
     assert result.stderr.decode().strip().splitlines() == ["error: --replicas 0: must be at least 1"]
+
+
+MIXED = [  # requests of every kind: lengths, n-best with alignments, markup, sentence splitting
+    {"text": ["A dog.", "A man in a red shirt is sitting on a bench next to a woman with a small dog."]},
+    {"text": ["Two children play.", "A woman reads."], "nbest": 2, "alignment": True},
+    {"text": ["<p>A <b>small</b> dog runs <i>fast</i>.</p>"], "format": "html"},
+    {"text": ["A dog runs. A cat sleeps."], "split_sentences": False},
+]
+
+
+def answers(server: Server) -> list:
+    responses = [server.post("/v1/translate", json=request) for request in MIXED]
+    assert [r.status_code for r in responses] == [200] * len(MIXED), [r.text for r in responses]
+    return [r.json() for r in responses]
+
+
+def test_an_engine_process_answers_every_kind_of_request_as_the_engine_in_the_http_process(
+    trained_run, sentences, tmp_path
+):
+    with Server(trained_run, tmp_path / "in.log", "--in-process") as server:
+        assert server.metric("mtkit_engine_replicas") == 1
+        assert engine_processes(server.process.pid) == []
+        reference = answers(server)
+    with Server(trained_run, tmp_path / "own.log", "--engine-process") as server:
+        assert len(engine_processes(server.process.pid)) == 1
+        assert answers(server) == reference
+        assert concurrent_translations(server, sentences, 8) == offline(trained_run, sentences[:16])
+
+
+def test_an_engine_killed_under_load_fails_its_requests_with_503_and_is_started_again(trained_run, sentences, tmp_path):
+    long_search = ("--min-len", "1000", "--max-len-b", "1000")  # a thousand steps and more
+    expected = offline(trained_run, sentences[:1], *long_search, "--beam", "2")
+    options = ("--engine-process", *long_search)
+    with Server(trained_run, tmp_path / "serve.log", *options) as server:
+        (engine,) = engine_processes(server.process.pid)
+        answers: dict[int, httpx.Response] = {}
+
+        def client(i: int) -> None:
+            answers[i] = server.post("/v1/translate", json={"text": sentences[2 * i : 2 * i + 2], "beam": 2})
+
+        steps = server.metric("mtkit_batch_sentences_count")
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: server.metric("mtkit_requests_in_flight") == 3, "three requests in flight")
+        server.wait_for_steps_after(steps)
+        os.kill(engine, signal.SIGKILL)
+        for thread in threads:
+            thread.join()
+        for response in answers.values():
+            assert response.status_code == 503
+            assert response.headers["retry-after"] == "1"
+            assert response.json() == {"error": "engine replica 0 stopped (exit code -9); retry"}
+
+        def ready_again() -> bool:
+            response = httpx.get(f"{server.url}/ready")
+            assert response.status_code == 200 or response.json() == {"error": "no engine is ready: 1 starting"}
+            return response.status_code == 200
+
+        wait_until(ready_again, "the engine started again and warmed up")
+        (restarted,) = engine_processes(server.process.pid)
+        assert restarted != engine
+        again = server.post("/v1/translate", json={"text": sentences[:1], "beam": 2})
+        assert again.json()["translations"] == expected
+    log = server.log_path.read_text()
+    assert "engine replica 0 stopped (exit code -9): its 6 sentences in flight get an error; it starts again" in log

@@ -360,11 +360,10 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
         assert server.stop() == 0
 
 
-@pytest.mark.parametrize("replicas", ["1", "2"])
-def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path, replicas):
+@pytest.mark.parametrize("layout", [["--in-process"], ["--engine-process"], ["--replicas", "2"]])
+def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path, layout):
     expected = offline(trained_run, sentences[:8], *LONG_SEARCH)
-    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000",
-                    "--replicas", replicas)  # fmt: skip
+    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000", *layout)
     answers = {}
 
     def client(i: int) -> None:

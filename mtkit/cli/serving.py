@@ -58,10 +58,20 @@ def serve(
     replicas: Annotated[
         int,
         typer.Option(
-            help="Engine processes, each with its own copy of the model and a share of the CPU threads "
-            "(1: the engine in the server's process); for small models that one core's Python cannot keep busy."
+            help="Engine processes, each with its own copy of the model and a share of the CPU threads; "
+            "more than one for small models that one core's Python cannot keep busy."
         ),
     ] = 1,
+    engine_process: Annotated[
+        bool | None,
+        typer.Option(
+            "--engine-process/--in-process",
+            help="The engine in a process of its own, started again if it dies, or on a thread of the HTTP "
+            "process (default: its own process on a GPU or with --replicas above 1; on a CPU in the HTTP "
+            "process, which measured as fast or faster on 2 cores).",
+            show_default=False,
+        ),
+    ] = None,
     max_texts: Annotated[
         int, typer.Option(help="Most texts per request (0: as many as the queue holds); beyond, 413.")
     ] = 0,
@@ -139,7 +149,7 @@ def serve(
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
-        confidence, max_file_bytes, keep_files,
+        confidence, max_file_bytes, keep_files, not _engine_process(engine_process, replicas, device),
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":
@@ -152,7 +162,7 @@ def serve(
     if glossary is not None and cfg.beam == 1:
         raise MtkitError("--glossary needs beam search: --beam 2 or more")
     make, tokenizers, info = _load(
-        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, replicas,
+        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, not serve_cfg.in_process,
         src_lang, mbr_cfg,
     )  # fmt: skip
     from mtkit.text.targets import LANGUAGE_TOKENS
@@ -178,6 +188,17 @@ def serve(
     console.info("stopped")
 
 
+def _engine_process(asked: bool | None, replicas: int, device: str) -> bool:
+    """Whether the engine runs in processes of its own: as asked, else with several replicas or a GPU."""
+    if asked is False and replicas > 1:
+        raise MtkitError(f"--in-process runs one engine, in the server's process: not --replicas {replicas}")
+    if asked is not None:
+        return asked
+    from mtkit.core.device import resolve_device
+
+    return replicas > 1 or resolve_device(device).type != "cpu"
+
+
 def _server_terms(tokenizers, info, glossary: Path | None, case_sensitive: bool, refused: bool):
     """--glossary for every request, and whether requests may bring their own (mtkit.serving.terms)."""
     from mtkit.serving.terms import ServerTerms
@@ -200,7 +221,7 @@ def _load(
     max_tokens: int,
     cuda_graphs: bool,
     tgt_lang: str | None,
-    replicas: int = 1,
+    engine_processes: bool = False,
     src_lang: str | None = None,
     mbr=None,
 ):
@@ -217,7 +238,7 @@ def _load(
             model.name, model / "model.bin", engine, translator.meta.get("source", {}), src_lang, tgt_lang
         )
         tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
-        if replicas > 1:
+        if engine_processes:
             return EngineSpec(engine, model, cfg, device, precision, max_tokens, cuda_graphs), tokenizers, info
         return (lambda: translator), tokenizers, info
     if engine != "pytorch":
@@ -237,7 +258,7 @@ def _load(
     info = _model_info(path.name, path, engine, model_file.meta, src_lang, tgt_lang)
 
     tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
-    if replicas > 1:
+    if engine_processes:
         return EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs, mbr), tokenizers, info
 
     def make() -> Translator:

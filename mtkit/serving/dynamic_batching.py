@@ -29,16 +29,24 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 _STOP = object()  # the worker's signal to end
+# Sentences join a running search once they are this share of it (or have waited max_wait_s): each
+# join runs the encoder once, and on a CPU a call for one sentence costs half of one for four
+# (docs/results/serving.md).
+JOIN_SHARE = 1 / 8
 
 
 class QueueFull(Exception):
     """The queue has no room for the request's sentences: try again later."""
+
+
+class EngineStopped(Exception):
+    """The engine translating a sentence stopped before its result (an engine process killed): try again."""
 
 
 @dataclass
@@ -260,17 +268,21 @@ class Batcher:
                 joining = self._joiners(options, active.values(), began)
         self._last_batch_end = time.monotonic()
 
-    def _joiners(self, options: Hashable, searching: Iterable[Job], step_began: float) -> list[Job]:
+    def _joiners(self, options: Hashable, searching: Collection[Job], step_began: float) -> list[Job]:
         """Take the queued sentences that join the running search now: the oldest with its options
         that fit beside the sentences `searching`, once the oldest of them has waited through a whole
-        step (the one that began at `step_began`), or at once if they fill the budget or max_wait_s
-        is 0."""
+        step (the one that began at `step_began`) and they are at least JOIN_SHARE of the search or the
+        oldest has waited max_wait_s; at once if they fill the budget or max_wait_s is 0."""
         if not self._queue or self._queue[0].options != options:
             return []
         budget = self.max_batch_tokens - sum(job.tokens for job in searching)
         joining, full = self._select(options, budget, first_always=False)
-        if joining and not full and self.max_wait_s > 0 and joining[0].arrival > step_began:
-            return []  # none has waited a whole step yet
+        if joining and not full and self.max_wait_s > 0:
+            oldest = joining[0].arrival
+            if oldest > step_began:
+                return []  # none has waited a whole step yet
+            if len(joining) < JOIN_SHARE * len(searching) and time.monotonic() - oldest < self.max_wait_s:
+                return []  # a few more share the join's encoder call
         self._take(joining)
         return joining
 

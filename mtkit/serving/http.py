@@ -217,8 +217,10 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         admit_status(request)
         if not service.ready:
             raise RequestError(503, "warming up", {"Retry-After": "1"})
-        if not service.engines_running():
-            raise RequestError(503, "every engine replica has stopped (the server's log says why)")
+        if not service.engines_ready():
+            running = service.engines_running()
+            why = f"{running} starting" if running else "every engine replica has stopped (the server's log says why)"
+            raise RequestError(503, f"no engine is ready: {why}", {"Retry-After": "1"})
         return {"status": "ready"}
 
     @app.get("/v1/models")

@@ -16,8 +16,10 @@ THROUGHPUT_WINDOW_S = 10.0
 class Metrics:
     """The service's Prometheus metrics, in a registry of its own."""
 
-    def __init__(self, depth: Callable[[], int], engines: Callable[[], int] = lambda: 1):
-        """depth(): sentences waiting; engines(): engine replicas running."""
+    def __init__(
+        self, depth: Callable[[], int], engines: Callable[[], int] = lambda: 1, ready: Callable[[], int] = lambda: 1
+    ):
+        """depth(): sentences waiting; engines(): engine replicas running; ready(): those warmed up."""
         import prometheus_client as prom
 
         self.registry = prom.CollectorRegistry()
@@ -39,10 +41,15 @@ class Metrics:
         )  # fmt: skip
         self.queue.set_function(depth)
         self.engines = prom.Gauge(
-            "mtkit_engine_replicas", "Engine replicas running (serve --replicas; 1 with the engine in the server).",
+            "mtkit_engine_replicas", "Engine processes running (serve --replicas; 1 with the engine in the server).",
             registry=self.registry,
         )  # fmt: skip
         self.engines.set_function(engines)
+        self.engines_ready = prom.Gauge(
+            "mtkit_engine_replicas_ready", "Engines running whose warm-up translation came back.",
+            registry=self.registry,
+        )  # fmt: skip
+        self.engines_ready.set_function(ready)
         buckets = [2**i for i in range(15)]
         self.batch_sentences = prom.Histogram(
             "mtkit_batch_sentences",

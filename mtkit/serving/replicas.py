@@ -1,13 +1,16 @@
-"""Engine replicas (serve --replicas N): N worker processes, each with its own copy of the model,
-its own batcher and its share of the CPU threads, behind the one process that speaks HTTP.
+"""Engine processes (serve --replicas N, one by default): each with its own copy of the model, its own
+batcher and its share of the CPU threads, behind the one process that speaks HTTP.
 
-One process runs the search's host side (the Python between the kernels) on one core, however many
-threads its kernels have: with a small model that, not the arithmetic, is the limit, and the HTTP
-work takes its turns on the same interpreter. Replicas run both side by side. The HTTP process keeps
+The decoding loop runs the search and nothing else: HTTP, JSON, tokenizing, sentence splitting,
+markup, glossaries, keys and limits stay in the HTTP process, which hands an engine encoded sentences
+and gets their n-best back. In one process they would share one interpreter, and every request's
+Python would hold the search up (docs/results/serving.md). With a small model one process's Python,
+not the arithmetic, limits the search: several replicas then run side by side. The HTTP process keeps
 the queue limit, API keys, request limits and metrics, so they stay the server's, not a replica's.
-It sends each request's sentences, encoded, to the replica with the fewest in flight; each replica
-batches what it gets as the server's own batcher would (continuous batching included) and sends each
-sentence's result back as soon as it is finished.
+It sends each request's sentences to the replica with the fewest in flight; each replica batches what
+it gets as the in-process batcher would (continuous batching included) and sends each sentence's
+result back as soon as it is finished. A replica that dies after its warm-up is started again (its
+sentences in flight get EngineStopped); one that dies before it is not.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 from mtkit.core.console import warn
 from mtkit.decoding.search_rules import SearchConfig
-from mtkit.serving.dynamic_batching import BatchStats, Job, QueueFull
+from mtkit.serving.dynamic_batching import BatchStats, EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Engine
 from mtkit.translation.confidence import Calibration
 from mtkit.translation.mbr import MbrConfig
@@ -75,6 +78,7 @@ class _Replica:
     waiting: dict[int, Future] = field(default_factory=dict)  # its sentences in flight, by key
     depth: int = 0  # sentences in its queue, as its last step reported
     alive: bool = True
+    ready: bool = False  # its warm-up translation came back
     lock: threading.Lock = field(default_factory=threading.Lock)  # one message at a time on outbox
     reader: threading.Thread | None = None
 
@@ -107,6 +111,7 @@ class Replicas:
         self._keys = itertools.count()
         self._lock = threading.Lock()
         self._stopping = False
+        self._warm_up_job: Callable[[], Job] | None = None  # a replica started again translates it first
 
     @property
     def alive(self) -> int:
@@ -114,37 +119,53 @@ class Replicas:
         return sum(replica.alive for replica in self._replicas)
 
     @property
+    def ready(self) -> int:
+        """Replicas running whose warm-up translation came back."""
+        return sum(replica.alive and replica.ready for replica in self._replicas)
+
+    @property
     def depth(self) -> int:
         """Sentences waiting in the replicas' queues (not yet searching)."""
         return sum(replica.depth for replica in self._replicas)
 
     def start(self) -> None:
+        self._replicas = [self._launch(number) for number in range(self.count)]
+
+    def _launch(self, number: int) -> _Replica:
         context = multiprocessing.get_context("spawn")  # not fork: the parent has threads, and maybe CUDA
-        for number in range(self.count):
-            their_inbox, outbox = context.Pipe(duplex=False)
-            inbox, their_outbox = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_serve_replica,
-                args=(
-                    self._make_translator,
-                    self.threads,
-                    self._batching,
-                    their_inbox,
-                    their_outbox,
-                    self._calibration,
-                ),
-                name=f"mtkit-replica-{number}",
-                daemon=True,
-            )
-            process.start()
-            their_inbox.close(), their_outbox.close()
-            replica = _Replica(number, process, outbox, inbox)
-            replica.reader = threading.Thread(target=self._read, args=(replica,), name=f"mtkit-replica-{number}-reader")
-            replica.reader.start()
-            self._replicas.append(replica)
+        their_inbox, outbox = context.Pipe(duplex=False)
+        inbox, their_outbox = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_serve_replica,
+            args=(self._make_translator, self.threads, self._batching, their_inbox, their_outbox, self._calibration),
+            name=f"mtkit-replica-{number}",
+            daemon=True,
+        )
+        process.start()
+        their_inbox.close(), their_outbox.close()
+        replica = _Replica(number, process, outbox, inbox)
+        replica.reader = threading.Thread(target=self._read, args=(replica,), name=f"mtkit-replica-{number}-reader")
+        replica.reader.start()
+        return replica
+
+    def warm_up(self, make_job: Callable[[], Job]) -> list[Future]:
+        """A warm-up translation through each replica, and through each one started again later: a
+        replica is ready once its warm-up is back."""
+        self._warm_up_job = make_job
+        return [self._warm(replica) for replica in self._replicas]
+
+    def _warm(self, replica: _Replica) -> Future:
+        with self._lock:
+            (future,) = self._send(replica, [self._warm_up_job()])
+
+        def back(future: Future) -> None:
+            replica.ready = not future.cancelled() and future.exception() is None
+
+        future.add_done_callback(back)
+        return future
 
     def submit(self, jobs: list[Job]) -> list[Future]:
-        """Send all of a request's sentences to the replica with the fewest in flight, or none (QueueFull)."""
+        """Send all of a request's sentences to the ready replica with the fewest in flight, or none (QueueFull)."""
         with self._lock:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
@@ -153,11 +174,13 @@ class Replicas:
                 raise QueueFull(f"{in_flight} sentences are in flight; the queue holds {self.max_queue}")
             alive = [replica for replica in self._replicas if replica.alive]
             if not alive:
-                raise RuntimeError("every engine replica has stopped (the server's log says why)")
-            replica = min(alive, key=lambda r: len(r.waiting))
-            keys = [next(self._keys) for _ in jobs]
-            replica.waiting.update(zip(keys, (job.future for job in jobs)))
-            replica.send(("jobs", [(key, job.source, job.tokens, job.options) for key, job in zip(keys, jobs)]))
+                raise EngineStopped("every engine replica has stopped (the server's log says why)")
+            return self._send(min(alive, key=lambda r: (not r.ready, len(r.waiting))), jobs)
+
+    def _send(self, replica: _Replica, jobs: list[Job]) -> list[Future]:
+        keys = [next(self._keys) for _ in jobs]
+        replica.waiting.update(zip(keys, (job.future for job in jobs)))
+        replica.send(("jobs", [(key, job.source, job.tokens, job.options) for key, job in zip(keys, jobs)]))
         for key, job in zip(keys, jobs):
             job.future.add_done_callback(partial(self._cancelled, replica, key))
         return [job.future for job in jobs]
@@ -185,16 +208,25 @@ class Replicas:
             replica.process.join()
 
     def _read(self, replica: _Replica) -> None:
-        """The replica's messages until it stops; then its sentences still in flight get an error."""
+        """The replica's messages until it stops; then its sentences still in flight get EngineStopped,
+        and unless the server is stopping, a replica that was ready is started again."""
         while self._take(replica):
             pass
-        replica.alive, replica.depth = False, 0
+        was_ready = replica.ready
+        replica.alive, replica.ready, replica.depth = False, False, 0
         replica.process.join()
-        error = RuntimeError(f"engine replica {replica.number} stopped (exit code {replica.process.exitcode})")
+        error = EngineStopped(f"engine replica {replica.number} stopped (exit code {replica.process.exitcode})")
+        with self._lock:
+            again = not self._stopping and was_ready
+            if again:
+                self._replicas[replica.number] = self._launch(replica.number)
         if not self._stopping:
-            warn(f"{error}: its {len(replica.waiting)} sentences in flight get an error; {self.alive} replicas remain")
+            then = "it starts again" if again else f"{self.alive} replicas remain"
+            warn(f"{error}: its {len(replica.waiting)} sentences in flight get an error; {then}")
         for key in list(replica.waiting):
             _settle(replica.waiting.pop(key, None), error=error)
+        if again:
+            self._warm(self._replicas[replica.number])
 
     def _take(self, replica: _Replica) -> bool:
         """One send's messages from the replica; False once it has stopped."""

@@ -15,7 +15,7 @@ from mtkit.core.console import warn
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import sha256_file
 from mtkit.decoding.search_rules import SearchConfig
-from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull
+from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Engine, Options, Result, Sentence
 from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.metrics import Metrics
@@ -60,7 +60,8 @@ class Service:
         terms: ServerTerms | None = None,
     ):
         """make_translator builds the translator on the thread that decodes (mtkit.serving.engine); with
-        cfg.replicas > 1, in each replica's process, so it must pickle (mtkit.serving.replicas.EngineSpec).
+        engine processes (cfg.replicas > 1 or not cfg.in_process), in each of them, so it must pickle
+        (mtkit.serving.replicas.EngineSpec).
         terms: the server's glossary (default: none, and requests' own where the engine places terms)."""
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.base_cfg = base_cfg
@@ -68,10 +69,10 @@ class Service:
         refused = None if info.engine == "pytorch" else "terms need --engine pytorch"
         self.terms = terms or ServerTerms(*tokenizers, refused=refused)
         self.cfg = cfg
-        self.metrics = Metrics(lambda: self.batcher.depth, self.engines_running)
+        self.metrics = Metrics(lambda: self.batcher.depth, self.engines_running, self.engines_ready)
         self.engine = Engine(make_translator, calibration)  # unused where replicas translate
         self.batcher: Batcher | Replicas
-        if cfg.replicas > 1:
+        if cfg.replicas > 1 or not cfg.in_process:
             threads = max(1, torch.get_num_threads() // cfg.replicas)
             self.batcher = Replicas(
                 make_translator, cfg.replicas, threads, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue,
@@ -92,8 +93,14 @@ class Service:
         self._splitter: SentenceSplitter | None = None  # markup's sentences (run_markup)
 
     def engines_running(self) -> int:
-        """The engine replicas running (1 where the engine is in this process)."""
+        """The engine processes running (1 where the engine is in this process)."""
         return self.batcher.alive if isinstance(self.batcher, Replicas) else 1
+
+    def engines_ready(self) -> int:
+        """The engines running whose warm-up translation came back."""
+        if not self.ready:
+            return 0
+        return self.batcher.ready if isinstance(self.batcher, Replicas) else 1
 
     def framing(self, source: str | None, target: str | None) -> tuple[int | None, tuple[int, ...]]:
         """The id that starts each source of a request between these languages, and the ids given as
@@ -225,6 +232,8 @@ class Service:
             futures = self.batcher.submit(jobs)
         except QueueFull as err:
             raise RequestError(503, f"busy: {err}; retry later", {"Retry-After": "1"}) from None
+        except EngineStopped as err:
+            raise RequestError(503, f"{err}; retry later", {"Retry-After": "1"}) from None
         waiting = asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         gone = asyncio.ensure_future(_disconnect(request))
         try:
@@ -232,7 +241,10 @@ class Service:
         finally:
             gone.cancel()
         if waiting in done:
-            results = waiting.result()
+            try:
+                results = waiting.result()
+            except EngineStopped as err:
+                raise RequestError(503, f"{err}; retry", {"Retry-After": "1"}) from None
             request.state.missed_terms = missed_terms(results, counts)
             return self._joined(results, counts, options)
         for future in futures:
@@ -310,15 +322,17 @@ class Service:
         return answers, scores if options.confidence else None
 
     def warm_up(self) -> Future:
-        """Translate one sentence through each replica (or the one engine); /ready says yes once all
-        are back. The future says when, with the first error if one failed."""
+        """Translate one sentence through each engine process (or the one engine in this process), and
+        through each one started again later; /ready says yes once all are back. The future says when,
+        with the first error if one failed."""
         source, target = (next(iter(langs), None) for langs in (self.languages.sources(), self.languages.targets()))
         source, target = self.info.source_language or source, self.info.target_language or target
+
+        def job() -> Job:
+            return self.jobs(["Hello."], self.defaults(), target=target, source=source)[0][0]
+
         done: Future = Future()
-        futures = []
-        for _ in range(self.cfg.replicas):  # each goes to the replica with the fewest in flight: a new one
-            (job,) = self.jobs(["Hello."], self.defaults(), target=target, source=source)[0]
-            futures += self.batcher.submit([job])
+        futures = self.batcher.warm_up(job) if isinstance(self.batcher, Replicas) else self.batcher.submit([job()])
         remaining, lock = [len(futures)], threading.Lock()
 
         def one_back(future: Future) -> None:

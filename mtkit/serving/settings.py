@@ -16,10 +16,11 @@ class ServeConfig:
     split_sentences: bool = False  # the requests' default
     max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
     max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
-    replicas: int = 1  # engine processes (mtkit.serving.replicas); 1: the engine in the server's process
+    replicas: int = 1  # engine processes (mtkit.serving.replicas)
     confidence: bool = False  # the requests' default: a confidence with each text
     max_file_bytes: int = 20 << 20  # an uploaded document's size at most (/translate_file)
     keep_files_s: float = 3600.0  # how long a translated document waits for its download
+    in_process: bool = True  # with one replica: the engine on a thread of the HTTP process, not a process of its own
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes"):

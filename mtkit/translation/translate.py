@@ -14,6 +14,7 @@ from mtkit.data.batching import pad_batch
 from mtkit.decoding.beam import BeamStream
 from mtkit.decoding.cuda_graphs import GraphedDecoder, check_device
 from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.greedy_stream import GreedyStream
 from mtkit.decoding.search import MAX_SOURCE_TOKENS, Hypothesis, OnDone, SearchConfig, prefix_tensor, translate_ids
 from mtkit.model.files import ModelFile
 from mtkit.model.packed import cast_linear_weights, pack_linear_layers
@@ -292,12 +293,12 @@ class LineStream:
     """Raw lines joining one running beam search (mtkit.decoding.beam.BeamStream), for a server:
     add(keys, lines) between steps; each step() calls deliver(key, line, n-best) for every line
     it finished. A blank line is delivered at once, with no hypotheses; a line is translated from
-    its first MAX_SOURCE_TOKENS subwords. Beam 1 runs as a beam of one, which finds what greedy
-    search finds."""
+    its first MAX_SOURCE_TOKENS subwords. Beam 1 runs as greedy search (GreedyStream)."""
 
     def __init__(self, translator: Translator, deliver: Callable[[Any, str, NbestList], None]):
         self.translator, self.deliver = translator, deliver
-        self.search = BeamStream(translator.searcher, translator.cfg, translator.device)
+        cfg, greedy = translator.cfg, translator.cfg.beam == 1 and not translator.cfg.sample
+        self.search = (GreedyStream if greedy else BeamStream)(translator.searcher, cfg, translator.device)
         self.lines: dict[Any, tuple[str, int]] = {}  # each key's line, and its given start's length
 
     def add(
