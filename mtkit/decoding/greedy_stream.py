@@ -4,9 +4,8 @@ server's running search with one beam, without a beam's bookkeeping.
 Each step takes every sentence's most likely token; a sentence that ends (</s>, or its length limit)
 leaves the batch at once. Sentences join between steps at their own positions
 (mtkit.model.kv_cache.DecoderState.join); histories are right-aligned, each row's last `steps`
-columns its own. A sentence finds what greedy_search finds for it alone. With one beam a beam search
-keeps 2k+1 slots of ended hypotheses and two top-k's a step: on a small model they cost about as much
-as the decoder (docs/results/serving.md).
+columns its own. A sentence finds what greedy_search finds for it alone; a beam search of one beam
+would keep 2k+1 slots of ended hypotheses and take two top-k's a step for the same result.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ from typing import Any, Protocol
 
 _STOP = object()  # the worker's signal to end
 # Sentences join a running search once they are this share of it (or have waited max_wait_s): each
-# join runs the encoder once, and on a CPU a call for one sentence costs half of one for four
-# (docs/results/serving.md).
+# join runs the encoder once, and on a CPU a call for one sentence costs about half of one for four.
 JOIN_SHARE = 1 / 8
 
 

@@ -2,7 +2,9 @@
 what the batcher (mtkit.serving.dynamic_batching) calls on that thread: translate a batch, or open
 a running search. It runs in the server's process, or in each engine replica (mtkit.serving.replicas)."""
 
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,6 +51,26 @@ class SentenceStream:
 
     def step(self) -> None:
         self.stream.step()
+
+
+def when_all(futures: list[Future], then: Callable[[BaseException | None], None]) -> Future:
+    """A future settled once all of these are: with the first error if one failed; then(that error or
+    None) is called just before."""
+    done: Future = Future()
+    remaining, lock = [len(futures)], threading.Lock()
+
+    def one_back(future: Future) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        then(errors[0] if errors else None)
+        done.set_exception(errors[0]) if errors else done.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(one_back)
+    return done
 
 
 class Engine:

@@ -3,7 +3,6 @@
 model information and the warm-up; no HTTP here (mtkit.serving.http adds it)."""
 
 import asyncio
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
@@ -16,7 +15,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.core.textio import sha256_file
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFull
-from mtkit.serving.engine import Engine, Options, Result, Sentence
+from mtkit.serving.engine import Engine, Options, Result, Sentence, when_all
 from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
@@ -331,22 +330,8 @@ class Service:
         def job() -> Job:
             return self.jobs(["Hello."], self.defaults(), target=target, source=source)[0][0]
 
-        done: Future = Future()
         futures = self.batcher.warm_up(job) if isinstance(self.batcher, Replicas) else self.batcher.submit([job()])
-        remaining, lock = [len(futures)], threading.Lock()
-
-        def one_back(future: Future) -> None:
-            with lock:
-                remaining[0] -= 1
-                if remaining[0]:
-                    return
-            errors = [f.exception() for f in futures if f.exception() is not None]
-            self._warmed_up(errors[0] if errors else None)
-            done.set_exception(errors[0]) if errors else done.set_result(None)
-
-        for future in futures:
-            future.add_done_callback(one_back)
-        return done
+        return when_all(futures, self._warmed_up)
 
     def _warmed_up(self, error: BaseException | None) -> None:
         self.ready = error is None
