@@ -1,5 +1,7 @@
 """translate.LineStream: raw lines joining a running search, as `mtkit serve` uses it."""
 
+import threading
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -8,7 +10,11 @@ from mtkit.decoding.beam import BeamStream
 from mtkit.decoding.greedy_stream import GreedyStream
 from mtkit.decoding.search import SearchConfig
 from mtkit.model.files import load_model_file
+from mtkit.serving.dynamic_batching import Batcher, Job
+from mtkit.serving.engine import Engine, Options, Sentence
 from mtkit.translation.translate import Translator
+
+HANG_S = 600  # how long a result may take before the test calls it a hang (not a speed bound)
 
 
 def test_lines_that_join_between_steps_get_the_offline_nbest(trained_run, corpus):
@@ -74,3 +80,88 @@ def test_lines_joining_at_any_steps_get_their_offline_nbest(translators, lines, 
     for i in range(len(arrivals)):
         got = [(h.tokens, round(h.score, 4), text) for h, text in delivered[i]]
         assert got == [(h.tokens, round(h.score, 4), text) for h, text in expected[i]]
+
+
+class GatedStreams:
+    """The engine's streams, each step waiting for a permit (so that a test interleaves its arrivals and
+    cancellations with the steps), and a record of every sentence that joined one."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.permits, self.joined = engine, threading.Semaphore(0), []
+
+    def open(self, options, deliver):
+        stream = self.engine.open_stream(options, deliver)
+        add, step = stream.add, stream.step
+
+        def gated_add(keys, sentences):
+            self.joined += [s.text for s in sentences]
+            add(keys, sentences)
+
+        def gated_step():
+            self.permits.acquire()
+            step()
+
+        stream.add, stream.step = gated_add, gated_step
+        return stream
+
+
+@pytest.fixture(scope="module")
+def engine(trained_run):
+    built = Engine(lambda: Translator(load_model_file(trained_run), SearchConfig(beam=2), "cpu", "fp32"))
+    built.build()
+    return built
+
+
+@pytest.fixture(scope="module")
+def expected_by_beam(trained_run, lines):
+    """Offline greedy and beam 2 translations of `lines` (fp32)."""
+    model = load_model_file(trained_run)
+    return {beam: Translator(model, SearchConfig(beam=beam), "cpu", "fp32").translate(lines) for beam in (1, 2)}
+
+
+EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.sampled_from([1, 2]), st.lists(st.integers(0, 9), min_size=1, max_size=3)),
+        st.tuples(st.just("cancel"), st.integers(0, 20)),
+        st.tuples(st.just("steps"), st.integers(1, 6)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=EVENTS)
+def test_any_interleaving_of_arrivals_and_cancellations_gives_each_sentence_its_offline_translation(
+    engine, expected_by_beam, lines, events
+):
+    """Requests of beam 1 or 2 arrive, clients cancel sentences still queued, and the running searches
+    step, in any order: every sentence not cancelled gets its offline translation, and none cancelled
+    is translated."""
+    streams = GatedStreams(engine)
+    batcher = Batcher(engine.translate, 4096, 0.0, 1000, open_stream=streams.open)
+    batcher.start()
+    submitted = []
+    tokenizer = engine.translator.src_tokenizer
+    for event in events:
+        if event[0] == "submit":
+            _, beam, chosen = event
+            options = Options(beam=beam, nbest=1, lenpen=SearchConfig().lenpen, alignment=False)
+            jobs = [
+                Job(Sentence(lines[i], ids), 10, options)
+                for i, ids in zip(chosen, tokenizer.encode_batch([lines[i] for i in chosen]))
+            ]
+            submitted += [(beam, i, future) for i, future in zip(chosen, batcher.submit(jobs))]
+        elif event[0] == "cancel" and event[1] < len(submitted):
+            submitted[event[1]][2].cancel()  # False once the sentence is searching
+        elif event[0] == "steps":
+            streams.permits.release(event[1])
+    streams.permits.release(10**6)  # every search runs to its end
+    batcher.stop()
+    for beam, i, future in submitted:
+        if future.cancelled():
+            continue
+        nbest, _, _ = future.result(HANG_S)
+        assert nbest[0][1] == expected_by_beam[beam][i]
+    translated = sorted(streams.joined)
+    assert translated == sorted(lines[i] for _, i, future in submitted if not future.cancelled())
