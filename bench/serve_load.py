@@ -170,7 +170,7 @@ def main() -> None:
         "--settings", default="wait20,wait0,none", help="server settings to run: wait20, wait0, none, graphs (a GPU's)"
     )
     parser.add_argument("--threads", type=int, default=0, help="decoding threads, offline and served (0: torch's)")
-    parser.add_argument("--replicas", type=int, default=1, help="serve --replicas: engine processes in the server")
+    parser.add_argument("--replicas", type=int, help="serve --replicas: engine processes (default: serve's)")
     parser.add_argument("--in-process", action="store_true", help="serve --in-process: the engine in the HTTP process")
     parser.add_argument(
         "--client-processes", type=int, default=0, help="load generator processes (0: one per 32 clients)"
@@ -192,7 +192,8 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = mtkit_command("serve", "-m", args.model, "--engine", args.engine, "--port", port, "--beam", args.beam,
-                                "--replicas", args.replicas, *["--in-process"] * args.in_process)  # fmt: skip
+                                *(["--replicas", args.replicas] if args.replicas else []),
+                                *["--in-process"] * args.in_process)  # fmt: skip
         server = subprocess.Popen(command + options, stderr=subprocess.DEVNULL)
         try:
             while True:
@@ -227,7 +228,7 @@ def main() -> None:
     # this machine drifts: measured before and after the servers
     offline = {g: (offline_before[g] + offline_after[g]) / 2 for g in graphs}
     alone = offline_latency(args.model, sentences[:200], args.beam, args.engine) if 1 in client_counts else None
-    layout = "--in-process" if args.in_process else f"--replicas {args.replicas}"
+    layout = "--in-process" if args.in_process else f"--replicas {args.replicas or 'by default'}"
     print(f"mtkit serve under load: {args.model}, engine {args.engine}, {layout}, beam {args.beam}, "
           "lenpen 0.6, single test2016")  # fmt: skip
     print(f"sentences per request, {args.seconds:g} s per row; {conditions()}")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import run_mtkit
+import torch
+from conftest import run_mtkit, start_mtkit
 from test_serve import Server, concurrent_translations, offline, wait_until
 
 from mtkit.decoding.search import SearchConfig
@@ -171,7 +172,7 @@ def test_an_engine_process_answers_every_kind_of_request_as_the_engine_in_the_ht
         assert server.metric("mtkit_engine_replicas") == 1
         assert engine_processes(server.process.pid) == []
         reference = answers(server)
-    with Server(trained_run, tmp_path / "own.log", "--engine-process") as server:
+    with Server(trained_run, tmp_path / "own.log", "--engine-process", "--replicas", "1") as server:
         assert len(engine_processes(server.process.pid)) == 1
         assert answers(server) == reference
         assert concurrent_translations(server, sentences, 8) == offline(trained_run, sentences[:16])
@@ -180,7 +181,7 @@ def test_an_engine_process_answers_every_kind_of_request_as_the_engine_in_the_ht
 def test_an_engine_killed_under_load_fails_its_requests_with_503_and_is_started_again(trained_run, sentences, tmp_path):
     long_search = ("--min-len", "1000", "--max-len-b", "1000")  # a thousand steps and more
     expected = offline(trained_run, sentences[:1], *long_search, "--beam", "2")
-    options = ("--engine-process", *long_search)
+    options = ("--engine-process", "--replicas", "1", *long_search)
     with Server(trained_run, tmp_path / "serve.log", *options) as server:
         (engine,) = engine_processes(server.process.pid)
         answers: dict[int, httpx.Response] = {}
@@ -214,3 +215,28 @@ def test_an_engine_killed_under_load_fails_its_requests_with_503_and_is_started_
         assert again.json()["translations"] == expected
     log = server.log_path.read_text()
     assert "engine replica 0 stopped (exit code -9): its 6 sentences in flight get an error; it starts again" in log
+
+
+def test_in_process_with_several_replicas_is_a_clear_error(trained_run):
+    result = run_mtkit("serve", "-m", trained_run, "--in-process", "--replicas", "2")
+    assert result.returncode == 1
+    assert result.stderr.decode().strip().splitlines() == [
+        "error: --in-process runs one engine, in the server's process: not --replicas 2"
+    ]
+
+
+def test_the_default_layout_on_a_cpu_is_an_engine_per_decoding_thread(trained_run, tmp_path):
+    """One single-threaded engine process per thread torch decodes on (at most 4); one thread: one
+    engine, in the HTTP process."""
+    threads = min(torch.get_num_threads(), 4)
+    log = tmp_path / "default.log"
+    with open(log, "wb") as stderr:
+        process = start_mtkit("serve", "-m", trained_run, "--port", "0", "--precision", "fp32", stderr=stderr)
+    try:
+        wait_until(lambda: "on http://" in log.read_text(), "the server bound its port")
+        port = re.search(r"on http://127\.0\.0\.1:(\d+)$", log.read_text(), re.M).group(1)
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200, "the server is ready")
+        assert len(engine_processes(process.pid)) == (threads if threads > 1 else 0)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0

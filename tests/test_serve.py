@@ -36,6 +36,13 @@ def in_fp32(options: tuple) -> tuple:
     return options if "--precision" in options else (*options, "--precision", "fp32")
 
 
+def one_engine(options: tuple) -> tuple:
+    """The options, with the engine in the HTTP process unless they say where it runs: the default
+    layout depends on the machine's cores (test_replicas.py tests the engine processes)."""
+    layouts = {"--replicas", "--engine-process", "--in-process"}
+    return options if layouts & set(map(str, options)) else (*options, "--in-process")
+
+
 class Server:
     """`mtkit serve` in a subprocess on a port it chose (--port 0), ready to answer; its stderr (the
     request log) in a file. In fp32 unless the options say otherwise (see in_fp32)."""
@@ -44,7 +51,7 @@ class Server:
         """headers: sent with every GET of /ready and /metrics (an API key, where they need one)."""
         self.log_path, self.headers = log_path, headers
         with open(log_path, "wb") as log:
-            self.process = start_mtkit("serve", "-m", model, "--port", "0", *in_fp32(options), stderr=log)
+            self.process = start_mtkit("serve", "-m", model, "--port", "0", *one_engine(in_fp32(options)), stderr=log)
 
         def bound() -> bool:
             assert self.process.poll() is None, log_path.read_text()
@@ -360,7 +367,7 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
         assert server.stop() == 0
 
 
-@pytest.mark.parametrize("layout", [["--in-process"], ["--engine-process"], ["--replicas", "2"]])
+@pytest.mark.parametrize("layout", [["--in-process"], ["--engine-process", "--replicas", "1"], ["--replicas", "2"]])
 def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path, layout):
     expected = offline(trained_run, sentences[:8], *LONG_SEARCH)
     server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000", *layout)

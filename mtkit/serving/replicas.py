@@ -1,11 +1,12 @@
-"""Engine processes (serve --replicas N, one by default): each with its own copy of the model, its own
-batcher and its share of the CPU threads, behind the one process that speaks HTTP.
+"""Engine processes (serve --replicas N; by default one per decoding thread on a CPU, one on a GPU): each
+with its own copy of the model, its own batcher and its share of the CPU threads, behind the one
+process that speaks HTTP.
 
 The decoding loop runs the search and nothing else: HTTP, JSON, tokenizing, sentence splitting,
 markup, glossaries, keys and limits stay in the HTTP process, which hands an engine encoded sentences
-and gets their n-best back, and which starts the engine again if it dies. (On 2 CPU cores the engine
-in the HTTP process serves as fast: docs/RESULTS.md, "Serving".) With a small model on many cores one
-process's Python, not the arithmetic, limits the search: several replicas then run side by side. The HTTP process keeps
+and gets their n-best back, and which starts an engine again if it dies. Several engines run side by
+side: on a CPU, small batches keep the threads of one search waiting on each other, and one
+process's Python runs on one core (docs/RESULTS.md, "Serving"). The HTTP process keeps
 the queue limit, API keys, request limits and metrics, so they stay the server's, not a replica's.
 It sends each request's sentences to the replica with the fewest in flight; each replica batches what
 it gets as the in-process batcher would (continuous batching included) and sends each sentence's
