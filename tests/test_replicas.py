@@ -154,6 +154,7 @@ def test_replicas_below_one_is_a_clear_error(trained_run):
 MIXED = [  # requests of every kind: lengths, n-best with alignments, markup, sentence splitting
     {"text": ["A dog.", "A man in a red shirt is sitting on a bench next to a woman with a small dog."]},
     {"text": ["Two children play.", "A woman reads."], "nbest": 2, "alignment": True},
+    {"text": ["Two children play.", "A woman reads."], "beam": 1, "alignment": True},
     {"text": ["<p>A <b>small</b> dog runs <i>fast</i>.</p>"], "format": "html"},
     {"text": ["A dog runs. A cat sleeps."], "split_sentences": False},
 ]

@@ -166,8 +166,8 @@ def serve(
     if glossary is not None and cfg.beam == 1:
         raise MtkitError("--glossary needs beam search: --beam 2 or more")
     make, tokenizers, info = _load(
-        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang, not serve_cfg.in_process,
-        src_lang, mbr_cfg,
+        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang,
+        engine_process, src_lang, mbr_cfg,
     )  # fmt: skip
     from mtkit.text.targets import LANGUAGE_TOKENS
 

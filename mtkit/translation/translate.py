@@ -290,7 +290,7 @@ NbestList = list[tuple[Hypothesis, str]]
 
 
 class LineStream:
-    """Raw lines joining one running beam search (mtkit.decoding.beam.BeamStream), for a server:
+    """Raw lines joining one running search (mtkit.decoding.beam.BeamStream), for a server:
     add(keys, lines) between steps; each step() calls deliver(key, line, n-best) for every line
     it finished. A blank line is delivered at once, with no hypotheses; a line is translated from
     its first MAX_SOURCE_TOKENS subwords. Beam 1 runs as greedy search (GreedyStream)."""
