@@ -3,13 +3,14 @@
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
-import torch
-from conftest import run_mtkit, start_mtkit
+from conftest import run_mtkit
 from test_serve import Server, concurrent_translations, offline, wait_until
 
 from mtkit.decoding.search import SearchConfig
@@ -226,18 +227,23 @@ def test_in_process_with_several_replicas_is_a_clear_error(trained_run):
     ]
 
 
-def test_the_default_layout_on_a_cpu_is_an_engine_per_decoding_thread(trained_run, tmp_path):
-    """One single-threaded engine process per thread torch decodes on (at most 4); one thread: one
-    engine, in the HTTP process."""
-    threads = min(torch.get_num_threads(), 4)
-    log = tmp_path / "default.log"
+@pytest.mark.parametrize(("threads", "engines"), [(1, 0), (2, 2)])
+def test_the_default_layout_on_a_cpu_is_an_engine_process_per_decoding_thread(trained_run, tmp_path, threads, engines):
+    """One single-threaded engine process per thread torch decodes on; one thread: the engine in the
+    HTTP process."""
+    log = tmp_path / "serve.log"
     with open(log, "wb") as stderr:
-        process = start_mtkit("serve", "-m", trained_run, "--port", "0", "--precision", "fp32", stderr=stderr)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mtkit", "serve", "-m", str(trained_run), "--port", "0", "--precision", "fp32"],
+            stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+        )  # fmt: skip
     try:
         wait_until(lambda: "on http://" in log.read_text(), "the server bound its port")
         port = re.search(r"on http://127\.0\.0\.1:(\d+)$", log.read_text(), re.M).group(1)
         wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200, "the server is ready")
-        assert len(engine_processes(process.pid)) == (threads if threads > 1 else 0)
+        assert len(engine_processes(process.pid)) == engines
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert f"mtkit_engine_replicas_ready {max(engines, 1)}.0" in metrics
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
