@@ -152,7 +152,7 @@ def test_replicas_below_one_is_a_clear_error(trained_run):
     assert result.stderr.decode().strip().splitlines() == ["error: --replicas 0: must be at least 1"]
 
 
-MIXED = [  # requests of every kind: lengths, n-best with alignments, markup, sentence splitting
+MIXED = [  # requests of every kind: lengths, n-best with alignments, greedy with alignments, markup
     {"text": ["A dog.", "A man in a red shirt is sitting on a bench next to a woman with a small dog."]},
     {"text": ["Two children play.", "A woman reads."], "nbest": 2, "alignment": True},
     {"text": ["Two children play.", "A woman reads."], "beam": 1, "alignment": True},
