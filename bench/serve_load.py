@@ -11,7 +11,7 @@ sentences. "server CPU" and "clients CPU": the cores that the server process and
 kept busy (CPU seconds per second); a server near 1.0 is held by one Python thread.
 
   python bench/serve_load.py -m runs/multi30k/model.pt [--src en] [--seconds 30] [--clients 1,8,32]
-      [--threads N] [--replicas N]
+      [--threads N] [--replicas N] [--in-process | --engine-process]
 
 Needs pip install 'mtkit[serve]' httpx. The load generator runs on the same machine: a thread per
 client, in --client-processes processes (default: one per 32 clients, at most half the cores), so
@@ -19,7 +19,9 @@ that Python's lock on one process does not limit hundreds of clients; it takes s
 server. The offline rate is measured with the same options (--cuda-graphs for the graphs setting).
 --threads N decodes on N threads, offline and in the server (OMP_NUM_THREADS), e.g. to leave cores
 to HTTP and the clients; default: torch's choice. --replicas N: serve --replicas, engine processes
-sharing those threads ("server CPU" counts them).
+sharing those threads ("server CPU" counts them); --in-process: the engine in the HTTP process;
+--engine-process: engines in processes of their own; neither: serve's default. With 1 client among --clients, the 1-client p50 is compared with
+translating one sentence alone offline (p50 over 200 sentences).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def offline_translator(model: Path, beam: int, engine: str, cuda_graphs: bool):
+def offline_translator(model: Path, sentences: list[str], beam: int, engine: str, cuda_graphs: bool):
+    """The engine with the model loaded, warmed up on the first 20 sentences."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from mtkit.decoding.search import SearchConfig
     from mtkit.interop.engines import make_translator
@@ -64,13 +67,13 @@ def offline_translator(model: Path, beam: int, engine: str, cuda_graphs: bool):
     translator = make_translator(
         engine, [model], "best", SearchConfig(beam=beam, lenpen=0.6), "auto", "auto", 128, 8192, cuda_graphs
     )
-    translator.translate(["Hello."])  # warm-up
+    translator.translate(sentences[:20])  # warm-up
     return translator
 
 
 def offline_rate(model: Path, sentences: list[str], beam: int, engine: str, cuda_graphs: bool) -> float:
     """Sentences/s of `mtkit translate` on these sentences, the model already loaded."""
-    translator = offline_translator(model, beam, engine, cuda_graphs)
+    translator = offline_translator(model, sentences, beam, engine, cuda_graphs)
     start = time.perf_counter()
     translator.translate(sentences)
     return len(sentences) / (time.perf_counter() - start)
@@ -79,7 +82,7 @@ def offline_rate(model: Path, sentences: list[str], beam: int, engine: str, cuda
 def offline_latency(model: Path, sentences: list[str], beam: int, engine: str) -> float:
     """The median seconds to translate one sentence alone, the model already loaded (what a lone
     client's request costs the engine)."""
-    translator = offline_translator(model, beam, engine, False)
+    translator = offline_translator(model, sentences, beam, engine, False)
     seconds = []
     for sentence in sentences:
         start = time.perf_counter()
@@ -171,7 +174,9 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=0, help="decoding threads, offline and served (0: torch's)")
     parser.add_argument("--replicas", type=int, help="serve --replicas: engine processes (default: serve's)")
-    parser.add_argument("--in-process", action="store_true", help="serve --in-process: the engine in the HTTP process")
+    layout = parser.add_mutually_exclusive_group()
+    layout.add_argument("--in-process", action="store_true", help="serve --in-process: the engine in the HTTP process")
+    layout.add_argument("--engine-process", action="store_true", help="serve --engine-process: engines in processes")
     parser.add_argument(
         "--client-processes", type=int, default=0, help="load generator processes (0: one per 32 clients)"
     )
@@ -186,14 +191,14 @@ def main() -> None:
 
     graphs = [False, True] if "graphs" in args.settings.split(",") else [False]
     offline_before = {g: offline_rate(args.model, sentences, args.beam, args.engine, g) for g in graphs}
-    rows, rates = [], {}
+    rows, rates, medians = [], {}, {}  # rates and p50 latencies by (setting, clients)
     for setting in args.settings.split(","):
         name, options = SETTINGS[setting]
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = mtkit_command("serve", "-m", args.model, "--engine", args.engine, "--port", port, "--beam", args.beam,
                                 *(["--replicas", args.replicas] if args.replicas else []),
-                                *["--in-process"] * args.in_process)  # fmt: skip
+                                *["--in-process"] * args.in_process, *["--engine-process"] * args.engine_process)  # fmt: skip
         server = subprocess.Popen(command + options, stderr=subprocess.DEVNULL)
         try:
             while True:
@@ -212,7 +217,7 @@ def main() -> None:
                 after, server_cpu = batch_totals(httpx, url), cpu_seconds(server.pid) - server_cpu
                 rate = len(latencies) / args.seconds
                 rates[name, clients] = rate
-                rates[name, "p50", clients] = percentile(latencies, 0.5)
+                medians[name, clients] = percentile(latencies, 0.5)
                 mean_batch = (after[0] - before[0]) / max(1.0, after[1] - before[1])
                 rows.append(
                     [name, clients, rate, rate, 1000 * percentile(latencies, 0.5), 1000 * percentile(latencies, 0.95),
@@ -228,7 +233,10 @@ def main() -> None:
     # this machine drifts: measured before and after the servers
     offline = {g: (offline_before[g] + offline_after[g]) / 2 for g in graphs}
     alone = offline_latency(args.model, sentences[:200], args.beam, args.engine) if 1 in client_counts else None
-    layout = "--in-process" if args.in_process else f"--replicas {args.replicas or 'by default'}"
+    layout = " ".join(
+        [f"--replicas {args.replicas or 'by default'}", *["--in-process"] * args.in_process,
+         *["--engine-process"] * args.engine_process]
+    )  # fmt: skip
     print(f"mtkit serve under load: {args.model}, engine {args.engine}, {layout}, beam {args.beam}, "
           "lenpen 0.6, single test2016")  # fmt: skip
     print(f"sentences per request, {args.seconds:g} s per row; {conditions()}")
@@ -245,7 +253,7 @@ def main() -> None:
             f"{offline[graphed]:.1f} sentences/s (mean of {offline_before[graphed]:.1f} before and "
             f"{offline_after[graphed]:.1f} after the servers)"
         )
-    lone = rates.get((SETTINGS["wait20"][0], "p50", 1))
+    lone = medians.get((SETTINGS["wait20"][0], 1))
     if alone is not None and lone is not None:
         print(f"1 client: p50 {1000 * lone:.1f} ms, {lone / alone:.2f}x translating one sentence alone offline "
               f"(p50 {1000 * alone:.1f} ms over 200 sentences; target <= 1.5x)")  # fmt: skip
