@@ -7,7 +7,7 @@ by one; and a 3,000-word line of test2016's sentences in a file of 1,000 lines.
 BLEU is sacrebleu's against the joined references (200 paragraphs); "length" is its hypothesis
 length over the references' length. Many captions end without a full stop, and joined they run on
 into the next one, where no splitter can cut: the last two rows add a full stop to those first.
-Needs pysbd (`pip install 'mtkit[text]'`).
+pysbd, the splitter, is a dependency of mtkit.
 """
 
 from __future__ import annotations

@@ -49,6 +49,17 @@ TINY_TRAIN = [
 ]
 
 
+# translate's options that give the model each line as it is (no sentence splitting, spans kept as
+# text, casing as written): what a comparison with another implementation of the same model needs.
+AS_GIVEN = ("--no-split-sentences", "--no-keep-spans", "--no-recase")
+
+
+def as_given(translator):
+    """The translator, giving the model each line as it is (see AS_GIVEN)."""
+    translator.set_segmenter(split_sentences=False, keep_spans=False, recase=False)
+    return translator
+
+
 def pytest_runtest_setup(item):
     """A test marked gpu("why") skips without CUDA, saying why; bench/gpu_check.py --all runs them on a GPU."""
     marker = item.get_closest_marker("gpu")

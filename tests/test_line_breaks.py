@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtkit.core.config import build_config
+from mtkit.decoding.constraints import without_line_breaks
 from mtkit.decoding.search import SearchConfig, search
 from mtkit.model.files import ModelFile, save_model_file
 from mtkit.model.transformer import Transformer
 from mtkit.text.tokenizer import BOS_ID, BYTE_TOKENS, EOS_ID, LINE_BREAKS, Tokenizer, train_tokenizer
-from mtkit.translation.translate import Translator, without_line_breaks
+from mtkit.translation.translate import Translator
 
 SOURCES = ["A man runs on the street.", "", "Two children sit near the water.", "A dog waits."]
 

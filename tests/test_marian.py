@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import perturb_layer_norms, run_mtkit
+from conftest import AS_GIVEN, as_given, perturb_layer_norms, run_mtkit
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.interop.marian import import_marian
@@ -169,13 +169,27 @@ def test_greedy_translations_are_transformers(imported, corpus):
     model_file, hf_model, tokenizer = imported
     sources = (corpus / "test.en").read_text().splitlines()[:10] + SOURCES
     limit = 12
-    ours = Translator(
+    ours = as_given(Translator(
         model_file, SearchConfig(beam=1, max_len_a=0, max_len_b=limit, loop_ngram=0), device="cpu", precision="fp32"
-    )
+    ))  # fmt: skip
     batch = tokenizer(sources, return_tensors="pt", padding=True)
     generated = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=limit,
                                   forced_eos_token_id=None, bad_words_ids=[[tokenizer.pad_token_id]])  # fmt: skip
     assert ours.translate(sources) == tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+
+def test_an_imported_model_keeps_numbers_links_and_placeholders_exactly(imported):
+    """Spans are kept by the text stage alone: an imported model with random weights, which copies
+    nothing, gives every one of them back, as written, and a line's every sentence."""
+    model_file, _, _ = imported
+    ours = Translator(model_file, SearchConfig(beam=2, max_len_b=12), device="cpu", precision="fp32")
+    lines = [
+        "At 7:45 a man pays $5.99 to anna@example.com.",
+        "See https://example.org/a?b=1 or %s and {name}. 😀 2019!",
+    ]
+    spans = [["7:45", "$5.99", "anna@example.com"], ["https://example.org/a?b=1", "%s", "{name}", "😀", "2019"]]
+    for line, expected, out in zip(lines, spans, ours.translate(lines)):
+        assert all(out.count(span) == 1 for span in expected), (line, out)
 
 
 def test_typed_special_tokens_stay_text(imported):
@@ -289,7 +303,7 @@ def test_beam_translations_are_transformers(imported, corpus):
     model_file, hf_model, tokenizer = imported
     limit = 12
     cfg = SearchConfig(beam=4, lenpen=0.0, max_len_a=0, max_len_b=limit, loop_ngram=0)
-    ours = Translator(model_file, cfg, device="cpu", precision="fp32")
+    ours = as_given(Translator(model_file, cfg, device="cpu", precision="fp32"))
     for source in (corpus / "test.en").read_text().splitlines()[:10] + SOURCES:
         generated = hf_model.generate(**tokenizer([source], return_tensors="pt"), num_beams=4, do_sample=False,
                                       length_penalty=0.0, early_stopping=True, max_new_tokens=limit,
@@ -315,7 +329,7 @@ def test_a_multilingual_model_translates_into_the_language_its_tag_chooses(corpu
     sources = (corpus / "test.en").read_text().splitlines()[:8] + SOURCES[:4]
     limit = 12
     cfg = SearchConfig(beam=1, max_len_a=0, max_len_b=limit, loop_ngram=0)
-    ours = Translator(model_file, cfg, device="cpu", precision="fp32")
+    ours = as_given(Translator(model_file, cfg, device="cpu", precision="fp32"))
     outputs = {}
     for lang in ("fra", "spa", "por"):
         batch = tokenizer([f">>{lang}<< {line}" for line in sources], return_tensors="pt", padding=True)
@@ -326,7 +340,7 @@ def test_a_multilingual_model_translates_into_the_language_its_tag_chooses(corpu
         assert outputs[lang] == tokenizer.batch_decode(generated, skip_special_tokens=True)
     assert len({tuple(lines) for lines in outputs.values()}) == 3  # the tag chooses
     stdin = "".join(line + "\n" for line in sources).encode()
-    options = ("--beam", "1", "--max-len-a", "0", "--max-len-b", str(limit), "--loop-ngram", "0")
+    options = ("--beam", "1", "--max-len-a", "0", "--max-len-b", str(limit), "--loop-ngram", "0", *AS_GIVEN)
     by_iso = run_mtkit("translate", "-m", tmp_path / "mul.pt", "--tgt-lang", "es", *options, stdin=stdin)
     assert by_iso.returncode == 0 and by_iso.stdout.decode().splitlines() == outputs["spa"]
     refused = run_mtkit("translate", "-m", tmp_path / "mul.pt", *options, stdin=stdin)

@@ -166,7 +166,7 @@ def test_the_long_line_cut_is_counted_on_stderr_and_one_line_comes_out_per_line(
     assert "1 lines longer than 30 subwords (--max-source-len) were translated in pieces" in stderr
 
 
-def test_split_sentences_without_the_extra_is_refused_in_one_line(trained_run, tmp_path):
+def test_split_sentences_without_pysbd_is_refused_in_one_line(trained_run, tmp_path):
     code = (
         "import sys; sys.modules['pysbd'] = None\n"
         "from mtkit.cli import main\n"
@@ -175,7 +175,7 @@ def test_split_sentences_without_the_extra_is_refused_in_one_line(trained_run, t
     )
     result = subprocess.run([sys.executable, "-c", code], input=b"A dog.\n", capture_output=True)
     assert result.returncode == 1
-    assert result.stderr.decode().strip().splitlines()[-1].endswith("pip install 'mtkit[text]'")
+    assert result.stderr.decode().strip().splitlines()[-1].endswith("pip install pysbd")
     assert "Traceback" not in result.stderr.decode()
 
 

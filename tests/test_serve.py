@@ -543,13 +543,13 @@ def test_a_libretranslate_client_library_works_unchanged(server, trained_run, se
 
 
 def test_texts_are_translated_in_pieces_as_translate_translates_them(trained_run, sentences, tmp_path):
-    """split_sentences per request (default: serve --split-sentences), and texts longer than
+    """split_sentences per request (default: serve's, on unless --no-split-sentences), and texts longer than
     --max-source-len in pieces: the answers are `mtkit translate`'s lines with the same options;
     the request log counts the long texts; an alignment of a text in pieces is refused."""
     paragraphs = [" ".join(sentences[i : i + 3]) for i in range(0, 9, 3)] + ["", sentences[9]]
     long = " ".join(sentences[:30])
     split = offline(trained_run, paragraphs, "--split-sentences", "--max-source-len", "80")
-    whole = offline(trained_run, paragraphs + [long], "--max-source-len", "80")
+    whole = offline(trained_run, paragraphs + [long], "--no-split-sentences", "--max-source-len", "80")
     server = Server(trained_run, tmp_path / "serve.log", "--split-sentences", "--max-source-len", "80")
     try:
         assert server.post("/v1/translate", json={"text": paragraphs}).json() == {"translations": split}

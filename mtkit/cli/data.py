@@ -70,6 +70,13 @@ def train_tokenizer_command(
     normalization: Annotated[
         str, typer.Option("--normalization", help="Unicode normalization of all text: nfkc, nfc or none.")
     ] = "nfkc",
+    split_digits: Annotated[
+        bool,
+        typer.Option(
+            "--split-digits/--no-split-digits",
+            help="Keep each digit a subword of its own (numbers copied digit by digit).",
+        ),
+    ] = True,
     max_lines: Annotated[
         int,
         typer.Option(
@@ -91,7 +98,7 @@ def train_tokenizer_command(
 
     report = train_tokenizer(
         inputs, output, vocab_size, kind, min_frequency, split_punctuation, max_lines, tags or [], split_scripts,
-        normalization,
+        normalization, split_digits,
     )  # fmt: skip
     lines = (
         f"{report.lines:,}"
@@ -166,6 +173,13 @@ def preprocess(
         list[str] | None,
         typer.Option(help="NAME: corpus NAME's sources are back-translations; they start with the tokenizer's <bt>."),
     ] = None,
+    augment: Annotated[
+        str,
+        typer.Option(
+            help="Add training pairs again as people write: shares of upper, title, typos, spans, e.g. "
+            "upper=0.05,title=0.05,typos=0.03,spans=0.05 (default: none)."
+        ),
+    ] = "",
     force: Annotated[bool, typer.Option(help="Replace an existing dataset directory.")] = False,
 ) -> None:
     """Clean, encode and binarize parallel text into a memory-mapped dataset.
@@ -181,10 +195,14 @@ def preprocess(
     (offline, py3langid), --min-script-share pairs with letters in another script, --drop-copies
     targets that copy their source, --check-numbers pairs whose digits differ; the report counts each.
 
+    --augment adds a share of the training pairs again in ALL CAPS, in Title Case, with typos in
+    the source, or with a number, link or placeholder the target copies (mtkit/text/augment.py).
+
     Example: [bold]mtkit preprocess -s en -t de --train data/train --valid data/val --tokenizer tokenizer.json -o data-bin[/bold]
     """
     from mtkit.data.preprocess import CleaningRules, Sampling
     from mtkit.data.preprocess import preprocess as run_preprocess
+    from mtkit.text.augment import Augmentation
 
     training = _training_corpora(train, weight or [], back_translated or [], pairs or [])
     splits = {"train": training} | ({"valid": valid} if valid else {}) | ({"test": test} if test else {})
@@ -193,13 +211,15 @@ def preprocess(
         check_numbers,
     )  # fmt: skip
     sampling = Sampling(bpe_dropout, samples)
+    augmentation = Augmentation.parse(augment)
     directions = parse_lang_pairs(lang_pairs) if lang_pairs is not None else None
     bilingual = src_lang is not None and tgt_lang is not None
     if (directions is None and not bilingual) or (directions is not None and (src_lang or tgt_lang)):
         raise MtkitError("give --src-lang and --tgt-lang, or --lang-pairs for a multilingual dataset")
     manifest = run_preprocess(
-        src_lang or "", tgt_lang or "", splits, tokenizer, output, tgt_tokenizer, rules, force, sampling, directions
-    )
+        src_lang or "", tgt_lang or "", splits, tokenizer, output, tgt_tokenizer, rules, force, sampling, directions,
+        augmentation,
+    )  # fmt: skip
     for corpus in manifest.get("corpora", []):
         what = f"weight {corpus['weight']:g}" + (", back-translated" if corpus["back_translated"] else "")
         console.info(f"train/{corpus['name']} ({what}): {_kept(corpus)}")
@@ -210,9 +230,13 @@ def preprocess(
 
 def _kept(report: dict) -> str:
     dropped = ", ".join(f"{rule} {n}" for rule, n in report["dropped"].items() if n) or "none"
+    augmented = report.get("augmented") or {}
+    copies = ", ".join(f"{kind} {n:,}" for kind, n in augmented.items())
+    kept = report["kept"] - sum(augmented.values())
     return (
-        f"kept {report['kept']:,} of {report['read']:,} pairs (dropped: {dropped}); "
-        f"{report['src_tokens']:,} source and {report['tgt_tokens']:,} target subwords"
+        f"kept {kept:,} of {report['read']:,} pairs (dropped: {dropped}); "
+        + (f"added {sum(augmented.values()):,} augmented copies ({copies}); " if augmented else "")
+        + f"{report['src_tokens']:,} source and {report['tgt_tokens']:,} target subwords"
     )
 
 

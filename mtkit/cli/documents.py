@@ -17,6 +17,7 @@ from mtkit.cli.options import (
     DeviceOption,
     EngineOption,
     GlossaryOption,
+    KeepSpansOption,
     LenpenOption,
     LoopNgramOption,
     LoopRepeatsOption,
@@ -29,6 +30,7 @@ from mtkit.cli.options import (
     ModelsOption,
     NoRepeatOption,
     PrecisionOption,
+    RecaseOption,
     SrcLangOption,
     TgtLangOption,
     load_glossary,
@@ -84,6 +86,8 @@ def translate_file(
     split_sentences: Annotated[
         bool, typer.Option("--split-sentences/--no-split-sentences", help="Translate paragraphs sentence by sentence.")
     ] = True,
+    keep_spans: KeepSpansOption = True,
+    recase: RecaseOption = True,
     max_source_len: MaxSourceLenOption = 0,
     src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
@@ -128,7 +132,8 @@ def translate_file(
     cfg = search_config(model_beam(beam, engine, model, checkpoint), lenpen, max_len_a, max_len_b, min_len, 1,
                         no_repeat_ngram, loop_ngram, loop_repeats)  # fmt: skip
     translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens,
-                                 cuda_graphs, False, max_source_len, tgt_lang, src_lang)  # fmt: skip
+                                 cuda_graphs, False, max_source_len, tgt_lang, src_lang, None, keep_spans,
+                                 recase)  # fmt: skip
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
     target = tgt_lang or translator.model_meta.get("tgt_lang")
     with console.progress(f"translating {input.name}") as bar:

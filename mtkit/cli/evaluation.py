@@ -20,6 +20,7 @@ from mtkit.cli.options import (
     EpsilonOption,
     FormatOption,
     GlossaryOption,
+    KeepSpansOption,
     LangPairsOption,
     LenpenOption,
     LoopNgramOption,
@@ -35,6 +36,7 @@ from mtkit.cli.options import (
     ModelBeamOption,
     NoRepeatOption,
     PrecisionOption,
+    RecaseOption,
     SplitSentencesOption,
     SrcLangOption,
     TgtLangOption,
@@ -85,7 +87,9 @@ def evaluate(
     epsilon: EpsilonOption = 0.02,
     mbr_utility: MbrUtilityOption = "chrf",
     seed: Annotated[int, typer.Option(help="Random seed of --mbr's samples.")] = 0,
-    split_sentences: SplitSentencesOption = False,
+    split_sentences: SplitSentencesOption = True,
+    keep_spans: KeepSpansOption = True,
+    recase: RecaseOption = True,
     max_source_len: MaxSourceLenOption = 0,
     src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
@@ -136,7 +140,7 @@ def evaluate(
                             seed=seed)  # fmt: skip
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-            max_source_len, pairs[0][1], pairs[0][0], mbr_cfg,
+            max_source_len, pairs[0][1], pairs[0][0], mbr_cfg, keep_spans, recase,
         )  # fmt: skip
         print_direction_scores(direction_scores(translator, test, pairs, names, lowercase, tokenize), as_json)
         return
@@ -166,7 +170,7 @@ def evaluate(
                             seed=seed)  # fmt: skip
         translator = make_translator(
             engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-            split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg,
+            split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg, keep_spans, recase,
         )  # fmt: skip
         load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
         inner = translator

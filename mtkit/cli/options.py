@@ -38,7 +38,25 @@ LoopNgramOption = Annotated[
 LoopRepeatsOption = Annotated[int, typer.Option(help="Loop guard: the most times one n-gram may occur.")]
 SplitSentencesOption = Annotated[
     bool,
-    typer.Option("--split-sentences", help="Translate each line sentence by sentence (pip install 'mtkit[text]')."),
+    typer.Option(
+        "--split-sentences/--no-split-sentences",
+        help="Translate each line sentence by sentence, the sentences' translations joined on one line.",
+    ),
+]
+KeepSpansOption = Annotated[
+    bool,
+    typer.Option(
+        "--keep-spans/--no-keep-spans",
+        help="Keep numbers, dates, times, prices, phone numbers, URLs, e-mail addresses, paths, `code`, "
+        "placeholders and emoji exactly as written.",
+    ),
+]
+RecaseOption = Annotated[
+    bool,
+    typer.Option(
+        "--recase/--no-recase",
+        help="Translate a sentence in ALL CAPS or Title Case in sentence case, and case its translation as it was.",
+    ),
 ]
 MaxSourceLenOption = Annotated[
     int,

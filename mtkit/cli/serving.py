@@ -16,6 +16,7 @@ from mtkit.cli.options import (
     EngineOption,
     EpsilonOption,
     GlossaryOption,
+    KeepSpansOption,
     LenpenOption,
     LoopNgramOption,
     LoopRepeatsOption,
@@ -30,6 +31,7 @@ from mtkit.cli.options import (
     ModelOption,
     NoRepeatOption,
     PrecisionOption,
+    RecaseOption,
     SrcLangOption,
     TgtLangOption,
     mbr_config,
@@ -118,10 +120,12 @@ def serve(
     split_sentences: Annotated[
         bool,
         typer.Option(
-            "--split-sentences",
-            help="Translate texts sentence by sentence unless a request says otherwise (mtkit[text]).",
+            "--split-sentences/--no-split-sentences",
+            help="Translate texts sentence by sentence unless a request says otherwise.",
         ),
-    ] = False,
+    ] = True,
+    keep_spans: KeepSpansOption = True,
+    recase: RecaseOption = True,
     max_source_len: MaxSourceLenOption = 0,
     src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
@@ -153,7 +157,7 @@ def serve(
     replicas, engine_process = _layout(replicas, engine_process, engine, device)
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
-        confidence, max_file_bytes, keep_files, not engine_process,
+        confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":

@@ -20,6 +20,7 @@ from mtkit.cli.options import (
     EpsilonOption,
     FormatOption,
     GlossaryOption,
+    KeepSpansOption,
     LenpenOption,
     LoopNgramOption,
     LoopRepeatsOption,
@@ -35,7 +36,7 @@ from mtkit.cli.options import (
     ModelsOption,
     NoRepeatOption,
     PrecisionOption,
-    SplitSentencesOption,
+    RecaseOption,
     SrcLangOption,
     TgtLangOption,
     check_markup_options,
@@ -89,7 +90,15 @@ def translate(
     prefix_in_input: Annotated[
         bool, typer.Option(help="Input lines are source<TAB>prefix: the translation begins with the prefix.")
     ] = False,
-    split_sentences: SplitSentencesOption = False,
+    split_sentences: Annotated[
+        bool | None,
+        typer.Option(
+            "--split-sentences/--no-split-sentences",
+            help="Translate each line sentence by sentence, joined on one line (default: yes, but with --alignment).",
+        ),
+    ] = None,
+    keep_spans: KeepSpansOption = True,
+    recase: RecaseOption = True,
     max_source_len: MaxSourceLenOption = 0,
     src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
@@ -160,6 +169,7 @@ def translate(
         raise MtkitError("--alignment needs one model and --engine pytorch")
     if alignment and split_sentences:
         raise MtkitError("--alignment and --split-sentences exclude each other: an alignment is of one sentence")
+    split_sentences = not alignment if split_sentences is None else split_sentences
     if confidence and (nbest > 1 or markup != "text" or engine != "pytorch" or alignment):
         raise MtkitError("--confidence is for one plain-text translation a line (not --nbest, --format, --alignment) "
                          "with --engine pytorch")  # fmt: skip
@@ -174,7 +184,7 @@ def translate(
         check_output_file(output)
     translator = make_translator(
         engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-        split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg,
+        split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg, keep_spans, recase,
     )  # fmt: skip
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
     if markup != "text":  # it splits each segment's sentences itself, keeping count of the words

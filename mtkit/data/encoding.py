@@ -13,6 +13,7 @@ from mtkit.core import console
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import iter_lines, line_bytes, progress_size
 from mtkit.data.dataset import SentenceWriter
+from mtkit.text.augment import Augmentation
 from mtkit.text.cleaning import DROP_REASONS, CleaningRules, drop_reason, noise_reason
 from mtkit.text.dedup import DigestSet, pair_digests
 from mtkit.text.tokenizer import Tokenizer
@@ -27,6 +28,7 @@ class SplitReport:
     src_tokens: int = 0
     tgt_tokens: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+    augmented: dict[str, int] = field(default_factory=dict)  # of the kept, copies added by kind (mtkit.text.augment)
 
 
 def _paired_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
@@ -59,14 +61,17 @@ def encode_split(
     samples: list[tuple[tuple[SentenceWriter, SentenceWriter], tuple[Tokenizer, Tokenizer]]] | None = None,
     tags: list[int] | None = None,
     langs: tuple[str, str] | None = None,
+    augmentation: Augmentation | None = None,
 ) -> SplitReport:
     """Encode one split; `rules` None keeps every line (valid/test). With `raw` (source and target
     paths), the lines are also kept there as plain UTF-8 text, from the same single read. With
     `samples` ((writers, dropout tokenizers) per sample, the first being `writers`), each kept pair
     is encoded again for every sample; the plain encoding only decides what is kept. With `tags`,
     every kept source starts with those ids (the cleaning rules see the sentence without them). With
-    `langs` (source and target language), the rules' noise filters apply too. Raw text is appended
-    to what the files hold (a split of several directions writes them one after the other)."""
+    `langs` (source and target language), the rules' noise filters apply too. With `augmentation`, each
+    chunk's kept pairs are followed by their augmented copies (mtkit.text.augment) that the length
+    rules keep. Raw text is appended to what the files hold (a split of several directions writes them
+    one after the other)."""
     report = SplitReport()
     tagged = (lambda ids: [[*tags, *s] for s in ids]) if tags else (lambda ids: ids)
     seen = DigestSet()
@@ -95,18 +100,45 @@ def encode_split(
             for reason in filter(None, reasons):
                 report.dropped[reason] += 1
             kept_src, kept_tgt = [src_ids[i] for i in kept], [tgt_ids[i] for i in kept]
+            kept_srcs, kept_tgts = [srcs[i] for i in kept], [tgts[i] for i in kept]
+            if augmentation and augmentation.active and rules:
+                extra = _augmented(augmentation, rules, tokenizers, kept_srcs, kept_tgts, report)
+                kept_srcs, kept_tgts = kept_srcs + extra[0], kept_tgts + extra[1]
+                kept_src, kept_tgt = kept_src + extra[2], kept_tgt + extra[3]
             if samples:
                 for (sample_src, sample_tgt), (sample_src_tok, sample_tgt_tok) in samples:
-                    sample_src.add_many(tagged(sample_src_tok.encode_batch([srcs[i] for i in kept])))
-                    sample_tgt.add_many(sample_tgt_tok.encode_batch([tgts[i] for i in kept]))
+                    sample_src.add_many(tagged(sample_src_tok.encode_batch(kept_srcs)))
+                    sample_tgt.add_many(sample_tgt_tok.encode_batch(kept_tgts))
             else:
                 src_writer.add_many(tagged(kept_src))
                 tgt_writer.add_many(kept_tgt)
             report.read += len(chunk)
             bar.advance(sum(line_bytes(src) for src, _ in chunk) if total else len(chunk))
-    report.kept = src_writer.sentences - written[0]
+    report.kept = src_writer.sentences - written[0]  # augmented copies included: the pairs written
     report.src_tokens, report.tgt_tokens = src_writer.tokens - written[1], tgt_writer.tokens - written[2]
     return report
+
+
+def _augmented(
+    augmentation: Augmentation,
+    rules: CleaningRules,
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    srcs: list[str],
+    tgts: list[str],
+    report: SplitReport,
+) -> tuple[list[str], list[str], list[list[int]], list[list[int]]]:
+    """The augmented copies of a chunk's kept pairs that the length rules keep: their texts and ids,
+    counted by kind in the report (their pairs numbered from the pairs read before the chunk)."""
+    copies = augmentation.copies(list(zip(srcs, tgts)), report.read)
+    src_ids = tokenizers[0].encode_batch([src for _, _, src, _ in copies])
+    tgt_ids = tokenizers[1].encode_batch([tgt for _, _, _, tgt in copies])
+    out: tuple[list, list, list, list] = ([], [], [], [])
+    for (_, kind, src, tgt), src_row, tgt_row in zip(copies, src_ids, tgt_ids):
+        if drop_reason(src_row, tgt_row, rules) is None:
+            for column, value in zip(out, (src, tgt, src_row, tgt_row)):
+                column.append(value)
+            report.augmented[kind] = report.augmented.get(kind, 0) + 1
+    return out
 
 
 def total_report(reports: list[SplitReport]) -> SplitReport:
@@ -115,6 +147,8 @@ def total_report(reports: list[SplitReport]) -> SplitReport:
         total.read, total.kept = total.read + report.read, total.kept + report.kept
         total.src_tokens, total.tgt_tokens = total.src_tokens + report.src_tokens, total.tgt_tokens + report.tgt_tokens
         total.dropped = {rule: total.dropped[rule] + count for rule, count in report.dropped.items()}
+        for kind, count in report.augmented.items():
+            total.augmented[kind] = total.augmented.get(kind, 0) + count
     return total
 
 

@@ -16,6 +16,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.core.textio import atomic_directory
 from mtkit.data.dataset import MANIFEST, SentenceWriter, ids_dtype, sample_split
 from mtkit.data.encoding import dropped_summary, encode_split, total_report
+from mtkit.text.augment import Augmentation
 from mtkit.text.cleaning import CleaningRules
 from mtkit.text.targets import TARGET_TAG_PREFIX, checked_directions, target_tag_ids
 from mtkit.text.tokenizer import Tokenizer, tag_token
@@ -70,6 +71,7 @@ def preprocess(
     force: bool = False,
     sampling: Sampling | None = None,
     directions: list[tuple[str, str]] | None = None,
+    augmentation: Augmentation | None = None,
 ) -> dict:
     """Build a binarized dataset from `splits` ({"train": PREFIX, "valid": PREFIX, ...}); returns the
     manifest. The training split may join several corpora ({"train": [Corpus, ...]}).
@@ -79,8 +81,10 @@ def preprocess(
     PREFIX.T), one after the other, and every source starts with its target's tag <2T> (Johnson et
     al., 2017; `train-tokenizer --tag 2T`). Each training corpus becomes one per direction, named
     NAME.S-T (S-T for an unnamed one), so that weights and the sampling temperature apply to
-    directions."""
+    directions. `augmentation`: training pairs added again as people write them (mtkit.text.augment)."""
     rules = rules or CleaningRules()
+    augmentation = augmentation or Augmentation()
+    augmentation.validate()
     multilingual = directions is not None
     directions = checked_directions(directions) if multilingual else [(src_lang, tgt_lang)]
     file_sides = MULTILINGUAL_SIDES if multilingual else (src_lang, tgt_lang)
@@ -153,7 +157,7 @@ def preprocess(
                     tags = ([target_tags[t]] if multilingual else []) + ([tag] if corpus.back_translated else [])
                     cleaning = rules if is_train else None
                     encoded.append(encode_split(paths, writers, (src_tok, tgt_tok), cleaning, description, raw,
-                                                 samples, tags, (s, t)))  # fmt: skip
+                                                 samples, tags, (s, t), augmentation if is_train else None))  # fmt: skip
                 reports[split] = total_report(encoded)
                 per_corpus = encoded if is_train else per_corpus
                 if multilingual:
@@ -186,6 +190,7 @@ def preprocess(
             "tgt_tokenizer": _tokenizer_entry(tgt_tok, tgt_file),
             "cleaning": asdict(rules),
             "sampling": asdict(sampling),
+            "augmentation": augmentation.as_dict(),
             "splits": {name: asdict(report) for name, report in reports.items()},
             **(
                 {

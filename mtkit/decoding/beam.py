@@ -219,7 +219,7 @@ class BeamStream:
         forced = self.forced.repeat_interleave(k, dim=0) if forcing else None
         pin = Pin(lprobs, row_steps, forced, cfg.given_prefix)
         constrained = constrain(
-            lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard
+            lprobs, row_steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard, cfg.spelling
         )
         lprobs = pin.apply(constrained)
         guided = ConstrainedStep(self.phrases, self.phrase_lengths, self.progress, k) if self.progress.size(1) else None

@@ -4,6 +4,9 @@ length, banned id sequences (a tokenizer's line breaks), repeated n-grams, and l
 The loop guard lets an n-gram occur a bounded number of times in a translation: a token that
 would make it occur once more is banned. Legitimate repeats ("a man and a man") stay possible,
 but a hypothesis stuck in a loop ("-S-S-S-S-...") must leave it, whatever the loop's period.
+Within a word the spelling guard (SpellingGuard) goes further: no letter more than three times in a
+row ("MEEEEGGGG"), and no subword of two letters or more a third time in one word
+("Irokesenschenschenschen"); no word of the languages mtkit is used for needs either.
 
 Each step applies them to every row at once, and none waits for the device: on a GPU, a read of a
 device value on the host stalls the search until every queued kernel has run.
@@ -11,13 +14,20 @@ device value on the host stalls the search until every queued kernel has run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+if TYPE_CHECKING:
+    from mtkit.decoding.search_rules import SearchConfig
 
 
 def constrain(
@@ -28,11 +38,12 @@ def constrain(
     banned: tuple[tuple[int, ...], ...],
     no_repeat: int,
     loop_guard: tuple[int, int] = (0, 0),
+    spelling: SpellingGuard | None = None,
 ) -> Tensor:
     """Forbid <pad>/<s>, </s> before min_len, the banned sequences, repeated n-grams of size
-    no_repeat (0: allowed), and with loop_guard (n, most) an n-gram's occurrence past its most-th
-    (n = 0: no guard); steps: each row's tokens so far; history: each row's tokens (the last ones:
-    rows may be left-padded)."""
+    no_repeat (0: allowed), with loop_guard (n, most) an n-gram's occurrence past its most-th
+    (n = 0: no guard), and what `spelling` forbids; steps: each row's tokens so far; history: each
+    row's tokens (the last ones: rows may be left-padded)."""
     lprobs[:, PAD_ID] = float("-inf")
     lprobs[:, BOS_ID] = float("-inf")
     lprobs[:, EOS_ID] = lprobs[:, EOS_ID].masked_fill(steps < min_len, float("-inf"))
@@ -43,7 +54,22 @@ def constrain(
     loop_n, most = loop_guard
     if loop_n and history.size(1) >= loop_n + most - 1:  # the shortest history with `most` of one n-gram
         lprobs = _ban_ngrams_past(lprobs, history, loop_n, most)
+    if spelling is not None and loop_n and history.size(1):
+        lprobs = spelling.apply(lprobs, history)
     return lprobs
+
+
+def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
+    """cfg, banning every id sequence that decodes to a line break (a translation is one line), with
+    the spelling guard of the target vocabulary (mtkit.decoding.constraints)."""
+    banned = tuple(map(tuple, tgt_tokenizer.line_break_sequences()))
+    return dataclasses.replace(cfg, banned=banned, spelling=spelling_guard(tgt_tokenizer))
+
+
+@functools.lru_cache(maxsize=4)
+def spelling_guard(tokenizer: Tokenizer) -> SpellingGuard:
+    """A tokenizer's spelling guard, made once (its vocabulary read token by token)."""
+    return SpellingGuard.of(tokenizer.vocabulary())
 
 
 def _ban_sequences(lprobs: Tensor, history: Tensor, banned: tuple[tuple[int, ...], ...]) -> Tensor:
@@ -89,3 +115,80 @@ def _ban_ngrams_past(lprobs: Tensor, history: Tensor, n: int, most: int) -> Tens
         1, tokens, torch.ones_like(lprobs[:, :1]).expand_as(tokens)
     )
     return lprobs.masked_fill_(counts[:, :-1] >= most, float("-inf"))
+
+
+@dataclass(frozen=True, eq=False)
+class SpellingGuard:
+    """What the spelling guard knows of each target token (by id), read off its text: its first and
+    last letter (lower-cased; -1 where the token starts or ends otherwise: a space, a digit, a mark),
+    the runs of those letters at its ends, whether it is one letter repeated (a run goes on through
+    it), its longest run inside, and whether it is a subword of two letters or more inside a word."""
+
+    first: tuple[int, ...]
+    lead: tuple[int, ...]
+    last: tuple[int, ...]
+    trail: tuple[int, ...]
+    uniform: tuple[bool, ...]
+    inner: tuple[int, ...]
+    word_start: tuple[bool, ...]
+    counted: tuple[bool, ...]
+    most_letters: int = 3  # a letter at most this many times in a row
+    most_subwords: int = 2  # a counted subword at most this many times in one word
+    window: int = 16  # the tokens a word is looked for in
+
+    @classmethod
+    def of(cls, vocabulary: list[str]) -> SpellingGuard:
+        """The guard of a vocabulary (Tokenizer.vocabulary(): "▁" starts a word; special and byte
+        tokens, "<...>", are neither letters nor counted)."""
+        rows = [_spelling(token) for token in vocabulary]
+        return cls(*(tuple(column) for column in zip(*rows)))
+
+    def apply(self, lprobs: Tensor, history: Tensor) -> Tensor:
+        vocab = min(len(self.first), lprobs.size(1))  # a model may score fewer tokens than its tokenizer has
+        first, lead, last, trail, uniform, inner, word_start, counted = _guard_tensors(self, lprobs.device, vocab)
+        lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(inner > self.most_letters, float("-inf"))
+        # The run of one letter that ends the history: through the last tokens that are that letter alone.
+        recent = history[:, -(self.most_letters + 1) :].clamp(max=vocab - 1)
+        letter, run = last[recent[:, -1]], trail[recent[:, -1]]
+        going = uniform[recent[:, -1]]
+        for k in range(2, recent.size(1) + 1):
+            token = recent[:, -k]
+            same = going & (last[token] == letter)
+            run, going = run + torch.where(same, trail[token], 0), same & uniform[token]
+        too_long = (
+            (first[None, :] == letter[:, None])
+            & (letter[:, None] >= 0)
+            & (run[:, None] + lead[None, :] > self.most_letters)
+        )
+        lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(too_long, float("-inf"))
+        # Subwords of the current word: from its last word start on.
+        word = history[:, -self.window :].clamp(max=vocab - 1)
+        starts = word_start[word].long()
+        later = starts.flip(1).cumsum(1).flip(1) - starts  # word starts after each position
+        in_word = (later == 0) & counted[word]
+        counts = torch.zeros(word.size(0), vocab + 1, dtype=torch.long, device=word.device)
+        counts.scatter_add_(1, torch.where(in_word, word, vocab), torch.ones_like(word))
+        repeated = (counts[:, :vocab] >= self.most_subwords) & counted[None, :]
+        lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(repeated, float("-inf"))
+        return lprobs
+
+
+def _spelling(token: str) -> tuple[int, int, int, int, bool, int, bool, bool]:
+    if token.startswith("<") and token.endswith(">") and len(token) > 2:  # special, byte or tag token
+        return -1, 0, -1, 0, False, 0, False, False
+    text = token.replace("▁", " ").lower()
+    runs = [(char, len(list(group))) for char, group in itertools.groupby(text)]
+    letter = [char.isalpha() for char, _ in runs]
+    first, lead = (ord(runs[0][0]), runs[0][1]) if runs and letter[0] else (-1, 0)
+    last, trail = (ord(runs[-1][0]), runs[-1][1]) if runs and letter[-1] else (-1, 0)
+    inner = max((n for (char, n), is_letter in zip(runs, letter) if is_letter), default=0)
+    word_start = token.startswith("▁")
+    counted = not word_start and sum(c.isalpha() for c in text) >= 2
+    return first, lead, last, trail, len(runs) == 1 and letter[0], inner, word_start, counted
+
+
+@functools.lru_cache(maxsize=8)
+def _guard_tensors(guard: SpellingGuard, device: torch.device, vocab: int) -> tuple[Tensor, ...]:
+    columns = (guard.first, guard.lead, guard.last, guard.trail, guard.uniform, guard.inner, guard.word_start,
+               guard.counted)  # fmt: skip
+    return tuple(torch.tensor(column[:vocab], device=device) for column in columns)

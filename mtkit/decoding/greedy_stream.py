@@ -73,7 +73,16 @@ class GreedyStream:
         self.clock += 1
         pin = Pin(lprobs, self.steps, self.forced if forcing else None, cfg.given_prefix)
         lprobs = pin.apply(
-            constrain(lprobs, self.steps, self.history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
+            constrain(
+                lprobs,
+                self.steps,
+                self.history,
+                cfg.min_len,
+                cfg.banned,
+                cfg.no_repeat_ngram,
+                cfg.loop_guard,
+                cfg.spelling,
+            )
         )
         tokens = lprobs.argmax(dim=-1)
         self.log_probs = self.log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)

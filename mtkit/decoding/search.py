@@ -96,7 +96,9 @@ def greedy_search(
             forcing = forced is not None and step < forced.size(1)  # else Pin has nothing to do
             pin = Pin(lprobs, steps, forced[alive] if forcing else None, cfg.given_prefix)
             lprobs = pin.apply(
-                constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
+                constrain(
+                    lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard, cfg.spelling
+                )
             )
             tokens = sample(lprobs, cfg, uniforms(keys[alive], step)) if cfg.sample else lprobs.argmax(dim=-1)
             log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1)
@@ -149,7 +151,9 @@ def sample_search(
         forcing = forced is not None and step < forced.size(1)
         pin = Pin(lprobs, steps, forced[row_sentence] if forcing else None, cfg.given_prefix)
         lprobs = pin.apply(
-            constrain(lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard)
+            constrain(
+                lprobs, steps, history, cfg.min_len, cfg.banned, cfg.no_repeat_ngram, cfg.loop_guard, cfg.spelling
+            )
         )
         tokens = sample(lprobs, cfg, uniforms(keys, step))
         log_probs = log_probs + lprobs.gather(1, tokens[:, None]).squeeze(1).masked_fill(done, 0.0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -58,6 +59,9 @@ class SearchConfig:
     # The first given_prefix tokens of every target prefix are given, not predicted: each scores 0, as
     # transformers' forced_bos_token_id scores the target language's token (mtkit.text.targets).
     given_prefix: int = 0
+    # With the loop guard, the spelling guard of the target vocabulary (mtkit.decoding.constraints.SpellingGuard),
+    # which the engine sets from its tokenizer: no letter four times in a row, no subword three times in a word.
+    spelling: Any = None
     # Decoder layers whose cross-attention greedy search keeps with each hypothesis (Hypothesis.attention),
     # so that word alignments need no second pass (mtkit.translation.alignment); () keeps none.
     attention_layers: tuple[int, ...] = ()

@@ -20,12 +20,13 @@ import torch
 from mtkit.core.config import DEFAULT_BEAM, default_beam
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import atomic_directory
+from mtkit.decoding.constraints import without_line_breaks
 from mtkit.decoding.search_rules import MAX_POSITIONS, Hypothesis, OnDone, SearchConfig, max_output_length
 from mtkit.model.files import ModelFile
 from mtkit.model.output_layer import export_logit_bias
 from mtkit.model.transformer import POSITION_TABLES
 from mtkit.text.tokenizer import PAD, Tokenizer
-from mtkit.translation.translate import TextTranslator, without_line_breaks
+from mtkit.translation.translate import TextTranslator
 
 QUANTIZATIONS = ("float32", "int8", "int16", "float16", "bfloat16", "int8_float32", "int8_bfloat16")
 META_FILE = "mtkit.json"

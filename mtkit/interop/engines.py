@@ -36,17 +36,20 @@ def make_translator(
     batch_size: int,
     max_tokens: int,
     cuda_graphs: bool = False,
-    split_sentences: bool = False,
+    split_sentences: bool = True,
     max_source_len: int = 0,
     tgt_lang: str | None = None,
     src_lang: str | None = None,
     mbr: MbrConfig | None = None,
+    keep_spans: bool = True,
+    recase: bool = True,
 ) -> TextTranslator:
     """The engine's translator for one model, or (PyTorch) for an ensemble of several; lines cut into
     sentences with split_sentences, and lines longer than max_source_len subwords (0: the model's
     training limit) into pieces (mtkit.translation.sentences); tgt_lang: the target, for a model of several,
     and src_lang the source, for a model with language tokens (mtkit.text.targets); mbr: minimum Bayes
-    risk decoding (mtkit.translation.mbr) instead of the search."""
+    risk decoding (mtkit.translation.mbr) instead of the search; keep_spans, recase: numbers, links, ...
+    kept as written, and ALL CAPS or Title Case translated in sentence case (mtkit.translation.sentences)."""
     if split_sentences:
         require_splitter()  # before the model loads
     translator: TextTranslator
@@ -75,5 +78,5 @@ def make_translator(
     else:
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
     translator.set_target(tgt_lang, src_lang)
-    translator.set_segmenter(split_sentences, max_source_len)
+    translator.set_segmenter(split_sentences, max_source_len, keep_spans, recase)
     return translator

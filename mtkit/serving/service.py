@@ -33,7 +33,7 @@ from mtkit.text.markup_placement import (
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.confidence import Calibration
-from mtkit.translation.sentences import Segmenter, SentenceSplitter, require_splitter, segmenter_for
+from mtkit.translation.sentences import Cut, Prepared, Segmenter, SentenceSplitter, require_splitter, segmenter_for
 from mtkit.translation.translate import NbestList, TextTranslator
 
 MAX_BEAM = 16
@@ -85,9 +85,7 @@ class Service:
         self.checksum = sha256_file(info.path)
         if cfg.split_sentences:
             require_splitter("serve --split-sentences")
-        self._segmenters: dict[bool, Segmenter] = {
-            False: segmenter_for(self.src_tokenizer, info.meta, False, cfg.max_source_len)
-        }
+        self._segmenters: dict[bool, Segmenter] = {False: self._segmenter_for(False)}
         self.languages = Languages(info.meta, info.source_language, info.target_language, self.src_tokenizer)
         self._splitter: SentenceSplitter | None = None  # markup's sentences (run_markup)
 
@@ -121,8 +119,13 @@ class Service:
                 require_splitter("split_sentences")
             except MtkitError as err:
                 raise RequestError(422, f"{err} (on the server)") from None
-            self._segmenters[True] = segmenter_for(self.src_tokenizer, self.info.meta, True, self.cfg.max_source_len)
+            self._segmenters[True] = self._segmenter_for(True)
         return self._segmenters[split_sentences]
+
+    def _segmenter_for(self, split_sentences: bool) -> Segmenter:
+        cfg = self.cfg
+        return segmenter_for(self.src_tokenizer, self.info.meta, split_sentences, cfg.max_source_len, cfg.keep_spans,
+                             cfg.recase)  # fmt: skip
 
     def defaults(self) -> Options:
         return Options(self.base_cfg.beam, 1, self.base_cfg.lenpen, False, self.cfg.confidence)
@@ -173,11 +176,11 @@ class Service:
         target: str | None = None,
         source: str | None = None,
         glossary: Any = None,
-    ) -> tuple[list[Job], list[int], int]:
+    ) -> tuple[list[Job], list[Cut], int]:
         """A job per piece of each text (mtkit.translation.sentences: one, unless the text is long or sentences
         are split), each starting with its target's tag where the model has tags (so that requests for
-        different targets share batches; `glossary`: the request's pairs); each text's number of pieces,
-        and how many texts were long."""
+        different targets share batches; `glossary`: the request's pairs); each text's pieces, and how
+        many texts were long."""
         tag, given = self.framing(source, target)
         self._check_chars(texts)
         if not texts:
@@ -193,7 +196,7 @@ class Service:
         encoded = self.src_tokenizer.encode_batch(stripped)
         wanted = [i for i, text in enumerate(stripped) if text]
         cut = dict(zip(wanted, segmenter.pieces([stripped[i] for i in wanted], [encoded[i] for i in wanted])))
-        pieces = [cut.get(i, [ids]) for i, ids in enumerate(encoded)]
+        pieces = [cut.get(i) or Cut([ids], [Prepared(text)], [1]) for i, (text, ids) in enumerate(zip(texts, encoded))]
         if options.alignment and any(len(p) > 1 for p in pieces):
             n = next(i for i, p in enumerate(pieces) if len(p) > 1)
             raise RequestError(
@@ -202,14 +205,14 @@ class Service:
         pieced = [
             (n, piece, ids if tag is None else [tag, *ids])
             for n, (text, parts) in enumerate(zip(texts, pieces))
-            for piece, ids in zip([text] if len(parts) == 1 else self.src_tokenizer.decode_batch(parts), parts)
+            for piece, ids in zip([text] if parts.as_is else self.src_tokenizer.decode_batch(parts), parts)
         ]
         try:  # each piece's terms (mtkit.serving.terms)
             found = self.terms.per_piece(self.terms.for_request(glossary), [(n, t) for n, t, _ in pieced], options.beam)
         except TermsError as err:
             raise RequestError(422, str(err)) from None
         jobs = [Job(Sentence(t, ids, given, terms), len(ids) + 1, options) for (_, t, ids), terms in zip(pieced, found)]
-        return jobs, [len(parts) for parts in pieces], sum(len(ids) > segmenter.max_len for ids in encoded)
+        return jobs, pieces, sum(len(ids) > segmenter.max_len for ids in encoded)
 
     async def run(
         self,
@@ -224,8 +227,9 @@ class Service:
         """Each text's answer (and with options.confidence, its least confident piece's confidence), its
         pieces queued and dropped if the client goes away; split_sentences, target, source: None: the defaults;
         glossary: the request's [source term, target term] pairs, used before the server's."""
-        split = self.cfg.split_sentences if split_sentences is None else split_sentences
-        jobs, counts, long = self.jobs(texts, options, split, target, source, glossary)
+        if split_sentences is None:  # an alignment is of one sentence: one asked for keeps its text whole
+            split_sentences = self.cfg.split_sentences and not options.alignment
+        jobs, cuts, long = self.jobs(texts, options, split_sentences, target, source, glossary)
         request.state.sentences, request.state.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
@@ -244,8 +248,8 @@ class Service:
                 results = waiting.result()
             except EngineStopped as err:
                 raise RequestError(503, f"{err}; retry", {"Retry-After": "1"}) from None
-            request.state.missed_terms = missed_terms(results, counts)
-            return self._joined(results, counts, options)
+            request.state.missed_terms = missed_terms(results, [len(cut) for cut in cuts])
+            return self._joined(results, cuts, options)
         for future in futures:
             future.cancel()
         waiting.cancel()
@@ -306,17 +310,15 @@ class Service:
             self._splitter = SentenceSplitter(self.info.source_language)
         return self._splitter
 
-    def _joined(
-        self, results: list[Result], counts: list[int], options: Options
-    ) -> tuple[list[Any], list[float] | None]:
+    def _joined(self, results: list[Result], cuts: list[Cut], options: Options) -> tuple[list[Any], list[float] | None]:
         """Each text's answer from its pieces' results, in order, and with confidences each text's lowest."""
         answers, scores, start = [], [], 0
         segmenter = self._segmenters[False]
-        for count in counts:
-            parts = results[start : start + count]
-            start += count
-            alignments = parts[0][1] if count == 1 else None
-            answers.append(self._answer(options, segmenter.join([nbest for nbest, _, _ in parts]), alignments))
+        for cut in cuts:
+            parts = results[start : start + len(cut)]
+            start += len(cut)
+            alignments = parts[0][1] if len(cut) == 1 else None
+            answers.append(self._answer(options, segmenter.join([nbest for nbest, _, _ in parts], cut), alignments))
             scores.append(min((score for _, _, score in parts if score is not None), default=1.0))
         return answers, scores if options.confidence else None
 

@@ -13,7 +13,7 @@ class ServeConfig:
     max_wait_ms: float = 20.0
     max_queue: int = 2048
     max_chars: int = 20000
-    split_sentences: bool = False  # the requests' default
+    split_sentences: bool = True  # the requests' default
     max_source_len: int = 0  # subwords a piece holds at most (0: the model's training limit)
     max_texts: int = 0  # texts per request at most (0: as many as the queue holds)
     replicas: int = 1  # engine processes (mtkit.serving.replicas)
@@ -21,6 +21,8 @@ class ServeConfig:
     max_file_bytes: int = 20 << 20  # an uploaded document's size at most (/translate_file)
     keep_files_s: float = 3600.0  # how long a translated document waits for its download
     in_process: bool = True  # with one replica: the engine on a thread of the HTTP process, not a process of its own
+    keep_spans: bool = True  # numbers, links, addresses, ... kept as written (mtkit.text.spans)
+    recase: bool = True  # ALL CAPS and Title Case translated in sentence case, then cased again (mtkit.text.casing)
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes"):

@@ -198,7 +198,11 @@ class TokenizerReport:
 
 
 def _blank_tokenizer(
-    model: models.Model, split_punctuation: bool, split_scripts: bool = True, normalization: str = "nfkc"
+    model: models.Model,
+    split_punctuation: bool,
+    split_scripts: bool = True,
+    normalization: str = "nfkc",
+    split_digits: bool = True,
 ) -> HFTokenizer:
     tokenizer = HFTokenizer(model)
     if NORMALIZATIONS[normalization] is not None:
@@ -208,6 +212,8 @@ def _blank_tokenizer(
         steps.append(pre_tokenizers.Split(Regex(r"▁?\p{P}"), behavior="isolated"))
     if split_scripts:
         steps.append(pre_tokenizers.Split(Regex(SCRIPT_PIECES), behavior="isolated"))
+    if split_digits:  # each digit alone (SentencePiece's split_digits): a number is written digit by digit
+        steps.append(pre_tokenizers.Digits(individual_digits=True))
     if isinstance(model, models.Unigram):
         # A Unigram model segments a word into any pieces of its vocabulary, the special and byte
         # tokens included, so typed "</s>" or "<0x41>" would become them. Every such token starts
@@ -275,13 +281,16 @@ def train_tokenizer(
     tags: Sequence[str] = (),
     split_scripts: bool = True,
     normalization: str = "nfkc",
+    split_digits: bool = True,
 ) -> TokenizerReport:
     """Train a subword tokenizer on raw text files and write it atomically to `output`;
     split_punctuation: no subword joins a punctuation character to anything else; split_scripts:
     text in scripts without spaces is cut into short pre-tokens (SCRIPT_PIECES); normalization: one
     of NORMALIZATIONS, applied to all text before anything else (stored in the file); max_lines: train
     on a uniform sample of that many lines when the inputs hold more (0: on every line); tags: names
-    of tag tokens (`bt` gives `<bt>`, for tagged back-translation) that text never produces."""
+    of tag tokens (`bt` gives `<bt>`, for tagged back-translation) that text never produces;
+    split_digits: every digit a subword of its own, so that a model learns to copy numbers digit by
+    digit (a tokenizer trained without it keeps its own pre-tokenizer, in its file)."""
     if vocab_size < MIN_VOCAB_SIZE:
         raise MtkitError(
             f"--vocab-size {vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
@@ -303,13 +312,13 @@ def train_tokenizer(
     learned_size = vocab_size - len(BYTE_TOKENS) - len(set(tags))
     if kind == "bpe":
         hf = _blank_tokenizer(
-            models.BPE(unk_token=UNK, byte_fallback=True), split_punctuation, split_scripts, normalization
+            models.BPE(unk_token=UNK, byte_fallback=True), split_punctuation, split_scripts, normalization, split_digits
         )
         trainer = trainers.BpeTrainer(
             vocab_size=learned_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
         )
     else:
-        hf = _blank_tokenizer(models.Unigram(), split_punctuation, split_scripts, normalization)
+        hf = _blank_tokenizer(models.Unigram(), split_punctuation, split_scripts, normalization, split_digits)
         trainer = trainers.UnigramTrainer(
             vocab_size=learned_size, special_tokens=SPECIAL_TOKENS, unk_token=UNK, show_progress=False
         )

@@ -18,13 +18,14 @@ from mtkit.core.distributed import Distributed
 from mtkit.core.errors import MtkitError
 from mtkit.data.batching import collate, make_batches
 from mtkit.data.dataset import ParallelDataset
+from mtkit.decoding.constraints import without_line_breaks
 from mtkit.decoding.search import translate_ids
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.model.transformer import Transformer
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.training.loss import TrainingObjective
 from mtkit.translation.evaluate import corpus_scores
-from mtkit.translation.translate import without_line_breaks, without_start
+from mtkit.translation.translate import without_start
 
 VALID_BATCH_TOKENS = 1 << 14  # validation batches are at least this large: no gradients to keep
 

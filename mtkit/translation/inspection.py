@@ -14,11 +14,11 @@ import torch
 
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import atomic_path, read_records, write_text_atomic
+from mtkit.decoding.constraints import without_line_breaks
 from mtkit.decoding.search import translate_ids
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.model.files import ModelFile
 from mtkit.translation.alignment import KINDS, attention_weights
-from mtkit.translation.translate import without_line_breaks
 
 FORMATS = ("png", "svg", "html", "json")
 

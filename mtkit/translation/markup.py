@@ -150,7 +150,8 @@ def has_codes(segment: Segment) -> bool:
 
 def _translate_plain(translator: TextTranslator, texts: list[str], split_sentences: bool, on_progress) -> list[str]:
     """Segments without codes as plain lines (their text escaped as XML), sentence by sentence where asked."""
-    translator.set_segmenter(split_sentences and _has_splitter())
+    current = translator.segmenter
+    translator.set_segmenter(split_sentences, current.max_len, current.keep_spans, current.recase)
     lines = [html.unescape(text) for text in texts]
     found = translator.translate_hypotheses(lines, on_line=_counter(len(lines), on_progress))
     return [html.escape(nbest[0][1], quote=False) if nbest and line.strip() else text
@@ -167,11 +168,3 @@ def _counter(total: int, on_progress: Progress | None):
             on_progress(done[0], total)
 
     return on_line
-
-
-def _has_splitter() -> bool:
-    try:
-        import pysbd  # noqa: F401
-    except ImportError:
-        return False
-    return True

@@ -3,14 +3,20 @@ into one line each.
 
 A model learns from sentences of bounded length. Given a paragraph on one line it tends to stop
 after the first sentence, and given more subwords than it was trained on it drifts. So:
-- with split_sentences, every line is cut into its sentences by pysbd's rules for the source
-  language (shipped in its pip package: `pip install 'mtkit[text]'`);
+- with split_sentences (segmenter_for's default), every line is cut into its sentences by pysbd's
+  rules for the source language (shipped in its pip package, a dependency of mtkit);
 - a line longer than max_len subwords is always cut: into sentences (pysbd's where installed, else
   a split after . ! ? … and CJK full stops), and a sentence still longer at word starts (subwords
   whose token begins with "▁"), into pieces of at most max_len subwords, as Sockeye does. Nothing
   is truncated or dropped.
+Each sentence is made ready for the model first (with keep_spans and recase, segmenter_for's
+defaults): numbers, links, addresses, paths, code, placeholders and emoji replaced by stand-ins and
+put back after (mtkit.text.spans: masked in the whole line, before the splitter sees it), and a
+sentence in ALL CAPS or Title Case translated in sentence case and cased as it was after
+(mtkit.text.casing).
 Each piece is translated alone; a line's translations are joined with a space, or with nothing for
-a target language written without spaces. A line of one sentence, within max_len, stays as it is.
+a target language written without spaces. A line of one sentence, within max_len, with nothing to
+make ready, stays as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from dataclasses import dataclass, field
 from mtkit.core.console import warn
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import MAX_SOURCE_TOKENS, Hypothesis
+from mtkit.text.casing import casing_of, recase, sentence_case
+from mtkit.text.spans import Masked, mask
 from mtkit.text.tokenizer import Tokenizer
 
 # The fewest subwords a piece may be limited to: a character unseen in training is up to 4 byte tokens.
@@ -38,7 +46,7 @@ def require_splitter(option: str = "--split-sentences") -> None:
     try:
         import pysbd  # noqa: F401
     except ImportError:
-        raise MtkitError(f"{option} needs pysbd, the sentence splitter: pip install 'mtkit[text]'") from None
+        raise MtkitError(f"{option} needs pysbd, the sentence splitter: pip install pysbd") from None
 
 
 class SentenceSplitter:
@@ -71,16 +79,50 @@ def default_splitter(lang: str | None) -> SentenceSplitter:
     return SentenceSplitter(lang)
 
 
-def segmenter_for(tokenizer: Tokenizer, meta: dict, split_sentences: bool = False, max_len: int = 0) -> Segmenter:
+def segmenter_for(
+    tokenizer: Tokenizer,
+    meta: dict,
+    split_sentences: bool = True,
+    max_len: int = 0,
+    keep_spans: bool = True,
+    recase: bool = True,
+) -> Segmenter:
     """The Segmenter of a model with this source tokenizer and meta (its languages, and "max_len", the
     training data's length limit: the default max_len, 0 or none meaning MAX_SOURCE_TOKENS; with
     "target_tags", a piece is at most MAX_SOURCE_TOKENS - 1 long, the tag taking the last place)."""
     trained = meta.get("max_len") or MAX_SOURCE_TOKENS
     segmenter = Segmenter(tokenizer, max_len or min(trained, MAX_SOURCE_TOKENS), split_sentences, meta.get("src_lang"),
-                          meta.get("tgt_lang"))  # fmt: skip
+                          meta.get("tgt_lang"), keep_spans, recase)  # fmt: skip
     if meta.get("target_tags"):  # a piece leaves room for the target's tag before it
         segmenter.max_len = min(segmenter.max_len, MAX_SOURCE_TOKENS - 1)
     return segmenter
+
+
+@dataclass
+class Prepared:
+    """A sentence as the model translates it, and how its translation is made the reader's again."""
+
+    text: str
+    masked: Masked | None = None  # its spans, replaced by stand-ins
+    casing: str | None = None  # mtkit.text.casing: UPPER or TITLE, where the source was written so
+
+    def restore(self, translation: str) -> str:
+        translation = recase(translation, self.casing)
+        return self.masked.restore(translation) if self.masked else translation
+
+
+class Cut(list):
+    """A line's pieces (subword ids, a list of them), with its sentences as prepared and how many
+    pieces each sentence has: what Segmenter.join needs to make the line's translation."""
+
+    def __init__(self, pieces: list[list[int]], sentences: list[Prepared], counts: list[int]):
+        super().__init__(pieces)
+        self.sentences, self.counts = sentences, counts
+
+    @property
+    def as_is(self) -> bool:
+        """Whether the line is one piece whose translation is the reader's as it is."""
+        return len(self) == 1 and not self.sentences[0].masked and not self.sentences[0].casing
 
 
 @dataclass
@@ -92,6 +134,8 @@ class Segmenter:
     split_sentences: bool = False
     src_lang: str | None = None
     tgt_lang: str | None = None
+    keep_spans: bool = False
+    recase: bool = False
     _splitter: SentenceSplitter | None = field(default=None, repr=False)
     _word_starts: set[int] | None = field(default=None, repr=False)
     _continuations: set[int] = field(default_factory=set, repr=False)
@@ -109,20 +153,35 @@ class Segmenter:
     def separator(self) -> str:
         return "" if self.tgt_lang in UNSPACED_LANGUAGES else " "
 
-    def pieces(self, lines: Sequence[str], ids: Sequence[list[int]]) -> list[list[list[int]]]:
-        """Each (stripped, non-blank) line's pieces, as subword ids; `ids`: the lines' own encodings."""
+    def prepare(self, sentence: str, masked: Masked | None = None) -> Prepared:
+        """A sentence as the model translates it, where `masked` is its line with spans replaced by
+        stand-ins (keep_spans): in sentence case where written in ALL CAPS or Title Case (recase)."""
+        masked = masked.within(sentence) if masked else None
+        casing = casing_of(sentence) if self.recase else None
+        if casing:
+            keep = frozenset(stand_in for stand_in, _ in masked.stand_ins) if masked else frozenset()
+            sentence = sentence_case(sentence, casing, self.src_lang, keep)
+        return Prepared(sentence, masked if masked and masked.stand_ins else None, casing)
+
+    def pieces(self, lines: Sequence[str], ids: Sequence[list[int]]) -> list[Cut]:
+        """Each (stripped, non-blank) line's pieces, as subword ids; `ids`: the lines' own encodings.
+        Spans are masked in the whole line, before the sentence splitter sees it ("a?b=1" is no end)."""
         out = []
         for line, row in zip(lines, ids):
-            sentences = self._splitter.split(line) if self.split_sentences else [line]
-            if len(sentences) == 1 and len(row) <= self.max_len:
-                out.append([row])
-                continue
-            if len(sentences) == 1:
+            masked = mask(line) if self.keep_spans else None
+            text = masked.text if masked else line
+            sentences = self._splitter.split(text) if self.split_sentences else [text]
+            if len(sentences) == 1 and len(row) > self.max_len:
                 if self._splitter is None:
                     self._splitter = default_splitter(self.src_lang)
-                sentences = self._splitter.split(line)
-            encoded = self.tokenizer.encode_batch(sentences) if len(sentences) > 1 else [row]
-            out.append([piece for sentence in encoded for piece in self._within_max_len(sentence)])
+                sentences = self._splitter.split(text)
+            prepared = [self.prepare(sentence, masked) for sentence in sentences]
+            if len(prepared) == 1 and prepared[0].text == line:
+                encoded = [row]
+            else:
+                encoded = self.tokenizer.encode_batch([sentence.text for sentence in prepared])
+            groups = [self._within_max_len(sentence) for sentence in encoded]
+            out.append(Cut([piece for group in groups for piece in group], prepared, [len(g) for g in groups]))
         return out
 
     def _within_max_len(self, row: list[int]) -> list[list[int]]:
@@ -144,9 +203,22 @@ class Segmenter:
             start = cut
         return pieces + [row[start:]]
 
-    def join(self, nbest_lists: Sequence[list[tuple[Hypothesis, str]]]) -> list[tuple[Hypothesis, str]]:
-        """One line's n-best from its pieces': the k-th joins every piece's k-th (or its last, where a
-        piece has fewer); its tokens are the pieces' in order, its score and log-probability their sums."""
+    def join(self, nbest_lists: Sequence[NbestList], cut: Cut | None = None) -> NbestList:
+        """One line's n-best from its pieces' (`cut`: the line's pieces as pieces() gave them; none: each
+        piece a sentence as it is): each sentence's translations made the reader's (Prepared.restore),
+        then joined as _joined says."""
+        if cut is None or cut.as_is:
+            return self._joined(nbest_lists)
+        sentences, start = [], 0
+        for prepared, count in zip(cut.sentences, cut.counts):
+            joined = self._joined(nbest_lists[start : start + count])
+            sentences.append([(hypothesis, prepared.restore(text)) for hypothesis, text in joined])
+            start += count
+        return self._joined(sentences)
+
+    def _joined(self, nbest_lists: Sequence[NbestList]) -> NbestList:
+        """The k-th joins every piece's k-th (or its last, where a piece has fewer); its tokens are the
+        pieces' in order, its score and log-probability their sums."""
         if len(nbest_lists) == 1:
             return list(nbest_lists[0])
         joined = []
@@ -161,3 +233,6 @@ class Segmenter:
             )
             joined.append((hypothesis, self.separator.join(text for _, text in chosen if text)))
         return joined
+
+
+NbestList = list[tuple[Hypothesis, str]]

@@ -12,6 +12,7 @@ from mtkit.core.device import autocast, autocast_dtype, resolve_device, resolve_
 from mtkit.core.errors import MtkitError
 from mtkit.data.batching import pad_batch
 from mtkit.decoding.beam import BeamStream
+from mtkit.decoding.constraints import without_line_breaks
 from mtkit.decoding.cuda_graphs import GraphedDecoder, check_device
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.greedy_stream import GreedyStream
@@ -33,11 +34,6 @@ def one_line(prefix: str) -> str:
 
 def without_start(hyps: list[Hypothesis], given: int) -> list[Hypothesis]:  # the search was given the first ones
     return [dataclasses.replace(h, tokens=h.tokens[given:], attention=None) for h in hyps] if given else hyps
-
-
-def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
-    """cfg, banning every id sequence that decodes to a line break: a translation is one line."""
-    return dataclasses.replace(cfg, banned=tuple(map(tuple, tgt_tokenizer.line_break_sequences())))
 
 
 class TextTranslator:
@@ -76,10 +72,15 @@ class TextTranslator:
             self.set_segmenter()
         return self._segmenter
 
-    def set_segmenter(self, split_sentences: bool = False, max_len: int = 0) -> None:
+    def set_segmenter(
+        self, split_sentences: bool = True, max_len: int = 0, keep_spans: bool = True, recase: bool = True
+    ) -> None:
         """split_sentences: translate each line sentence by sentence; max_len: the most subwords
-        translated as one piece (0: the model's training data's length limit)."""
-        self._segmenter = segmenter_for(self.src_tokenizer, self.model_meta, split_sentences, max_len)
+        translated as one piece (0: the model's training data's length limit); keep_spans, recase: see
+        mtkit.translation.sentences."""
+        self._segmenter = segmenter_for(
+            self.src_tokenizer, self.model_meta, split_sentences, max_len, keep_spans, recase
+        )
 
     def keep_lines_whole(self) -> None:
         """Translate every line as one piece (of up to MAX_SOURCE_TOKENS subwords, its tag included):
@@ -151,7 +152,7 @@ class TextTranslator:
             found[k] = list(zip(hyps, self.tgt_tokenizer.decode_batch([h.tokens for h in hyps])))
             waiting[j] -= 1
             if waiting[j] == 0:
-                out[wanted[j]] = segmenter.join(found[first[j] : first[j + 1]])
+                out[wanted[j]] = segmenter.join(found[first[j] : first[j + 1]], pieces[j])
                 if self.warn_missed_terms and out[wanted[j]] and out[wanted[j]][0][0].missed_constraints:
                     warn(f"line {first_line + wanted[j]}: cut at the length limit before it held every term")
                 if on_line:

@@ -1,0 +1,149 @@
+"""Spans of a text that a translation keeps character for character: numbers (with their separators),
+dates, times, prices, phone numbers, URLs, e-mail addresses, file paths, code in backticks,
+placeholders of software strings (`%s`, `%1$d`, `{name}`, `{{name}}`, `%(n)d`, `%{name}`,
+`${name}`) and emoji.
+
+A model learns from sentences where such spans are rare, and garbles them ("7:45" as "8855555").
+So before translation each span is replaced by a stand-in (a single digit, one the text does not
+hold otherwise: what a model trained with digits split copies, and short enough not to derail one
+that has not learned to), and after it each stand-in is replaced by its span again; a stand-in the
+translation lost is put back at the same share of the words as in the source. The kept spans are
+thus exact whatever the model does with them. (On a Multi30k model, digits as stand-ins left the
+rest of a sentence closer to its reference than capital letters or names did, and forcing the
+stand-ins into the search as glossary constraints made it repeat them: "in 2 2 2 2 2 10".)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Emoji: pictographs and symbols, with their variation selector, skin tones, ZWJ sequences and flags.
+_PICTOGRAPH = "[\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff]"
+_EMOJI = rf"(?:[\U0001f1e6-\U0001f1ff]{{2}}|{_PICTOGRAPH}[\ufe0f\U0001f3fb-\U0001f3ff]*(?:\u200d{_PICTOGRAPH}[\ufe0f\U0001f3fb-\U0001f3ff]*)*)"
+_NUMBER = r"\d+(?:[.,\u202f\u00a0']\d+)*"  # 1,250 / 1.250,50 / 10'000 / 2019
+# Each kind, in the order in which they claim the text: an earlier kind's span wins an overlap.
+KINDS: dict[str, str] = {
+    "code": r"`[^`\n]+`",
+    "url": r"\b(?:https?|ftp)://[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+",
+    "email": r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
+    "path": r"(?<![\w/])(?:(?:~|\.{1,2})/[\w.-]+(?:/[\w.-]+)*/?|/[\w.-]+(?:/[\w.-]+)+/?)"
+    r"|\b[A-Za-z]:\\(?:[\w.-]+\\)*[\w.-]+",
+    "placeholder": r"%\(\w+\)[-+ #0]*\d*(?:\.\d+)?[sdifgexXcr]|%\d+\$[-+ #0]*\d*[sdif@]|%[sdif@]|%\{\w+\}|\$\{\w+\}"
+    r"|\{\{\s*[\w.]+\s*\}\}|\{[\w.]*\}",
+    "emoji": _EMOJI,
+    "date": r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[./]\d{1,2}[./]\d{2,4}\b",
+    "time": r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?(?!\w))?",
+    "phone": r"(?<![\w+])(?:\+\d{1,3}[ -]?)?(?:\(\d{1,5}\)[ -]?)?\d{2,5}(?:[ -]\d{2,8}){1,4}(?![\w,.]\d)",
+    "price": rf"[$€£¥₹]\s?{_NUMBER}(?:\s?(?:[kKmM]|bn)\b)?|\b{_NUMBER}\s?[€£¥₹]",
+    "number": rf"(?<![\w]){_NUMBER}(?:\s?%)?(?![^\W\d_])",
+}
+_PATTERN = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in KINDS.items()))
+_TRAILING = ".,;:!?)]}'\""  # closes a sentence or a bracket, not a URL or a path
+# Stand-ins, in the order they are taken: digits, then capital letters where a sentence has more than nine spans.
+STAND_INS = "123456789XYZQWKJV"
+
+
+@dataclass(frozen=True)
+class Span:
+    kind: str
+    start: int
+    end: int
+    text: str
+
+
+def find_spans(text: str) -> list[Span]:
+    """The spans of `text` to keep, in order, none overlapping."""
+    out = []
+    for match in _PATTERN.finditer(text):
+        kind, value, start = match.lastgroup, match.group(), match.start()
+        if kind in ("url", "path"):
+            value = _trimmed(value)
+        if kind == "phone" and sum(c.isdigit() for c in value) < 7:  # "10 20" is two numbers
+            out.extend(find_spans_of_kind("number", value, start))
+            continue
+        if value:
+            out.append(Span(kind, start, start + len(value), value))
+    return out
+
+
+def find_spans_of_kind(kind: str, text: str, offset: int = 0) -> list[Span]:
+    return [Span(kind, offset + m.start(), offset + m.end(), m.group()) for m in re.finditer(KINDS[kind], text)]
+
+
+def _trimmed(value: str) -> str:
+    """A URL or path without the punctuation that ends the sentence around it (a bracket it opened stays)."""
+    while value and value[-1] in _TRAILING:
+        if value[-1] == ")" and value.count("(") >= value.count(")"):
+            break
+        value = value[:-1]
+    return value
+
+
+@dataclass
+class Masked:
+    """A text with its spans replaced by stand-ins, and the spans to put back."""
+
+    text: str
+    stand_ins: list[tuple[str, str]]  # (stand-in, span), in the order of the source
+
+    def restore(self, translation: str) -> str:
+        """The translation with each stand-in replaced by its span. A stand-in the translation lost is
+        put back first, at its share of the words in the source (its neighbours' place, where the model
+        did not say), and then all are replaced at once: a span is never cut, nor read as a stand-in."""
+        source_words = self.text.split()
+        for stand_in, _ in self.stand_ins:
+            if not _word_match(stand_in).search(translation):
+                position = next((i for i, word in enumerate(source_words) if _word_match(stand_in).search(word)), 0)
+                translation = _insert_at_share(translation, stand_in, position / max(1, len(source_words) - 1))
+        found = [
+            (match.span(), span)
+            for stand_in, span in self.stand_ins
+            if (match := _word_match(stand_in).search(translation))
+        ]
+        for (start, end), span in sorted(found, reverse=True):
+            translation = translation[:start] + span + translation[end:]
+        return translation
+
+    def within(self, part: str) -> Masked:
+        """The stand-ins of one part of the masked text (a sentence of it), with that part."""
+        return Masked(
+            part, [(stand_in, span) for stand_in, span in self.stand_ins if _word_match(stand_in).search(part)]
+        )
+
+
+def _word_match(stand_in: str) -> re.Pattern:
+    """A stand-in as a whole token: not a digit of another number, nor a letter of a word."""
+    return re.compile(rf"(?<![^\W_]){re.escape(stand_in)}(?![^\W_])")
+
+
+def _insert_at_share(text: str, span: str, share: float) -> str:
+    words = text.split()
+    if not words:
+        return span
+    at = min(len(words), round(share * len(words)))
+    if at == len(words) and words[-1][-1:] in ".!?":  # before the sentence's last mark
+        last = words[-1]
+        return " ".join([*words[:-1], last[:-1].rstrip() + (" " if last[:-1] else "") + span + last[-1]]).strip()
+    return " ".join([*words[:at], span, *words[at:]])
+
+
+def mask(text: str, spans: list[Span] | None = None) -> Masked:
+    """`text` with each span (default: find_spans) replaced by a stand-in the text does not hold; where
+    the stand-ins run out (more than 17 spans in one text), the rest stay as they are."""
+    spans = find_spans(text) if spans is None else spans
+    free = [stand_in for stand_in in STAND_INS if not _word_match(stand_in).search(text)]
+    pieces, stand_ins, at = [], [], 0
+    for span in spans:
+        if stand_ins and span.start == at:  # spans that touch are one: two stand-ins would run together
+            stand_ins[-1] = (stand_ins[-1][0], stand_ins[-1][1] + span.text)
+            at = span.end
+            continue
+        if not free:
+            continue
+        stand_in = free.pop(0)
+        pieces += [text[at : span.start], stand_in]
+        stand_ins.append((stand_in, span.text))
+        at = span.end
+    pieces.append(text[at:])
+    return Masked("".join(pieces), stand_ins)

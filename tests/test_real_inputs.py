@@ -1,0 +1,233 @@
+"""What people type: spans kept character for character (mtkit.text.spans), ALL CAPS and Title Case
+translated in sentence case and cased again (mtkit.text.casing), several sentences in a line, and the
+spelling guard (mtkit.decoding.constraints.SpellingGuard).
+
+Engines that copy or reverse their source make every step visible: whatever an engine does with the
+stand-ins, each span comes back exactly, and a line's sentences all come back, in order.
+"""
+
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mtkit.decoding.constraints import SpellingGuard, constrain
+from mtkit.decoding.search import Hypothesis
+from mtkit.text.casing import TITLE, UPPER, casing_of, recase, sentence_case
+from mtkit.text.spans import find_spans, mask
+from mtkit.text.tokenizer import Tokenizer
+from mtkit.translation.sentences import SentenceSplitter, segmenter_for
+from mtkit.translation.translate import TextTranslator
+
+
+class EchoTranslator(TextTranslator):
+    """Translates each piece into its source's text, or that text with its words in reverse order."""
+
+    def __init__(self, tokenizer: Tokenizer, reverse: bool = False, drop_digits: bool = False):
+        self.src_tokenizer = self.tgt_tokenizer = tokenizer
+        self.model_meta = {"src_lang": "en", "tgt_lang": "de"}
+        self.reverse, self.drop_digits = reverse, drop_digits
+        self.seen: list[str] = []
+
+    def _search(self, sentences, prefixes=None, on_done=None):
+        texts = self.src_tokenizer.decode_batch(sentences)
+        self.seen += texts
+        out = []
+        for text in texts:
+            words = text.split()[::-1] if self.reverse else text.split()
+            if self.drop_digits:  # an engine that loses every stand-in
+                words = [w for w in words if not re.fullmatch(r"[\d.,]+|[XYZQWKJV][.,]?", w)]
+            out.append(" ".join(words))
+        return [[Hypothesis(ids, -1.0, -1.0)] for ids in self.tgt_tokenizer.encode_batch(out)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tokenizer_path) -> Tokenizer:
+    return Tokenizer.load(tokenizer_path)
+
+
+SPAN_EXAMPLES = {
+    "A dog runs on the beach at 7:45 in 2019.": ["7:45", "2019"],
+    "About 1,250 people watch a concert.": ["1,250"],
+    "A man writes to anna.berg@example.com on a laptop.": ["anna.berg@example.com"],
+    "A sign says https://example.org/a?b=1 in red.": ["https://example.org/a?b=1"],
+    "Call +49 30 1234567 or (555) 123-4567, it costs $5.99 or 12,50 €.": [
+        "+49 30 1234567", "(555) 123-4567", "$5.99", "12,50 €",
+    ],
+    "Run `ls -la` in /usr/local/bin and ~/notes.txt or C:\\Users\\me\\a.txt.": [
+        "`ls -la`", "/usr/local/bin", "~/notes.txt", "C:\\Users\\me\\a.txt",
+    ],
+    "Hello %s, you have {count} new {{kind}} messages (%(n)d, %1$d, %{name}, ${user}).": [
+        "%s", "{count}", "{{kind}}", "%(n)d", "%1$d", "%{name}", "${user}",
+    ],
+    "We met on 2024-03-01, 1.3.2024 and 12/24/2020 at 50% 🙂 👍🏽 🇩🇪.": [
+        "2024-03-01", "1.3.2024", "12/24/2020", "50%", "🙂", "👍🏽", "🇩🇪",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("text", SPAN_EXAMPLES)
+def test_spans_are_found_whole_and_nothing_else(text):
+    assert [span.text for span in find_spans(text)] == SPAN_EXAMPLES[text]
+
+
+def test_words_and_sentence_ends_are_not_spans():
+    assert find_spans("A man and/or a dog, e.g. Mr. Smith, walk.") == []
+    assert [s.text for s in find_spans("See https://example.org/a_(b). Then www.x.de, ok")] == [
+        "https://example.org/a_(b)",
+        "www.x.de",
+    ]
+
+
+def test_a_masked_text_holds_stand_ins_the_text_did_not_and_restores_exactly():
+    masked = mask("I saw 2 dogs at 7:45 and wrote to a@b.de")
+    assert masked.text == "I saw 1 dogs at 3 and wrote to 4"  # "2" is the text's own: never a stand-in
+    assert masked.restore("Ich sah 1 Hunde um 3 und schrieb 4") == "Ich sah 2 Hunde um 7:45 und schrieb a@b.de"
+
+
+def test_a_stand_in_the_translation_lost_goes_back_at_its_share_of_the_words():
+    masked = mask("A dog runs at 7:45 on the beach.")
+    assert masked.text == "A dog runs at 1 on the beach."
+    assert masked.restore("Ein Hund rennt am Strand.") == "Ein Hund rennt 7:45 am Strand."
+    assert mask("It costs 5.").restore("Es kostet.") == "Es kostet 5."
+
+
+def test_a_span_put_back_never_reads_as_another_stand_in():
+    masked = mask("From 1,2 to 3 and 4")
+    assert masked.restore(masked.text) == "From 1,2 to 3 and 4"
+
+
+SPAN_VALUES = st.sampled_from(
+    ["7:45", "2019", "1,250", "$5.99", "12,50 €", "https://example.org/a?b=1", "anna@example.com", "%s", "{name}",
+     "{{count}}", "%(n)d", "`x = 1`", "/usr/bin/env", "🙂", "+49 30 1234567", "2024-03-01", "50%", "3.5"]
+)  # fmt: skip
+WORDS = st.sampled_from(["a", "dog", "runs", "on", "the", "beach", "with", "two", "Men", "and", "see", "it"])
+
+
+@given(st.lists(st.one_of(WORDS, SPAN_VALUES), min_size=1, max_size=14), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_any_text_keeps_every_span_through_copying_and_reversing_engines(tokenizer, parts, reverse):
+    text = " ".join(parts) + "."
+    spans = [span.text for span in find_spans(text)]
+    translator = EchoTranslator(tokenizer, reverse=reverse)
+    (out,) = translator.translate([text])
+    for span in spans:
+        assert out.count(span) >= spans.count(span)
+    if not reverse:
+        assert out == text
+
+
+@given(st.lists(st.one_of(WORDS, SPAN_VALUES), min_size=1, max_size=10))
+@settings(max_examples=100, deadline=None)
+def test_spans_come_back_even_where_the_engine_loses_every_stand_in(tokenizer, parts):
+    text = " ".join(parts) + "."
+    (out,) = EchoTranslator(tokenizer, drop_digits=True).translate([text])
+    for span in find_spans(text):
+        assert span.text in out
+
+
+def test_no_keep_spans_gives_the_model_the_text_as_it_is(tokenizer):
+    translator = EchoTranslator(tokenizer)
+    translator.set_segmenter(keep_spans=False)
+    translator.translate(["It is 7:45."])
+    assert translator.seen == ["It is 7:45."]
+
+
+@pytest.mark.parametrize(
+    ("text", "casing", "model_text"),
+    [
+        ("TWO MEN ARE PLAYING SOCCER IN A PARK.", UPPER, "Two men are playing soccer in a park."),
+        ("Two Men Are Playing Soccer In A Park.", TITLE, "Two men are playing soccer in a park."),
+        ("I THINK I SAW A DOG.", UPPER, "I think I saw a dog."),
+        ("Two men play soccer in Berlin.", None, "Two men play soccer in Berlin."),
+        ("NASA", None, "NASA"),
+        ("The USA and NATO meet.", None, "The USA and NATO meet."),
+        ("Hello World", None, "Hello World"),  # two words: a name as likely as a heading
+    ],
+)
+def test_casing_is_found_and_the_model_gets_sentence_case(text, casing, model_text):
+    assert casing_of(text) == casing
+    assert sentence_case(text, casing, "en") == model_text
+
+
+def test_translations_are_cased_as_their_sources_were():
+    assert recase("Zwei Männer spielen Fußball in einem Park.", UPPER) == "ZWEI MÄNNER SPIELEN FUSSBALL IN EINEM PARK."
+    assert recase("Zwei Männer spielen Fußball in einem Park.", TITLE) == "Zwei Männer Spielen Fußball In Einem Park."
+    assert recase("l'homme d'affaires", TITLE) == "L'homme D'affaires"
+
+
+def test_a_shouted_line_reaches_the_model_in_sentence_case_and_comes_back_shouted(tokenizer):
+    translator = EchoTranslator(tokenizer)
+    out = translator.translate(["A DOG RUNS AT 7:45. IT IS HAPPY!", "Two Men Sit On A Bench At Home."])
+    assert translator.seen == ["A dog runs at 1.", "It is happy!", "Two men sit on a bench at home."]
+    assert out == ["A DOG RUNS AT 7:45. IT IS HAPPY!", "Two Men Sit On A Bench At Home."]
+
+
+def test_every_sentence_of_a_line_is_translated_by_default(tokenizer):
+    translator = EchoTranslator(tokenizer)
+    line = "A dog runs on the beach. It is happy. A man watches it."
+    assert translator.translate([line]) == [line]
+    assert translator.seen == ["A dog runs on the beach.", "It is happy.", "A man watches it."]
+    translator.set_segmenter(split_sentences=False)
+    translator.seen = []
+    translator.translate([line])
+    assert translator.seen == [line]
+
+
+SENTENCES = st.lists(
+    st.lists(WORDS, min_size=1, max_size=8).map(lambda words: " ".join(words).capitalize() + "."),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(SENTENCES)
+@settings(max_examples=100, deadline=None)
+def test_sentences_split_then_joined_give_back_the_line(tokenizer, sentences):
+    line = " ".join(sentences)
+    assert " ".join(SentenceSplitter("en").split(line)) == line
+    assert EchoTranslator(tokenizer).translate([line]) == [line]
+
+
+def test_a_cut_knows_its_sentences_and_restores_each(tokenizer):
+    segmenter = segmenter_for(tokenizer, {"src_lang": "en", "tgt_lang": "de"})
+    (cut,) = segmenter.pieces(["IT IS 5 PM. See a@b.de now."], [tokenizer.encode_batch(["x"])[0]])
+    assert [s.text for s in cut.sentences] == ["It is 1 pm.", "See 2 now."]
+    translations = [[(Hypothesis([7], -1.0, -1.0), "ES IST 1 UHR.")], [(Hypothesis([8], -1.0, -1.0), "Siehe 2 jetzt.")]]
+    ((hypothesis, text),) = segmenter.join(translations, cut)
+    assert text == "ES IST 5 UHR. Siehe a@b.de jetzt." and hypothesis.tokens == [7, 8]
+
+
+GUARD_VOCAB = ["<pad>", "<unk>", "<s>", "</s>", "▁M", "E", "EE", "G", "▁Iro", "kes", "en", "schen", "▁ein", "e", "f",
+               "▁Kaffee", ".", "<0xC3>"]  # fmt: skip
+
+
+def banned_after(history: list[int]) -> list[str]:
+    guard = SpellingGuard.of(GUARD_VOCAB)
+    lprobs = torch.zeros(1, len(GUARD_VOCAB))
+    out = constrain(lprobs, torch.tensor([len(history)]), torch.tensor([history]), 0, (), 0, (4, 2), guard)
+    return [GUARD_VOCAB[i] for i in range(4, len(GUARD_VOCAB)) if out[0, i].isneginf()]
+
+
+@pytest.mark.parametrize(
+    ("history", "banned"),
+    [
+        ([4, 5, 5], ["EE"]),  # "MEE": a third E is allowed, a fourth is not
+        ([4, 5, 6], ["E", "EE", "en", "e"]),  # "MEEE", case-insensitive
+        ([15], ["EE"]),  # "Kaffee"
+        ([8, 9, 10, 11, 11], ["schen"]),  # a third "schen" in one word
+        ([8, 11, 11, 12, 11], []),  # a new word counts afresh
+        ([17, 17, 17, 17], []),  # byte tokens are neither letters nor counted subwords
+    ],
+)
+def test_the_spelling_guard_bans_a_fourth_letter_and_a_third_subword_in_a_word(history, banned):
+    assert banned_after(history) == banned
+
+
+def test_the_spelling_guard_is_off_with_the_loop_guard():
+    guard = SpellingGuard.of(GUARD_VOCAB)
+    lprobs = torch.zeros(1, len(GUARD_VOCAB))
+    out = constrain(lprobs, torch.tensor([3]), torch.tensor([[4, 5, 6]]), 0, (), 0, (0, 0), guard)
+    assert not out[0, 4:].isneginf().any()
