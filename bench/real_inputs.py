@@ -7,13 +7,17 @@ defaults (sentences split, spans kept, casing restored) and with all three off, 
 
 Rows, on the first --lines captions of each set (chrF is sacrebleu's, case-insensitive where it says so):
 - "three in a line": chrF of lines of three consecutive captions against their joined references,
-  and the same three captions translated one by one and joined (the target: within 1.0);
+  and the same three captions translated one by one and joined (the target: within 1.0); a caption
+  without a final mark gets a full stop first, as sentences written in a line have one;
 - "ALL CAPS", "Title Case": chrF (case-insensitive) of the captions written so, against the
   original casing's (the target: within 2.0);
 - "spans": a number, time, price, URL, e-mail address or placeholder inserted into each caption
   (seeded): the share of lines whose translation holds every inserted span exactly (target 100%);
 - "letter loops": outputs, of every row above, with one letter more than three times in a row where
-  the source has none.
+  the source has none;
+- "single words, <= 3 words out (%)": the 200 most frequent words of the training sources, each
+  translated alone: the share whose translation is at most three words (a word or a phrase, not an
+  invented caption). Run once per setting, not per set.
 """
 
 from __future__ import annotations
@@ -73,10 +77,12 @@ def measure(translator, sources: list[str], references: list[str], rng_seed: int
         return out
 
     n = len(sources) // 3 * 3
-    triples = [" ".join(sources[i : i + 3]) for i in range(0, n, 3)]
+    ended = [s if s.rstrip()[-1:] in ".!?" else s.rstrip() + "." for s in sources]
+    triples = [" ".join(ended[i : i + 3]) for i in range(0, n, 3)]
     joined_refs = [" ".join(references[i : i + 3]) for i in range(0, n, 3)]
     plain = run(sources)
-    one_by_one = [" ".join(plain[i : i + 3]) for i in range(0, n, 3)]
+    one_by_one_ended = run(ended)
+    one_by_one = [" ".join(one_by_one_ended[i : i + 3]) for i in range(0, n, 3)]
     found["three, one by one"] = chrf(one_by_one, joined_refs)
     found["three in a line"] = chrf(run(triples), joined_refs)
     found["as written (ci)"] = chrf(plain, references, lowercase=True)
@@ -88,6 +94,14 @@ def measure(translator, sources: list[str], references: list[str], rng_seed: int
     found["spans kept (%)"] = 100 * sum(value in o for (_, value), o in zip(spanned, out)) / len(out)
     found["letter loops"] = sum(loops(lines, outs) for lines, outs in seen)
     return found
+
+
+def frequent_words(path: Path, count: int) -> list[str]:
+    counts: dict[str, int] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        for word in re.findall(r"[^\W\d_]+", line.lower()):
+            counts[word] = counts.get(word, 0) + 1
+    return sorted(counts, key=lambda w: (-counts[w], w))[:count]
 
 
 def main() -> None:
@@ -116,6 +130,10 @@ def main() -> None:
             sources = (args.data / f"{part}.{args.src}").read_text(encoding="utf-8").splitlines()[: args.lines]
             references = (args.data / f"{part}.{args.tgt}").read_text(encoding="utf-8").splitlines()[: args.lines]
             results[name, part] = measure(translator, sources, references, rng_seed=zlib.crc32(part.encode()))
+        words = frequent_words(args.data / f"train.{args.src}", 200)
+        short = sum(len(out.split()) <= 3 for out in translator.translate(words)) / len(words)
+        for part in args.sets.split(","):
+            results[name, part]["single words, <= 3 words out (%)"] = 100 * short
     print(f"mtkit on what people type: {args.model}, beam {args.beam}, lenpen {args.lenpen}, "
           f"first {args.lines} lines of each set, precision {translator.precision}")  # fmt: skip
     print(f"conditions: {conditions()}; {time.perf_counter() - started:.0f} s in all")

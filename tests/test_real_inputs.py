@@ -6,20 +6,34 @@ Engines that copy or reverse their source make every step visible: whatever an e
 stand-ins, each span comes back exactly, and a line's sentences all come back, in order.
 """
 
+import json
+import os
+import random
 import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_TRAIN, run_mtkit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mtkit.core.errors import MtkitError
 from mtkit.decoding.constraints import SpellingGuard, constrain
-from mtkit.decoding.search import Hypothesis
+from mtkit.decoding.search import Hypothesis, SearchConfig
+from mtkit.model.files import load_model_file
+from mtkit.text.augment import MIN_DICE, Augmentation, spans, title, typos, upper
 from mtkit.text.casing import TITLE, UPPER, casing_of, recase, sentence_case
+from mtkit.text.lexicon import word_translations
 from mtkit.text.spans import find_spans, mask
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.sentences import SentenceSplitter, segmenter_for
-from mtkit.translation.translate import TextTranslator
+from mtkit.translation.translate import TextTranslator, Translator
 
 
 class EchoTranslator(TextTranslator):
@@ -152,6 +166,11 @@ def test_casing_is_found_and_the_model_gets_sentence_case(text, casing, model_te
     assert sentence_case(text, casing, "en") == model_text
 
 
+def test_a_german_line_of_capitalised_words_is_left_as_written():
+    assert casing_of("Guten Morgen Liebe Freunde.", "de") is None and casing_of("GUTEN MORGEN BERLIN", "de") == UPPER
+    assert casing_of("Guten Morgen Liebe Freunde.", "en") == TITLE
+
+
 def test_translations_are_cased_as_their_sources_were():
     assert recase("Zwei Männer spielen Fußball in einem Park.", UPPER) == "ZWEI MÄNNER SPIELEN FUSSBALL IN EINEM PARK."
     assert recase("Zwei Männer spielen Fußball in einem Park.", TITLE) == "Zwei Männer Spielen Fußball In Einem Park."
@@ -231,3 +250,182 @@ def test_the_spelling_guard_is_off_with_the_loop_guard():
     lprobs = torch.zeros(1, len(GUARD_VOCAB))
     out = constrain(lprobs, torch.tensor([3]), torch.tensor([[4, 5, 6]]), 0, (), 0, (0, 0), guard)
     assert not out[0, 4:].isneginf().any()
+
+
+# --- training pairs as people write them (mtkit.text.augment, mtkit.text.lexicon) ---------------------
+
+
+def test_augmentation_shares_are_parsed_and_bad_ones_named():
+    parsed = Augmentation.parse("upper=0.05, title=0.1,spans=0.2")
+    assert (parsed.upper, parsed.title, parsed.typos, parsed.spans, parsed.short) == (0.05, 0.1, 0.0, 0.2, 0.0)
+    assert not Augmentation.parse("").active and parsed.active
+    for bad, named in [
+        ("shout=0.1", "the kinds are"),
+        ("upper=lots", "give a share"),
+        ("upper=0.7,title=0.5", "at most 1"),
+    ]:
+        with pytest.raises(MtkitError, match=named):
+            Augmentation.parse(bad)
+
+
+PAIRS = [
+    ("A man in a red shirt runs.", "Ein Mann in einem roten Hemd läuft."),
+    ("Two dogs play.", "Zwei Hunde spielen."),
+]
+
+
+def test_each_kind_of_copy_writes_the_pair_as_people_do():
+    rng = random.Random(0)
+    assert upper(*PAIRS[0], rng) == ("A MAN IN A RED SHIRT RUNS.", "EIN MANN IN EINEM ROTEN HEMD LÄUFT.")
+    assert title(*PAIRS[0], rng) == ("A Man In A Red Shirt Runs.", "Ein Mann In Einem Roten Hemd Läuft.")
+    src, tgt = typos(*PAIRS[0], rng)
+    assert tgt == PAIRS[0][1] and src != PAIRS[0][0] and src[0] == "A" and src.endswith("s.")
+    for seed in range(50):
+        src, tgt = spans(*PAIRS[1], random.Random(seed))
+        added = [s.text for s in find_spans(src)]
+        assert len(added) == 1 and added == [s.text for s in find_spans(tgt)], (src, tgt)
+        assert src.replace(added[0], "").split() == PAIRS[1][0].split() or src.startswith(added[0])
+
+
+def test_copies_are_drawn_from_the_pair_s_position_at_their_shares():
+    pairs = PAIRS * 2000
+    augmentation = Augmentation(upper=0.1, spans=0.05, seed=3)
+    copies = augmentation.copies(pairs, first=0)
+    assert copies == augmentation.copies(pairs, first=0)  # the same corpus gives the same copies
+    kinds = Counter(kind for _, kind, _, _ in copies)
+    assert 340 <= kinds["upper"] <= 460 and 150 <= kinds["spans"] <= 250 and set(kinds) == {"upper", "spans"}
+    assert copies != Augmentation(upper=0.1, spans=0.05, seed=4).copies(pairs, first=0)
+
+
+def test_word_translations_are_read_off_the_corpus_and_taught_alone(corpus):
+    pairs = list(zip((corpus / "train.en").read_text().splitlines(), (corpus / "train.de").read_text().splitlines()))
+    lexicon = word_translations(pairs, min_dice=MIN_DICE)
+    assert lexicon["dog"] == "hund" and lexicon["woman"] == "frau" and lexicon["park"] == "park"
+    copies = Augmentation(short=1.0).copies(pairs[:50], 0, lexicon)
+    assert len(copies) >= 40
+    for i, kind, src, tgt in copies:
+        assert kind == "short" and src in pairs[i][0].split() and tgt in pairs[i][1].rstrip(".").split()
+        assert lexicon[src.lower()] == tgt.lower()
+
+
+def test_preprocess_adds_the_copies_and_counts_them(corpus, tokenizer_path, tmp_path):
+    result = run_mtkit("preprocess", "-s", "en", "-t", "de", "--train", corpus / "train", "--tokenizer", tokenizer_path,
+                       "-o", tmp_path / "bin", "--augment", "upper=0.1,title=0.1,typos=0.1,spans=0.1,short=0.1")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()
+    manifest = json.loads((tmp_path / "bin" / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    added = sum(train["augmented"].values())
+    assert set(train["augmented"]) == {"upper", "title", "typos", "spans", "short"} and 120 <= added <= 200
+    assert train["kept"] == 400 + added and manifest["augmentation"]["short"] == 0.1
+    assert f"kept 400 of 400 pairs (dropped: none); added {added:,} augmented copies" in result.stderr.decode()
+    bad = run_mtkit("preprocess", "-s", "en", "-t", "de", "--train", corpus / "train", "--tokenizer", tokenizer_path,
+                    "-o", tmp_path / "bad", "--augment", "upper=2")  # fmt: skip
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr.decode()
+    assert bad.stderr.decode().strip().splitlines() == [
+        "error: --augment upper=2: each share in [0, 1], and at most 1 in all"
+    ]
+    assert not (tmp_path / "bad").exists()
+
+
+# --- a model trained with the augmentation, on the inputs a newcomer types first ------------------------
+
+NEWCOMER_LINES = [
+    "A dog runs on the beach. It is happy. A man watches it.",
+    "A dog runs on the beach at 7:45 in 2019.",
+    "About 1,250 people watch a concert.",
+    "A man writes to anna.berg@example.com on a laptop.",
+    "A sign says https://example.org/a?b=1 in red.",
+    "TWO MEN ARE PLAYING SOCCER IN A PARK.",
+    "Two Men Are Playing Soccer In A Park.",
+    "yes",
+    "OK",
+    "never",
+]
+
+
+@pytest.fixture(scope="module")
+def augmented_run(corpus, tmp_path_factory) -> Path:
+    """A tiny model trained on the corpus with every kind of copy added (60 updates, fp32)."""
+    root = tmp_path_factory.mktemp("augmented")
+    tokenizer = root / "tokenizer.json"
+    steps = [
+        ("train-tokenizer", "-i", corpus / "train.en", "-i", corpus / "train.de", "-o", tokenizer, "--vocab-size", "500"),
+        ("preprocess", "-s", "en", "-t", "de", "--train", corpus / "train", "--valid", corpus / "valid",
+         "--tokenizer", tokenizer, "-o", root / "bin", "--augment", "upper=0.1,title=0.1,typos=0.05,spans=0.1,short=0.05"),
+        ("train", "-d", root / "bin", "-o", root / "run", *TINY_TRAIN, "--set", "train.max_steps=60",
+         "--set", "train.precision=fp32"),
+    ]  # fmt: skip
+    for step in steps:
+        result = run_mtkit(*step)
+        assert result.returncode == 0, result.stderr.decode()
+    return root / "run"
+
+
+def test_what_a_newcomer_types_first_keeps_its_spans_and_sentences_and_no_letter_loops(augmented_run):
+    result = run_mtkit(
+        "translate", "-m", augmented_run, "--precision", "fp32", stdin="\n".join(NEWCOMER_LINES).encode()
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    out = result.stdout.decode().splitlines()
+    assert len(out) == len(NEWCOMER_LINES)
+    for line, translation in zip(NEWCOMER_LINES, out):
+        for span in find_spans(line):
+            assert translation.count(span.text) == 1, (line, translation)
+        assert not re.search(r"([^\W\d_])\1{3}", translation, re.IGNORECASE), translation
+    assert out[5] == out[5].upper() and out[5] != out[5].lower()  # shouted back
+    assert all(word[0].isupper() for word in re.findall(r"[^\W\d_]+", out[6]))  # in Title Case
+
+
+def test_every_sentence_of_a_line_reaches_the_trained_model(augmented_run):
+    translator = Translator(load_model_file(augmented_run), SearchConfig(beam=2, max_len_b=20), "cpu", "fp32")
+    searched = []
+    search = translator._search
+    translator._search = lambda sentences, *args, **kwargs: (
+        searched.extend(sentences) or search(sentences, *args, **kwargs)
+    )
+    translator.translate(NEWCOMER_LINES[:1])
+    texts = translator.src_tokenizer.decode_batch(searched)
+    assert texts == ["A dog runs on the beach.", "It is happy.", "A man watches it."]
+
+
+def _network_namespace() -> str | None:
+    """Why a test cannot switch the network off here, or None where `unshare -n` can (as root)."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        return "switching the network off needs root, unshare and ip (iproute2)"
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        return "unshare -n is refused here (no network namespaces)"
+    return None
+
+
+OFFLINE_SERVE = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_serve import Server
+server = Server({model!r}, Path({log!r}), "--in-process")
+try:
+    answer = server.post("/translate", json={{"q": {lines!r}, "source": "en", "target": "de"}})
+    print(json.dumps(answer.json()["translatedText"]))
+finally:
+    server.stop()
+"""
+
+
+def test_translation_and_serving_work_with_the_network_switched_off(trained_run, tmp_path):
+    """Offline means offline: in a network namespace of its own, with only loopback up, `translate`
+    and a server answer what they answer with the network on."""
+    if why := _network_namespace():
+        pytest.skip(why)
+    lines = NEWCOMER_LINES[:5]
+    stdin = "".join(line + "\n" for line in lines).encode()
+    expected = run_mtkit("translate", "-m", trained_run, "--precision", "fp32", stdin=stdin).stdout.decode()
+    command = [sys.executable, "-m", "mtkit", "translate", "-m", str(trained_run), "--precision", "fp32"]
+    offline = subprocess.run(["unshare", "-n", *command], input=stdin, capture_output=True)
+    assert offline.returncode == 0, offline.stderr.decode()
+    assert offline.stdout.decode() == expected and len(expected.splitlines()) == 5
+    script = OFFLINE_SERVE.format(tests=str(Path(__file__).parent), model=str(trained_run),
+                                  log=str(tmp_path / "serve.log"), lines=lines)  # fmt: skip
+    inner = f"ip link set lo up && exec {shlex.quote(sys.executable)} -c {shlex.quote(script)}"
+    served = subprocess.run(["unshare", "-n", "sh", "-c", inner], capture_output=True)
+    assert served.returncode == 0, served.stderr.decode()[-3000:]
+    assert json.loads(served.stdout.decode()) == expected.splitlines()

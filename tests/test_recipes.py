@@ -240,6 +240,10 @@ def test_multi30k_recipe_with_average_best_averages_the_checkpoints_val_scored_b
     averaged = [Path(path).parts[-3:] for path in load_model_file(out / "model.pt").meta["averaged"]]
     assert sorted(averaged) == [("run", "checkpoints", f"step_{step:08d}.pt") for step in (10, 20, 30, 40)]
     assert f"run.sh: {out / 'run'} has 4 validated checkpoints; averaging those" in result.stderr.decode()
+    augmentation = json.loads((out / "data-bin" / "manifest.json").read_text())["augmentation"]  # the recipe's default
+    assert (augmentation["upper"], augmentation["title"], augmentation["spans"], augmentation["short"]) == (
+        0.03, 0.03, 0.05, 0.02,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -247,6 +251,7 @@ def test_multi30k_recipe_with_average_best_averages_the_checkpoints_val_scored_b
     [
         (["--average", "worst"], "run.sh: --average needs last or best, not 'worst'"),
         (["--average"], "run.sh: --average needs a value"),
+        (["--augment"], "run.sh: --augment needs a value"),
     ],
 )
 def test_recipe_options_are_refused_in_one_line_before_anything_is_written(tmp_path, options, message):

@@ -13,9 +13,10 @@ from mtkit.core import console
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import iter_lines, line_bytes, progress_size
 from mtkit.data.dataset import SentenceWriter
-from mtkit.text.augment import Augmentation
+from mtkit.text.augment import MIN_DICE, Augmentation
 from mtkit.text.cleaning import DROP_REASONS, CleaningRules, drop_reason, noise_reason
 from mtkit.text.dedup import DigestSet, pair_digests
+from mtkit.text.lexicon import word_translations
 from mtkit.text.tokenizer import Tokenizer
 
 CHUNK_LINES = 20_000
@@ -75,6 +76,7 @@ def encode_split(
     report = SplitReport()
     tagged = (lambda ids: [[*tags, *s] for s in ids]) if tags else (lambda ids: ids)
     seen = DigestSet()
+    lexicon = None  # word translations, for augmentation's short copies
     src_writer, tgt_writer = writers
     written = src_writer.sentences, src_writer.tokens, tgt_writer.tokens  # writers a corpus before used
     strip = rules.strip if rules else True
@@ -102,7 +104,7 @@ def encode_split(
             kept_src, kept_tgt = [src_ids[i] for i in kept], [tgt_ids[i] for i in kept]
             kept_srcs, kept_tgts = [srcs[i] for i in kept], [tgts[i] for i in kept]
             if augmentation and augmentation.active and rules:
-                extra = _augmented(augmentation, rules, tokenizers, kept_srcs, kept_tgts, report)
+                *extra, lexicon = _augmented(augmentation, rules, tokenizers, kept_srcs, kept_tgts, report, lexicon)
                 kept_srcs, kept_tgts = kept_srcs + extra[0], kept_tgts + extra[1]
                 kept_src, kept_tgt = kept_src + extra[2], kept_tgt + extra[3]
             if samples:
@@ -126,10 +128,14 @@ def _augmented(
     srcs: list[str],
     tgts: list[str],
     report: SplitReport,
-) -> tuple[list[str], list[str], list[list[int]], list[list[int]]]:
+    lexicon: dict[str, str] | None,
+) -> tuple[list[str], list[str], list[list[int]], list[list[int]], dict[str, str] | None]:
     """The augmented copies of a chunk's kept pairs that the length rules keep: their texts and ids,
-    counted by kind in the report (their pairs numbered from the pairs read before the chunk)."""
-    copies = augmentation.copies(list(zip(srcs, tgts)), report.read)
+    counted by kind in the report (their pairs numbered from the pairs read before the chunk), and
+    the word translations "short" takes them from (read off the first chunk, then given back)."""
+    if augmentation.short and lexicon is None:  # the first chunk's word translations serve every later one
+        lexicon = word_translations(zip(srcs, tgts), min_dice=MIN_DICE)
+    copies = augmentation.copies(list(zip(srcs, tgts)), report.read, lexicon)
     src_ids = tokenizers[0].encode_batch([src for _, _, src, _ in copies])
     tgt_ids = tokenizers[1].encode_batch([tgt for _, _, _, tgt in copies])
     out: tuple[list, list, list, list] = ([], [], [], [])
@@ -138,7 +144,7 @@ def _augmented(
             for column, value in zip(out, (src, tgt, src_row, tgt_row)):
                 column.append(value)
             report.augmented[kind] = report.augmented.get(kind, 0) + 1
-    return out
+    return (*out, lexicon)
 
 
 def total_report(reports: list[SplitReport]) -> SplitReport:

@@ -1,11 +1,12 @@
 """Training pairs as people write them: a share of the training split added again in ALL CAPS, in
-Title Case, with typos in the source, or with a number, time, price, link, address or placeholder
-that the target copies, as OpusTrainer's modifiers and Marian's --all-caps-every and
---english-title-case-every teach a model (`preprocess --augment upper=0.05,title=0.05,...`).
+Title Case, with typos in the source, with a number, time, price, link, address or placeholder
+that the target copies, or as one of its words alone with its translation, as OpusTrainer's
+modifiers and Marian's --all-caps-every and --english-title-case-every teach a model (`preprocess
+--augment upper=0.05,title=0.05,...`).
 
-A model that learned only from captions never saw a shouted headline, a typo or a digit; copies
-that show it them, beside the pairs as they were, are what it needs to translate them as it
-translates a caption. Which pairs get which copy is drawn from the pair's position and a seed, so
+A model that learned only from captions never saw a shouted headline, a typo, a digit or a word
+typed alone (it makes up a caption for "yes"); copies that show it them, beside the pairs as they
+were, are what it needs to translate them as it translates a caption. Which pairs get which copy is drawn from the pair's position and a seed, so
 that the same corpus gives the same dataset.
 """
 
@@ -18,7 +19,8 @@ from dataclasses import asdict, dataclass
 
 from mtkit.core.errors import MtkitError
 
-KINDS = ("upper", "title", "typos", "spans")
+KINDS = ("upper", "title", "typos", "spans", "short")
+MIN_DICE = 0.4  # a word's translation (mtkit.text.lexicon) is only taught alone where it is this clear
 _WORD = re.compile(r"[^\W\d_]+")
 _END = re.compile(r"\s*[.!?…]*\s*$")
 
@@ -31,6 +33,7 @@ class Augmentation:
     title: float = 0.0  # both sides with every word capitalised
     typos: float = 0.0  # the source with a typo in one word of three or so; the target as it was
     spans: float = 0.0  # the same span added to both sides, at the start or before the final mark
+    short: float = 0.0  # one word of the source alone, with its translation in the target (mtkit.text.lexicon)
     seed: int = 1
 
     @classmethod
@@ -64,9 +67,12 @@ class Augmentation:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def copies(self, pairs: Sequence[tuple[str, str]], first: int) -> list[tuple[int, str, str, str]]:
+    def copies(
+        self, pairs: Sequence[tuple[str, str]], first: int, lexicon: dict[str, str] | None = None
+    ) -> list[tuple[int, str, str, str]]:
         """The augmented copies of these pairs (the first being the split's pair number `first`):
-        (index in `pairs`, kind, source, target), at most one copy a pair."""
+        (index in `pairs`, kind, source, target), at most one copy a pair; `lexicon`: word translations
+        (mtkit.text.lexicon), which "short" needs (a pair without a word it knows gets no copy)."""
         out = []
         for i, (src, tgt) in enumerate(pairs):
             rng = random.Random(self.seed * 1_000_003 + first + i)
@@ -74,7 +80,9 @@ class Augmentation:
             for kind in KINDS:
                 bound += getattr(self, kind)
                 if draw < bound:
-                    out.append((i, kind, *MODIFIERS[kind](src, tgt, rng)))
+                    copy = short(src, tgt, rng, lexicon or {}) if kind == "short" else MODIFIERS[kind](src, tgt, rng)
+                    if copy:
+                        out.append((i, kind, *copy))
                     break
         return out
 
@@ -141,6 +149,13 @@ def _span(rng: random.Random) -> str:
         f"{rng.choice(['anna', 'info', 'max.b'])}{rng.randint(1, 99)}@example.com",
         rng.choice(["%s", "{name}", "{{count}}", "%(n)d", "%1$d"]),
     ][kind]
+
+
+def short(src: str, tgt: str, rng: random.Random, lexicon: dict[str, str]) -> tuple[str, str] | None:
+    """One word of the source alone and its translation as the target writes it, for a word whose
+    translation the lexicon knows and the target holds; None where there is none."""
+    found = [(s, t) for s in _WORD.findall(src) for t in _WORD.findall(tgt) if lexicon.get(s.lower()) == t.lower()]
+    return rng.choice(found) if found else None
 
 
 MODIFIERS = {"upper": upper, "title": title, "typos": typos, "spans": spans}

@@ -13,16 +13,21 @@ from __future__ import annotations
 import re
 
 UPPER, TITLE = "upper", "title"
+# Languages that capitalise every noun: there a line of capitalised words may be a sentence as written
+# ("Guten Morgen Berlin"), and small letters would change its words ("morgen" is "tomorrow").
+NOUNS_CAPITALISED = {"de", "lb"}
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")  # letters, with an apostrophe inside ("don't")
 
 
-def casing_of(text: str) -> str | None:
+def casing_of(text: str, lang: str | None = None) -> str | None:
     """UPPER where every cased letter is capital (at least two words of two letters or more), TITLE where
-    every word of letters begins with a capital and goes on small (at least three such words, one beyond
-    the first), else None: a sentence as a model knows it, or a mix left as it is."""
+    every word of letters begins with a capital and goes on small (at least three such words; not in a
+    language of NOUNS_CAPITALISED), else None: a sentence as a model knows it, or a mix left as it is."""
     words = [w for w in _WORD.findall(text) if len(w) > 1 and any(c.isupper() or c.islower() for c in w)]
     if len(words) >= 2 and all(not any(c.islower() for c in w) for w in words):
         return UPPER
+    if lang in NOUNS_CAPITALISED:
+        return None
     if len(words) >= 3 and all(w[0].isupper() and not any(c.isupper() for c in w[1:]) for w in words):
         return TITLE
     return None

@@ -157,7 +157,7 @@ class Segmenter:
         """A sentence as the model translates it, where `masked` is its line with spans replaced by
         stand-ins (keep_spans): in sentence case where written in ALL CAPS or Title Case (recase)."""
         masked = masked.within(sentence) if masked else None
-        casing = casing_of(sentence) if self.recase else None
+        casing = casing_of(sentence, self.src_lang) if self.recase else None
         if casing:
             keep = frozenset(stand_in for stand_in, _ in masked.stand_ins) if masked else frozenset()
             sentence = sentence_case(sentence, casing, self.src_lang, keep)

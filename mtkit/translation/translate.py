@@ -266,13 +266,15 @@ class Translator(TextTranslator):
 
     def alignments(self, lines: Sequence[str], hypotheses: Sequence[Hypothesis]) -> list[str]:
         """Pharaoh-format word alignment of each translation (mtkit.translation.alignment.word_alignment), from the
-        attention its hypothesis kept or read in batches; "" for a line translated in pieces."""
+        attention its hypothesis kept or read in batches, of the source as prepared; "" for a line in pieces."""
         if isinstance(self.model, Ensemble):
             raise MtkitError("--alignment needs one model, not an ensemble")
         if self.source_tag is not None:
             raise MtkitError("--alignment is not available for a model with target tags or language tokens")
-        src_rows = self.src_tokenizer.encode_batch([line.strip() for line in lines])
-        whole = [i for i, row in enumerate(src_rows) if len(row) <= self.segmenter.max_len]  # else: no one attention
+        stripped = [line.strip() for line in lines]
+        cuts = self.segmenter.pieces(stripped, self.src_tokenizer.encode_batch(stripped))
+        src_rows = [cut[0] for cut in cuts]
+        whole = [i for i, cut in enumerate(cuts) if len(cut) == 1]  # else: no one attention
         weights = {i: hypotheses[i].attention for i in whole if hypotheses[i].attention is not None}
         missing = [i for i in whole if i not in weights]
         with autocast(self.device, self.precision):

@@ -3,7 +3,7 @@
 #
 #   recipes/multi30k_en_de/run.sh [--quick | --gpu [--dry-run]] [--out DIR] [--src en --tgt de] [--models N]
 #                                 [--sweep FILE|none] [--bpe-dropout P] [--average last|best]
-#                                 [--no-split-punctuation] [--set KEY=VALUE ...]
+#                                 [--no-split-punctuation] [--augment SHARES|none] [--set KEY=VALUE ...]
 #
 # DATA=/path/to/folder with train/val/test2016 .en/.de files; without DATA, files missing
 # from DIR/raw are fetched from the public Multi30k release (needs a network).
@@ -25,6 +25,8 @@
 # The tokenizer keeps every punctuation character a subword of its own (`mtkit train-tokenizer
 # --split-punctuation`; val 40.58 against the three runs before it, 40.06 on average, and 32.70
 # against 31.91 in quick mode); --no-split-punctuation trains it without.
+# --augment SHARES: the training pairs added again as people write them (`mtkit preprocess --augment`:
+# shares of upper, title, typos and spans; default AUGMENT_DEFAULT_NOTE); none adds none.
 # --sweep FILE trains the settings FILE lists side by side (one line each: NAME DATA KEY=VALUE...,
 # DATA plain or dropout: the pairs as segmented, or their BPE-dropout samples; the settings go to
 # mtkit train after the mode's own), each in DIR/sweep/NAME, and `mtkit choose` chooses on val how
@@ -48,13 +50,14 @@ models=default
 bpe_dropout=0.05
 average_by=last
 tokenizer_options=(--split-punctuation)
+augment="upper=0.03,title=0.03,typos=0.03,spans=0.05,short=0.02"
 extra=()
 sweep=""
 dry_run=0
 average_given=0
 lenpens=(${LENPENS:-0.6 1.0 1.4 1.8 2.2 2.6 3.0})
 while [ $# -gt 0 ]; do
-  case "$1" in --out|--src|--tgt|--models|--bpe-dropout|--average|--sweep|--set) [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;; esac
+  case "$1" in --out|--src|--tgt|--models|--bpe-dropout|--average|--sweep|--augment|--set) [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; } ;; esac
   case "$1" in
     --quick) quick=1 ;;
     --gpu) gpu=1 ;;
@@ -65,11 +68,12 @@ while [ $# -gt 0 ]; do
     --bpe-dropout) bpe_dropout="$2"; shift ;;
     --average) average_by="$2"; average_given=1; shift ;;
     --sweep) sweep="$2"; shift ;;
+    --augment) augment="$2"; shift ;;
     --dry-run) dry_run=1 ;;
     --split-punctuation) tokenizer_options=(--split-punctuation) ;;
     --no-split-punctuation) tokenizer_options=(--no-split-punctuation) ;;
     --set) extra+=(--set "$2"); shift ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -167,8 +171,10 @@ fi
 mtkit train-tokenizer -i "$DATA/train.$src" -i "$DATA/train.$tgt" -o "$out/tokenizer.json" --vocab-size 8000 "${tokenizer_options[@]}"
 preprocess() {  # dataset directory, then settings of its own
   mtkit preprocess -s "$src" -t "$tgt" --train "$DATA/train" --valid "$DATA/val" --test "$DATA/test2016" \
-    --tokenizer "$out/tokenizer.json" -o "$1" --force "${@:2}"
+    --tokenizer "$out/tokenizer.json" -o "$1" --force "${augment_options[@]}" "${@:2}"
 }
+augment_options=()
+[ "$augment" = none ] || augment_options=(--augment "$augment")
 preprocess "$out/data-bin"
 train() {  # dataset, run directory, then settings of its own
   mtkit train -d "$1" -o "$2" -c "$here/config.yaml" --force "${settings[@]}" "${@:3}" "${extra[@]}"
