@@ -13,7 +13,7 @@ from mtkit.core import console
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import iter_lines, line_bytes, progress_size
 from mtkit.data.dataset import SentenceWriter
-from mtkit.text.augment import MIN_DICE, Augmentation
+from mtkit.text.augment import KINDS, MIN_DICE, Augmentation
 from mtkit.text.cleaning import DROP_REASONS, CleaningRules, drop_reason, noise_reason
 from mtkit.text.dedup import DigestSet, pair_digests
 from mtkit.text.lexicon import word_translations
@@ -74,6 +74,8 @@ def encode_split(
     rules keep. Raw text is appended to what the files hold (a split of several directions writes them
     one after the other)."""
     report = SplitReport()
+    if augmentation and augmentation.active and rules:  # every kind asked for counted, in KINDS' order
+        report.augmented = {kind: 0 for kind in KINDS if getattr(augmentation, kind)}
     tagged = (lambda ids: [[*tags, *s] for s in ids]) if tags else (lambda ids: ids)
     seen = DigestSet()
     lexicon = None  # word translations, for augmentation's short copies
@@ -143,7 +145,7 @@ def _augmented(
         if drop_reason(src_row, tgt_row, rules) is None:
             for column, value in zip(out, (src, tgt, src_row, tgt_row)):
                 column.append(value)
-            report.augmented[kind] = report.augmented.get(kind, 0) + 1
+            report.augmented[kind] += 1
     return (*out, lexicon)
 
 

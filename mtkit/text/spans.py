@@ -90,12 +90,18 @@ class Masked:
     def restore(self, translation: str) -> str:
         """The translation with each stand-in replaced by its span. A stand-in the translation lost is
         put back first, at its share of the words in the source (its neighbours' place, where the model
-        did not say), and then all are replaced at once: a span is never cut, nor read as a stand-in."""
+        did not say), one the model wrote again is dropped, and then all are replaced at once: a span is
+        never cut, nor read as a stand-in."""
         source_words = self.text.split()
         for stand_in, _ in self.stand_ins:
             if not _word_match(stand_in).search(translation):
                 position = next((i for i, word in enumerate(source_words) if _word_match(stand_in).search(word)), 0)
                 translation = _insert_at_share(translation, stand_in, position / max(1, len(source_words) - 1))
+        for stand_in, _ in self.stand_ins:  # a stand-in the model wrote twice ("2,2") is one span: the first
+            first = _word_match(stand_in).search(translation)
+            if first:
+                rest = re.sub(rf"[\s,;]*{_word_match(stand_in).pattern}", "", translation[first.end() :])
+                translation = translation[: first.end()] + rest
         found = [
             (match.span(), span)
             for stand_in, span in self.stand_ins
