@@ -176,8 +176,8 @@ def preprocess(
     augment: Annotated[
         str,
         typer.Option(
-            help="Add training pairs again as people write: shares of upper, title, typos, spans, e.g. "
-            "upper=0.05,title=0.05,typos=0.03,spans=0.05 (default: none)."
+            help="Add training pairs again as people write: shares of upper, title, typos, spans, short, e.g. "
+            "spans=0.03,short=0.02,typos=0.01 (default: none)."
         ),
     ] = "",
     force: Annotated[bool, typer.Option(help="Replace an existing dataset directory.")] = False,
@@ -196,7 +196,8 @@ def preprocess(
     targets that copy their source, --check-numbers pairs whose digits differ; the report counts each.
 
     --augment adds a share of the training pairs again in ALL CAPS, in Title Case, with typos in
-    the source, or with a number, link or placeholder the target copies (mtkit/text/augment.py).
+    the source, with a number, link or placeholder the target copies, or as one word alone with its
+    translation (mtkit/text/augment.py).
 
     Example: [bold]mtkit preprocess -s en -t de --train data/train --valid data/val --tokenizer tokenizer.json -o data-bin[/bold]
     """

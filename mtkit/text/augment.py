@@ -6,8 +6,8 @@ modifiers and Marian's --all-caps-every and --english-title-case-every teach a m
 
 A model that learned only from captions never saw a shouted headline, a typo, a digit or a word
 typed alone (it makes up a caption for "yes"); copies that show it them, beside the pairs as they
-were, are what it needs to translate them as it translates a caption. Which pairs get which copy is drawn from the pair's position and a seed, so
-that the same corpus gives the same dataset.
+were, are what it needs to translate them as it translates a caption. Which pairs get which copy is
+drawn from the pair's position and a seed, so that the same corpus gives the same dataset.
 """
 
 from __future__ import annotations
