@@ -74,7 +74,8 @@ def encode_split(
     rules keep. Raw text is appended to what the files hold (a split of several directions writes them
     one after the other)."""
     report = SplitReport()
-    if augmentation and augmentation.active and rules:  # every kind asked for counted, in KINDS' order
+    augmenting = augmentation is not None and augmentation.active and rules is not None
+    if augmenting:  # every kind asked for counted, in KINDS' order
         report.augmented = {kind: 0 for kind in KINDS if getattr(augmentation, kind)}
     tagged = (lambda ids: [[*tags, *s] for s in ids]) if tags else (lambda ids: ids)
     seen = DigestSet()
@@ -105,8 +106,10 @@ def encode_split(
                 report.dropped[reason] += 1
             kept_src, kept_tgt = [src_ids[i] for i in kept], [tgt_ids[i] for i in kept]
             kept_srcs, kept_tgts = [srcs[i] for i in kept], [tgts[i] for i in kept]
-            if augmentation and augmentation.active and rules:
-                *extra, lexicon = _augmented(augmentation, rules, tokenizers, kept_srcs, kept_tgts, report, lexicon)
+            if augmenting:
+                if augmentation.short and lexicon is None:  # the first chunk's word translations serve every later one
+                    lexicon = word_translations(zip(kept_srcs, kept_tgts), min_dice=MIN_DICE)
+                extra = _augmented(augmentation, rules, tokenizers, kept_srcs, kept_tgts, report, lexicon)
                 kept_srcs, kept_tgts = kept_srcs + extra[0], kept_tgts + extra[1]
                 kept_src, kept_tgt = kept_src + extra[2], kept_tgt + extra[3]
             if samples:
@@ -131,12 +134,10 @@ def _augmented(
     tgts: list[str],
     report: SplitReport,
     lexicon: dict[str, str] | None,
-) -> tuple[list[str], list[str], list[list[int]], list[list[int]], dict[str, str] | None]:
+) -> tuple[list[str], list[str], list[list[int]], list[list[int]]]:
     """The augmented copies of a chunk's kept pairs that the length rules keep: their texts and ids,
-    counted by kind in the report (their pairs numbered from the pairs read before the chunk), and
-    the word translations "short" takes them from (read off the first chunk, then given back)."""
-    if augmentation.short and lexicon is None:  # the first chunk's word translations serve every later one
-        lexicon = word_translations(zip(srcs, tgts), min_dice=MIN_DICE)
+    counted by kind in the report (their pairs numbered from the pairs read before the chunk);
+    `lexicon`: the word translations "short" takes them from."""
     copies = augmentation.copies(list(zip(srcs, tgts)), report.read, lexicon)
     src_ids = tokenizers[0].encode_batch([src for _, _, src, _ in copies])
     tgt_ids = tokenizers[1].encode_batch([tgt for _, _, _, tgt in copies])
@@ -146,7 +147,7 @@ def _augmented(
             for column, value in zip(out, (src, tgt, src_row, tgt_row)):
                 column.append(value)
             report.augmented[kind] += 1
-    return (*out, lexicon)
+    return out
 
 
 def total_report(reports: list[SplitReport]) -> SplitReport:
