@@ -165,6 +165,8 @@ def test_no_keep_spans_gives_the_model_the_text_as_it_is(tokenizer):
         ("NASA", None, "NASA"),
         ("The USA and NATO meet.", None, "The USA and NATO meet."),
         ("Hello World", None, "Hello World"),  # two words: a name as likely as a heading
+        ("a Men Men Men.", None, "a Men Men Men."),  # a small word: not Title Case
+        ("TWO MEN IN a PARK", None, "TWO MEN IN a PARK"),  # nor ALL CAPS
     ],
 )
 def test_casing_is_found_and_the_model_gets_sentence_case(text, casing, model_text):

@@ -4,8 +4,9 @@ the source was. A model learns from sentences in sentence case; given a shouted 
 letter by letter ("MEEEGGGGAAAA"), given Title Case it drops words. Marian's --all-caps-every and
 --english-title-case-every teach a model both; this works for any model, trained before or not.
 
-Words of one letter ("I", "A", a stand-in of mtkit.text.spans) do not decide the casing, and a
-stand-in keeps its own.
+Words of one letter ("I", "A", a stand-in of mtkit.text.spans) do not count towards the words a
+casing needs, but follow it ("a" in "TWO MEN a PARK" leaves the line as it is, so that its
+translation is not re-cased where the source was not), and a stand-in keeps its own.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ def casing_of(text: str, lang: str | None = None) -> str | None:
     """UPPER where every cased letter is capital (at least two words of two letters or more), TITLE where
     every word of letters begins with a capital and goes on small (at least three such words; not in a
     language of NOUNS_CAPITALISED), else None: a sentence as a model knows it, or a mix left as it is."""
-    words = [w for w in _WORD.findall(text) if len(w) > 1 and any(c.isupper() or c.islower() for c in w)]
-    if len(words) >= 2 and all(not any(c.islower() for c in w) for w in words):
+    cased = [w for w in _WORD.findall(text) if any(c.isupper() or c.islower() for c in w)]
+    longer = sum(len(w) > 1 for w in cased)  # words of one letter ("I", "A", a stand-in) do not make the count
+    if longer >= 2 and all(not any(c.islower() for c in w) for w in cased):
         return UPPER
     if lang in NOUNS_CAPITALISED:
         return None
-    if len(words) >= 3 and all(w[0].isupper() and not any(c.isupper() for c in w[1:]) for w in words):
+    if longer >= 3 and all(w[0].isupper() and not any(c.isupper() for c in w[1:]) for w in cased):
         return TITLE
     return None
 
