@@ -114,6 +114,13 @@ def test_a_stand_in_the_model_wrote_twice_is_one_span():
     assert masked.restore("Es kostet 1,1, siehe 2 2.") == "Es kostet $5.99, siehe https://example.org."
 
 
+def test_numbers_the_model_made_of_stand_ins_are_dropped_and_its_own_kept():
+    masked = mask("A dog runs at 7:45 with 3 cats.")
+    assert masked.text == "A dog runs at 1 with 2 cats."
+    assert masked.restore("Ein Hund rennt um 10 1 mit 2 Katzen.") == "Ein Hund rennt um 7:45 mit 3 Katzen."
+    assert masked.restore("10 Hunde rennen um 1 mit 2,1 und 40 Katzen.") == "Hunde rennen um 7:45 mit 3 und 40 Katzen."
+
+
 def test_a_span_put_back_never_reads_as_another_stand_in():
     masked = mask("From 1,2 to 3 and 4")
     assert masked.restore(masked.text) == "From 1,2 to 3 and 4"

@@ -92,10 +92,11 @@ class Masked:
     stand_ins: list[tuple[str, str]]  # (stand-in, span), in the order of the source
 
     def restore(self, translation: str) -> str:
-        """The translation with each stand-in replaced by its span. A stand-in the translation lost is
-        put back first, at its share of the words in the source (its neighbours' place, where the model
+        """The translation with each stand-in replaced by its span. Numbers the model made of stand-ins
+        are dropped, a stand-in the translation lost is put back first, at its share of the words in the source (its neighbours' place, where the model
         did not say), one the model wrote again is dropped, and then all are replaced at once: a span is
         never cut, nor read as a stand-in."""
+        translation = self._without_invented(translation)
         source_words = self.text.split()
         for stand_in, _ in self.stand_ins:
             if not _word_match(stand_in).search(translation):
@@ -115,11 +116,26 @@ class Masked:
             translation = translation[:start] + span + translation[end:]
         return translation
 
+    def _without_invented(self, translation: str) -> str:
+        """The translation without the numbers the model made of the stand-ins' digits ("10" beside the
+        stand-in "1"): every number of the source is a span, so such a number is none of its own."""
+        digits = {stand_in for stand_in, _ in self.stand_ins if stand_in.isdigit()}
+
+        def kept(match: re.Match) -> str:
+            number = match.group().strip()
+            return match.group() if number in digits or not digits & set(number) else ""
+
+        found = _NUMBER_WORD.sub(kept, translation)
+        return translation if found == translation else " ".join(found.split())
+
     def within(self, part: str) -> Masked:
         """The stand-ins of one part of the masked text (a sentence of it), with that part."""
         return Masked(
             part, [(stand_in, span) for stand_in, span in self.stand_ins if _word_match(stand_in).search(part)]
         )
+
+
+_NUMBER_WORD = re.compile(r"\s*(?<![^\W_])\d+(?![^\W_])")  # a run of digits, with the space before it
 
 
 def _word_match(stand_in: str) -> re.Pattern:
