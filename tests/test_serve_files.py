@@ -10,7 +10,8 @@ from conftest import run_mtkit
 from test_documents import RUNS, word_document, word_runs
 from test_serve import Server
 
-from mtkit.serving.files import TranslatedFiles, safe_name
+from mtkit.core.errors import MtkitError
+from mtkit.serving.files import TranslatedFiles, content_disposition, safe_name
 
 KEY = "k" * 32
 
@@ -33,9 +34,9 @@ def test_a_document_uploaded_with_a_key_downloads_as_translate_file_makes_it(key
     document = word_document(RUNS)
     answer = upload(keyed_server, "../report.docx", document, api_key=KEY)
     assert answer.status_code == 200, answer.text
-    url = answer.json()["translatedFileUrl"]
-    assert url.startswith(keyed_server.url + "/download_file/") and url.endswith("/report.docx")
-    downloaded = httpx.get(url)
+    url = answer.json()["translatedFileUrl"]  # relative to the server's root (no --public-url)
+    assert url.startswith("/download_file/") and url.endswith("/report.docx")
+    downloaded = httpx.get(keyed_server.url + url)
     assert (
         downloaded.status_code == 200
         and downloaded.headers["content-disposition"] == 'attachment; filename="report.docx"'
@@ -51,7 +52,7 @@ def test_a_document_uploaded_with_a_key_downloads_as_translate_file_makes_it(key
 
 def test_plain_text_files_go_through_too(keyed_server):
     answer = upload(keyed_server, "notes.txt", b"A dog runs.\n\nA cat sleeps.\n", api_key=KEY)
-    text = httpx.get(answer.json()["translatedFileUrl"]).text
+    text = httpx.get(keyed_server.url + answer.json()["translatedFileUrl"]).text
     assert text.count("\n") == 3 and text.split("\n")[1] == "" and text.split("\n")[0]
 
 
@@ -97,6 +98,34 @@ def test_the_oldest_translated_files_go_first_beyond_the_most_kept():
     assert store.get(first) is None and store.get(second) and store.get(third)
     assert sorted(path.name for path in store.root.iterdir()) == sorted([second, third])
     store.close()
+
+
+def test_the_oldest_translated_files_go_first_beyond_the_bytes_kept():
+    store = TranslatedFiles(keep_s=60, clock=lambda: 0.0, max_bytes=10)
+    first, second = store.put("a.txt", b"1234"), store.put("b.txt", b"5678")
+    third = store.put("c.txt", b"abcde")  # 13 bytes with both: the oldest goes
+    assert store.get(first) is None and store.get(second) and store.get(third) and store.stored_bytes == 9
+    with pytest.raises(MtkitError, match="11 bytes: more than --max-stored-bytes"):
+        store.put("d.txt", b"x" * 11)
+    assert store.stored_bytes == 9 and len(list(store.root.iterdir())) == 2  # nothing half-written left
+    store.close()
+
+
+def test_any_name_downloads_with_a_header_of_latin_1():
+    assert content_disposition("report.docx") == 'attachment; filename="report.docx"'
+    header = content_disposition(safe_name("日本語 の.docx"))
+    assert header == "attachment; filename=\"___.docx\"; filename*=UTF-8''%E6%97%A5%E6%9C%AC%E8%AA%9E_%E3%81%AE.docx"
+    header.encode("latin-1")
+
+
+def test_a_file_uploaded_under_a_name_in_another_script_downloads(keyed_server):
+    answer = upload(keyed_server, "日本語.docx", word_document(RUNS), api_key=KEY)
+    url = answer.json()["translatedFileUrl"]
+    assert url.endswith("/%E6%97%A5%E6%9C%AC%E8%AA%9E.docx"), url
+    downloaded = httpx.get(keyed_server.url + url)
+    assert downloaded.status_code == 200, downloaded.text
+    assert downloaded.headers["content-disposition"].endswith("filename*=UTF-8''%E6%97%A5%E6%9C%AC%E8%AA%9E.docx")
+    docx.Document(io.BytesIO(downloaded.content))
 
 
 def test_an_uploaded_name_cannot_leave_its_folder():

@@ -94,6 +94,9 @@ def translate_file(
     retranslate: Annotated[
         bool, typer.Option(help="PO and XLIFF: translate again the messages already translated.")
     ] = False,
+    max_file_chars: Annotated[
+        int, typer.Option(help="Most characters of text the file may hold (a bound on files from strangers).")
+    ] = 5_000_000,
     glossary: GlossaryOption = None,
     case_sensitive_terms: CaseSensitiveTermsOption = False,
     engine: EngineOption = "pytorch",
@@ -115,10 +118,13 @@ def translate_file(
     Example: [bold]mtkit translate-file report.docx -o report.de.docx -m model.pt[/bold]
     """
     from mtkit.core.textio import atomic_path, check_output_file
+    from mtkit.documents.limits import FileLimits
     from mtkit.interop.engines import make_translator
     from mtkit.translation.markup import translate_document
 
     formats = require_documents()
+    if max_file_chars < 1:
+        raise MtkitError(f"--max-file-chars {max_file_chars}: must be at least 1")
     name = str(input)
     if name == "-" and not file_format:
         raise MtkitError("-: give --format for a file read from stdin")
@@ -128,7 +134,8 @@ def translate_file(
         wanted = formats.document_format(str(output), None, "--output")
         if wanted != fmt:
             raise MtkitError(f"--output {output}: a .{fmt} file translates into a .{fmt} file, not .{wanted}")
-    document = formats.read_document(read_input(input), name, fmt, retranslate)  # before the model loads
+    limits = FileLimits(max_chars=max_file_chars)
+    document = formats.read_document(read_input(input), name, fmt, retranslate, limits)  # before the model loads
     cfg = search_config(model_beam(beam, engine, model, checkpoint), lenpen, max_len_a, max_len_b, min_len, 1,
                         no_repeat_ngram, loop_ngram, loop_repeats)  # fmt: skip
     translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens,

@@ -84,6 +84,20 @@ def serve(
         int, typer.Option(help="Largest document /translate_file takes, in bytes; beyond, 413.")
     ] = 20 << 20,
     keep_files: Annotated[float, typer.Option(help="Seconds a translated document waits for its download.")] = 3600.0,
+    max_file_chars: Annotated[
+        int, typer.Option(help="Most characters of text in one document /translate_file takes; beyond, 413.")
+    ] = 1_000_000,
+    max_stored_bytes: Annotated[
+        int, typer.Option(help="Most bytes of translated documents kept for download; beyond, the oldest go first.")
+    ] = 1 << 30,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The URL clients reach the server at (behind a proxy: its public one), for translatedFileUrl "
+            "(default: a URL relative to the server's root; never the request's Host header).",
+            show_default=False,
+        ),
+    ] = None,
     api_keys: Annotated[
         Path | None,
         typer.Option(help="File of API keys, one a line: KEY [REQUESTS_PER_MINUTE [NAME]]; without one, 403."),
@@ -157,7 +171,8 @@ def serve(
     replicas, engine_process = _layout(replicas, engine_process, engine, device)
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
-        confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase,
+        confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase, max_file_chars,
+        max_stored_bytes, public_url,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":

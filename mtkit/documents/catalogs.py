@@ -15,6 +15,7 @@ from lxml import etree
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, InlineBuilder, language_tag, pieces, read_mixed, read_xml, write_mixed
+from mtkit.documents.limits import FileLimits
 
 PLACEHOLDER = re.compile(
     r"%(?:\(\w+\)|\d+\$)?[-+ #0]*(?:\d+|\*)?(?:\.\d+)?[hlLqjzt]*[diouxXeEfFgGcrsab%]"  # printf, Python %
@@ -60,11 +61,11 @@ def plural_forms(lang: str | None) -> str | None:
 
 
 class PoCatalog(Document):
-    def __init__(self, data: bytes, name: str, retranslate: bool = False):
+    def __init__(self, data: bytes, name: str, limits: FileLimits, retranslate: bool = False):
         self.name = name
         try:
             text = data.decode("utf-8-sig")
-            self.catalog = polib.pofile(text, wrapwidth=78)
+            self.catalog = parse_po(text)
         except UnicodeDecodeError as err:
             raise MtkitError(
                 f"{name}: not UTF-8 (byte {err.start + 1}); convert it with msgconv --to-code=UTF-8"
@@ -73,6 +74,8 @@ class PoCatalog(Document):
             raise MtkitError(f"{name}: not a PO file ({str(err).splitlines()[0]})") from None
         if "msgid" not in text:
             raise MtkitError(f"{name}: not a PO file (no messages)")
+        self.nplurals = _nplurals(self.catalog.metadata.get("Plural-Forms", ""), name, limits)
+        limits.check_segments(len(self.catalog), "messages")
         self.entries = [e for e in self.catalog if not e.obsolete and e.msgid and (retranslate or not e.translated())]
         self.entries = [e for e in self.entries if retranslate or not e.fuzzy]
         self.texts: list[tuple[str, str, str]] = []  # each segment's lead, text, trail
@@ -90,7 +93,7 @@ class PoCatalog(Document):
         for entry in self.entries:
             singular = next(filled)
             if entry.msgid_plural:
-                plural, count = next(filled), int(re.search(r"nplurals\s*=\s*(\d+)", forms).group(1))
+                plural, count = next(filled), self.nplurals or _nplurals(forms, self.name, FileLimits())
                 entry.msgstr_plural = {i: singular if i == 0 and count > 1 else plural for i in range(count)}
             else:
                 entry.msgstr = singular
@@ -117,6 +120,36 @@ class PoCatalog(Document):
             raise MtkitError(f"{self.name}: its header has no Plural-Forms and mtkit does not know those of "
                              f"{target_lang or 'the target language'}: add a Plural-Forms line to the header")  # fmt: skip
         return forms or given
+
+
+class _TextParser(polib._POFileParser):
+    """polib's parser on a text and nothing else: polib.pofile() opens its argument as a file
+    wherever a file of that name exists, and a stranger's upload may be a path on the server."""
+
+    def __init__(self, text: str):
+        super().__init__("", encoding="utf-8")  # "": no file
+        self.fhandle = text.splitlines()
+
+
+def parse_po(text: str) -> polib.POFile:
+    catalog = _TextParser(text).parse()
+    catalog.wrapwidth = 78
+    return catalog
+
+
+NPLURALS = re.compile(r"nplurals\s*=\s*(\d+)")
+
+
+def _nplurals(forms: str, name: str, limits: FileLimits) -> int | None:
+    """The number of plural forms a Plural-Forms header states (None: it states none)."""
+    found = NPLURALS.search(forms)
+    if found is None:
+        return None
+    digits = found.group(1).lstrip("0") or "0"
+    if len(digits) > 3 or not 1 <= int(digits) <= limits.max_plural_forms:
+        shown = found.group(1) if len(found.group(1)) <= 12 else found.group(1)[:12] + "..."
+        raise MtkitError(f"{name}: Plural-Forms nplurals={shown}: must be between 1 and {limits.max_plural_forms}")
+    return int(digits)
 
 
 def _strip(text: str) -> tuple[str, str, str]:
@@ -149,7 +182,7 @@ WRAPPERS = {"g", "mrk", "pc"}  # XLIFF's inline codes that hold text; the others
 
 
 class XliffCatalog(Document):
-    def __init__(self, data: bytes, name: str, retranslate: bool = False):
+    def __init__(self, data: bytes, name: str, limits: FileLimits, retranslate: bool = False):
         self.root = read_xml(data, name)
         namespace = etree.QName(self.root).namespace or ""
         if etree.QName(self.root).localname != "xliff" or not namespace.startswith((XLIFF1, XLIFF2)):
@@ -159,6 +192,7 @@ class XliffCatalog(Document):
         self.units = [
             unit for unit in units if unit.get("translate") != "no" and unit.find(self.ns + "source") is not None
         ]
+        limits.check_segments(len(self.units), "units")
         self.units = [unit for unit in self.units if retranslate or not _has_text(unit.find(self.ns + "target"))]
         is_wrapper = lambda element: etree.QName(element).localname in WRAPPERS  # noqa: E731
         self.built = [read_mixed(unit.find(self.ns + "source"), is_wrapper) for unit in self.units]
@@ -193,9 +227,9 @@ def _has_text(element: etree._Element | None) -> bool:
     return element is not None and "".join(element.itertext()).strip() != ""
 
 
-def read_po(data: bytes, name: str, retranslate: bool = False) -> Document:
-    return PoCatalog(data, name, retranslate)
+def read_po(data: bytes, name: str, limits: FileLimits, retranslate: bool = False) -> Document:
+    return PoCatalog(data, name, limits, retranslate)
 
 
-def read_xliff(data: bytes, name: str, retranslate: bool = False) -> Document:
-    return XliffCatalog(data, name, retranslate)
+def read_xliff(data: bytes, name: str, limits: FileLimits, retranslate: bool = False) -> Document:
+    return XliffCatalog(data, name, limits, retranslate)

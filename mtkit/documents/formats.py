@@ -1,15 +1,20 @@
-"""Which reader a file goes to: by its extension, or by the format asked for."""
+"""Which reader a file goes to: by its extension, or by the format asked for; and the bounds every
+document keeps (mtkit.documents.limits), its characters counted once it is read."""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable
 from pathlib import PurePath
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents import catalogs, markdown, ooxml, opendocument, subtitles, web
 from mtkit.documents.inline import Document
+from mtkit.documents.limits import DEFAULT_LIMITS, FileLimits
+from mtkit.text.markup import plain_text
 
-READERS: dict[str, Callable[[bytes, str], Document]] = {
+READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "docx": ooxml.read_docx,
     "pptx": ooxml.read_pptx,
     "xlsx": ooxml.read_xlsx,
@@ -24,6 +29,7 @@ READERS: dict[str, Callable[[bytes, str], Document]] = {
     "epub": web.read_epub,
     "txt": web.read_txt,
 }
+INLINE_CODE = re.compile(r'<g id="\d+">|</g>|<x id="\d+"/>')  # InlineBuilder's codes (its text escapes "<")
 RETRANSLATABLE = {"po", "xliff"}  # formats whose messages may be translated already
 ALIASES = {
     "pot": "po",
@@ -64,8 +70,26 @@ def document_format(name: str, fmt: str | None = None, option: str = "--format")
     return chosen
 
 
-def read_document(data: bytes, name: str, fmt: str, retranslate: bool = False) -> Document:
-    """The file's segments (fmt from document_format); an MtkitError naming the file where it is not that format."""
-    if fmt in RETRANSLATABLE:
-        return READERS[fmt](data, name, retranslate)  # type: ignore[call-arg]
-    return READERS[fmt](data, name)
+def read_document(
+    data: bytes, name: str, fmt: str, retranslate: bool = False, limits: FileLimits = DEFAULT_LIMITS
+) -> Document:
+    """The file's segments (fmt from document_format); an MtkitError naming the file where it is not
+    that format, or past one of the limits (a FileTooLarge where it is too large)."""
+    try:
+        if fmt in RETRANSLATABLE:
+            document = READERS[fmt](data, name, limits, retranslate)  # type: ignore[call-arg]
+        else:
+            document = READERS[fmt](data, name, limits)
+        limits.check_chars(characters(document))
+    except MtkitError as err:
+        if str(err).startswith(f"{name}:"):
+            raise
+        raise type(err)(f"{name}: {err}") from None
+    return document
+
+
+def characters(document: Document) -> int:
+    """The characters of text a document gives to translate (its markup not counted)."""
+    if document.markup == "html":
+        return sum(len(plain_text(text, "html")) for text in document.segments())
+    return sum(len(html.unescape(INLINE_CODE.sub("", segment))) for segment in document.segments())

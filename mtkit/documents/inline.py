@@ -20,7 +20,7 @@ from typing import Any
 from lxml import etree
 
 from mtkit.core.errors import MtkitError
-from mtkit.text.markup import Node, is_element, parse
+from mtkit.text.markup import MAX_DEPTH, Node, is_element, parse, too_deep
 
 
 class Document(ABC):
@@ -55,7 +55,9 @@ class InlineBuilder:
         self.words = self.words or not text.isspace() and text != ""
 
     def open(self, code: Any) -> None:
-        """Begin a run of formatting (close it with close())."""
+        """Begin a run of formatting (close it with close()); runs in runs deeper than MAX_DEPTH are an MtkitError."""
+        if self.depth >= MAX_DEPTH:
+            raise too_deep()
         self.parts.append(f'<g id="{len(self.codes)}">')
         self.codes.append(code)
         self.depth += 1

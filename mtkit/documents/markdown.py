@@ -14,6 +14,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from mtkit.documents.inline import Document, InlineBuilder, decode_text, pieces, render_pieces
+from mtkit.documents.limits import FileLimits
 
 PAIRED = {"strong_open": "strong_close", "em_open": "em_close", "s_open": "s_close"}
 FRONT_MATTER = re.compile(r"\A(---|\+\+\+)\n.*?\n\1\n", re.DOTALL)
@@ -32,7 +33,7 @@ class Block:
 
 
 class MarkdownDocument(Document):
-    def __init__(self, data: bytes, name: str):
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
         self.source = decode_text(data, name).split("\n")
         text = "\n".join(self.source)
         front = FRONT_MATTER.match(text)
@@ -41,7 +42,9 @@ class MarkdownDocument(Document):
         tokens = parser.parse("\n" * skipped + "\n".join(self.source[skipped:]))
         self.normalize = parser.normalizeLink
         self.cursor: dict[int, int] = {}  # per line, where the next content is looked for (table rows)
-        self.blocks = [self._block(token) for token in tokens if token.type == "inline" and token.map]
+        inline = [token for token in tokens if token.type == "inline" and token.map]
+        limits.check_segments(len(inline))
+        self.blocks = [self._block(token) for token in inline]
         self.blocks = [block for block in self.blocks if block is not None]
 
     def segments(self) -> list[str]:
@@ -78,6 +81,7 @@ class MarkdownDocument(Document):
 
     def _read(self, builder: InlineBuilder, children: list[Token], content: str) -> None:
         position = 0  # in content, where the next link's target is looked for
+        link_ends = LinkEnds(content)
         skip_to = None
         for token in children:
             if skip_to is not None:
@@ -92,7 +96,7 @@ class MarkdownDocument(Document):
             elif token.type in PAIRED.values() or token.type == "link_close":
                 builder.close()
             elif token.type == "link_open" and token.markup != "autolink":
-                match = LINK_END.search(content, position)
+                match = link_ends.first_from(position)
                 dest = match.group(1).strip("<>") if match else ""
                 if match and self.normalize(dest) == token.attrs.get("href"):
                     end, position = match.group(), match.end()
@@ -114,10 +118,26 @@ class MarkdownDocument(Document):
                 builder.kept(token.content)
 
 
+class LinkEnds:
+    """The first inline link's end (`](target "title")`) at or after a position of a text. A reference
+    link (`[words][ref]`) has none, and does not move the position on: the last search is reused
+    while it still answers, so that a paragraph of many links is read in linear time."""
+
+    def __init__(self, content: str):
+        self.content = content
+        self.searched_from, self.found = len(content) + 1, None
+
+    def first_from(self, position: int) -> re.Match | None:
+        reusable = self.searched_from <= position and (self.found is None or self.found.start() >= position)
+        if not reusable:
+            self.searched_from, self.found = position, LINK_END.search(self.content, position)
+        return self.found
+
+
 def _render(translation: str, built: InlineBuilder) -> str:
     found = pieces(translation, built.separators)
     return render_pieces(found, built.codes, lambda text: SPECIAL.sub(r"\\\1", text))
 
 
-def read_markdown(data: bytes, name: str) -> Document:
-    return MarkdownDocument(data, name)
+def read_markdown(data: bytes, name: str, limits: FileLimits) -> Document:
+    return MarkdownDocument(data, name, limits)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from mtkit.documents.inline import Document, InlineBuilder, language_tag, pieces
+from mtkit.documents.limits import FileLimits
 from mtkit.documents.package import Package
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -59,14 +60,15 @@ XLSX = Dialect(  # shared strings, and strings written in the cells (inlineStr);
 
 
 class OfficeDocument(Document):
-    def __init__(self, data: bytes, name: str, dialect: Dialect):
+    def __init__(self, data: bytes, name: str, dialect: Dialect, limits: FileLimits):
         self.dialect, self.ns = dialect, dialect.ns
-        self.package = Package(data, name, f"a {dialect.kind} file", dialect.required)
+        self.package = Package(data, name, f"a {dialect.kind} file", dialect.required, limits=limits)
         self.trees = {part: self.package.xml(part) for part in self.package.names(dialect.parts.fullmatch)}
         # Pre-order: a text box's paragraphs come after the paragraph whose run holds them, and are
         # written first, so the run kept whole carries them translated.
         tags = [self.ns + tag for tag in dialect.paragraphs]
         self.paragraphs = [p for tree in self.trees.values() for p in tree.iter(*tags)]
+        limits.check_segments(len(self.paragraphs))
         self.bases: list[etree._Element | None] = []
         self.built = [self._read(p) for p in self.paragraphs]
 
@@ -122,7 +124,7 @@ class OfficeDocument(Document):
                 self._read_run(builder, child)
             elif local == "t" and self.dialect.bare_text:
                 self._close_run(builder)
-                builder.text(child.text or "")
+                self._read_text(builder, child, None)
             elif local in self.dialect.wrappers:
                 self._close_run(builder)
                 builder.open(("wrap", child))
@@ -168,9 +170,21 @@ class OfficeDocument(Document):
         for child in run:
             local = self._local(child)
             if local == "t":
-                builder.text(child.text or "")
+                self._read_text(builder, child, properties)
             elif local not in ("rPr", *self.dialect.dropped):
                 builder.kept(("in run", properties, child), local in SEPARATORS)
+
+    def _read_text(self, builder: InlineBuilder, t: etree._Element, properties: etree._Element | None) -> None:
+        """A text element's words; an entity reference in it (a DTD's, which Office never writes) is
+        kept whole in its place, and the text after it read on."""
+        builder.text(t.text or "")
+        for reference in t:
+            if isinstance(reference, etree._Entity):
+                holder = self._text("")
+                holder.text = None
+                holder.append(_copy_entity(reference))
+                builder.kept(("in run", properties, holder))
+            builder.text(reference.tail or "")
 
     def _close_run(self, builder: InlineBuilder) -> None:
         if self.open_key is not None:
@@ -235,6 +249,10 @@ def _copy(element: etree._Element) -> etree._Element:
     return etree.fromstring(etree.tostring(element))
 
 
+def _copy_entity(reference: etree._Entity) -> etree._Entity:
+    return etree.Entity(reference.name)
+
+
 def _key(properties: etree._Element | None) -> bytes:
     return etree.tostring(properties, method="c14n") if properties is not None else b""
 
@@ -254,13 +272,13 @@ def _dominant_properties(p: etree._Element, ns: str, bare_text: bool = False) ->
     return found[max(weight, key=weight.__getitem__)] if weight else None
 
 
-def read_docx(data: bytes, name: str) -> Document:
-    return OfficeDocument(data, name, DOCX)
+def read_docx(data: bytes, name: str, limits: FileLimits) -> Document:
+    return OfficeDocument(data, name, DOCX, limits)
 
 
-def read_pptx(data: bytes, name: str) -> Document:
-    return OfficeDocument(data, name, PPTX)
+def read_pptx(data: bytes, name: str, limits: FileLimits) -> Document:
+    return OfficeDocument(data, name, PPTX, limits)
 
 
-def read_xlsx(data: bytes, name: str) -> Document:
-    return OfficeDocument(data, name, XLSX)
+def read_xlsx(data: bytes, name: str, limits: FileLimits) -> Document:
+    return OfficeDocument(data, name, XLSX, limits)

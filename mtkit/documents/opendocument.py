@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from lxml import etree
 
 from mtkit.documents.inline import Document, language_tag, read_mixed, write_mixed
+from mtkit.documents.limits import FileLimits
 from mtkit.documents.package import Package
 
 TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
@@ -29,12 +30,13 @@ PAGE_TEXT = {
 
 
 class OpenDocument(Document):
-    def __init__(self, data: bytes, name: str, kind: str):
-        self.package = Package(data, name, f"an {kind} file", "content.xml", MIMETYPES[kind])
+    def __init__(self, data: bytes, name: str, kind: str, limits: FileLimits):
+        self.package = Package(data, name, f"an {kind} file", "content.xml", MIMETYPES[kind], limits)
         self.trees = {"content.xml": self.package.xml("content.xml")}
         if "styles.xml" in self.package.parts:
             self.trees["styles.xml"] = self.package.xml("styles.xml")
         self.paragraphs = [p for part, tree in self.trees.items() for p in _paragraphs(tree, part == "styles.xml")]
+        limits.check_segments(len(self.paragraphs))
         self.built = [
             read_mixed(p, lambda e: e.tag in WRAPPERS, lambda e: e.tag in SEPARATORS) for p in self.paragraphs
         ]
@@ -78,9 +80,9 @@ def _set_language(tree: etree._Element, lang: str) -> None:
                 element.attrib.pop(FO + "country", None)
 
 
-def read_odt(data: bytes, name: str) -> Document:
-    return OpenDocument(data, name, ".odt")
+def read_odt(data: bytes, name: str, limits: FileLimits) -> Document:
+    return OpenDocument(data, name, ".odt", limits)
 
 
-def read_odp(data: bytes, name: str) -> Document:
-    return OpenDocument(data, name, ".odp")
+def read_odp(data: bytes, name: str, limits: FileLimits) -> Document:
+    return OpenDocument(data, name, ".odp", limits)

@@ -1,5 +1,6 @@
 """Zip packages (OOXML, OpenDocument, EPUB): read once from bytes with a clear error for what is not
-the package its extension says, and written again with every part not translated kept byte for byte,
+the package its extension says, within the bounds of mtkit.documents.limits (checked on the zip's
+directory before anything is inflated, and again while inflating), and written again with every part not translated kept byte for byte,
 in the same order and compression (an OpenDocument's or EPUB's `mimetype` first and stored)."""
 
 from __future__ import annotations
@@ -13,17 +14,27 @@ from lxml import etree
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import read_xml
+from mtkit.documents.limits import DEFAULT_LIMITS, FileLimits, FileTooLarge
 
+CHUNK = 1 << 20
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted OOXML, and the old binary .doc/.ppt/.xls
 
 
 class Package:
     """A zip package's parts by name, in their order; changed parts replace their bytes on write."""
 
-    def __init__(self, data: bytes, name: str, kind: str, required: str, mimetype: str | None = None):
+    def __init__(
+        self,
+        data: bytes,
+        name: str,
+        kind: str,
+        required: str,
+        mimetype: str | None = None,
+        limits: FileLimits = DEFAULT_LIMITS,
+    ):
         """kind names the format in errors ("a .docx"); required: a part every such package has;
         mimetype: what its `mimetype` part says, where the format has one (OpenDocument, EPUB)."""
-        self.name = name
+        self.name, self.limits = name, limits
         if data[:8] == OLE_MAGIC:
             raise MtkitError(
                 f"{name}: encrypted, or an old binary Office file, not {kind} (save it unprotected as {kind})"
@@ -33,7 +44,11 @@ class Package:
             self.infos = self.zip.infolist()
             if any(info.flag_bits & 0x1 for info in self.infos):
                 raise MtkitError(f"{name}: its parts are encrypted")
-            self.parts = {info.filename: self.zip.read(info) for info in self.infos}
+            self._check_directory(kind)
+            self.inflated = 0
+            self.parts = {info.filename: self._inflate(info) for info in self.infos}
+        except FileTooLarge as err:
+            raise FileTooLarge(f"{name}: {err}") from None
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as err:
             raise MtkitError(f"{name}: not {kind} (not a readable zip archive: {err})") from None
         except zlib.error as err:
@@ -44,6 +59,28 @@ class Package:
         if mimetype is not None and found != mimetype:
             raise MtkitError(f"{name}: not {kind} (its mimetype is {found or 'missing'})")
         self.changed: dict[str, bytes] = {}
+
+    def _check_directory(self, kind: str) -> None:
+        """The bounds, as the zip's directory states the sizes, before anything is inflated."""
+        self.limits.check_members(len(self.infos))
+        seen: set[str] = set()
+        for info in self.infos:
+            if info.filename in seen:
+                raise MtkitError(f"{self.name}: two parts named {info.filename}: not {kind}")
+            seen.add(info.filename)
+            self.limits.check_member(info.filename, info.file_size, info.compress_size)
+        self.limits.check_package(sum(info.file_size for info in self.infos))
+
+    def _inflate(self, info: zipfile.ZipInfo) -> bytes:
+        """A part's bytes, inflated a chunk at a time and stopped at a bound (a directory may lie)."""
+        out = bytearray()
+        with self.zip.open(info) as member:
+            while chunk := member.read(CHUNK):
+                out += chunk
+                self.limits.check_member(info.filename, len(out), info.compress_size)
+                self.limits.check_package(self.inflated + len(out))
+        self.inflated += len(out)
+        return bytes(out)
 
     def names(self, matches: Callable[[str], bool]) -> list[str]:
         return [info.filename for info in self.infos if matches(info.filename)]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, InlineBuilder, decode_text, pieces, render_pieces
+from mtkit.documents.limits import FileLimits
 
 MAX_JOINED = 3
 TIMING = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}")
@@ -32,13 +33,14 @@ class Cue:
 
 
 class Subtitles(Document):
-    def __init__(self, data: bytes, name: str, kind: str):
+    def __init__(self, data: bytes, name: str, kind: str, limits: FileLimits):
         text = decode_text(data, name)
         self.blocks = _blocks(text.replace("\r\n", "\n"))
         self.newline = "\r\n" if "\r\n" in text else "\n"
         if kind == ".vtt" and not text.lstrip("\ufeff").startswith("WEBVTT"):
             raise MtkitError(f"{name}: not a WebVTT file (it does not begin with WEBVTT)")
         cues = [block for block in self.blocks if isinstance(block, Cue)]
+        limits.check_segments(len(cues), "cues")
         if not cues and text.strip() and kind == ".srt":
             raise MtkitError(
                 f"{name}: not an SRT file (no cue has a timing line such as 00:00:01,000 --> 00:00:02,000)"
@@ -198,9 +200,9 @@ def wrap(text: str, lines: int) -> list[str]:
     return [" ".join(line) for line in out + [current]]
 
 
-def read_srt(data: bytes, name: str) -> Document:
-    return Subtitles(data, name, ".srt")
+def read_srt(data: bytes, name: str, limits: FileLimits) -> Document:
+    return Subtitles(data, name, ".srt", limits)
 
 
-def read_vtt(data: bytes, name: str) -> Document:
-    return Subtitles(data, name, ".vtt")
+def read_vtt(data: bytes, name: str, limits: FileLimits) -> Document:
+    return Subtitles(data, name, ".vtt", limits)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, InlineBuilder, decode_text, language_tag, plain
+from mtkit.documents.limits import FileLimits
 from mtkit.documents.package import Package
 
 HTML_TAG = re.compile(r"<html\b[^>]*>", re.IGNORECASE)
@@ -49,8 +50,8 @@ class HtmlPage(Document):
 class Epub(Document):
     markup = "html"
 
-    def __init__(self, data: bytes, name: str):
-        self.package = Package(data, name, "an .epub file", "META-INF/container.xml", "application/epub+zip")
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
+        self.package = Package(data, name, "an .epub file", "META-INF/container.xml", "application/epub+zip", limits)
         rootfile = self.package.xml("META-INF/container.xml").find(f".//{CONTAINER}rootfile")
         self.opf_name = rootfile.get("full-path") if rootfile is not None else None
         if self.opf_name not in self.package.parts:
@@ -78,8 +79,9 @@ class Epub(Document):
 
 
 class PlainText(Document):
-    def __init__(self, data: bytes, name: str):
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
         self.lines = decode_text(data, name).split("\n")
+        limits.check_segments(len(self.lines), "lines")
 
     def segments(self) -> list[str]:
         out = []
@@ -93,13 +95,13 @@ class PlainText(Document):
         return "\n".join(plain(translation) for translation in translations).encode("utf-8")
 
 
-def read_html(data: bytes, name: str) -> Document:
+def read_html(data: bytes, name: str, limits: FileLimits) -> Document:
     return HtmlPage(data, name)
 
 
-def read_epub(data: bytes, name: str) -> Document:
-    return Epub(data, name)
+def read_epub(data: bytes, name: str, limits: FileLimits) -> Document:
+    return Epub(data, name, limits)
 
 
-def read_txt(data: bytes, name: str) -> Document:
-    return PlainText(data, name)
+def read_txt(data: bytes, name: str, limits: FileLimits) -> Document:
+    return PlainText(data, name, limits)

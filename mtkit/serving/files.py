@@ -1,7 +1,9 @@
 """Files over HTTP: the translation page (plain HTML, CSS and JavaScript in static/, using the
 server's own API, with no build step and nothing loaded from another host), and documents uploaded
 to LibreTranslate's /translate_file (mtkit.documents), translated and kept for download at
-/download_file/ID/NAME for a bounded time."""
+/download_file/ID/NAME for a bounded time and within a bounded number of bytes. A document comes
+from a stranger: it is read within mtkit.documents.limits (--max-file-chars), and read, written and
+stored on worker threads, so that the event loop goes on answering while a large one is handled."""
 
 import asyncio
 import html
@@ -9,9 +11,11 @@ import os
 import re
 import secrets
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.languages import LanguageError
@@ -51,49 +55,82 @@ def document_formats():
 
 class TranslatedFiles:
     """Translated files on disk (a private temporary directory), each under a random id, removed
-    keep_s seconds after it was written, or when the server stops; of more than most files, the
-    oldest go first (the disk a flood of uploads may take is bounded)."""
+    keep_s seconds after it was written, or when the server stops; beyond most files or max_bytes
+    bytes, the oldest go first (the disk a flood of uploads may take is bounded). Safe to use from
+    several threads."""
 
-    def __init__(self, keep_s: float, clock=time.monotonic, most: int = 1000):
-        self.keep_s, self.clock, self.most = keep_s, clock, most
+    def __init__(self, keep_s: float, clock=time.monotonic, most: int = 1000, max_bytes: int = 1 << 30):
+        self.keep_s, self.clock, self.most, self.max_bytes = keep_s, clock, most, max_bytes
         self._directory = tempfile.TemporaryDirectory(prefix="mtkit-files-")
         self.root = Path(self._directory.name)
-        self.written: dict[str, tuple[float, str]] = {}  # id: (when, file name)
+        self.written: dict[str, tuple[float, str, int]] = {}  # id: (when, file name, bytes)
+        self.lock = threading.Lock()
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(size for _, _, size in self.written.values())
 
     def put(self, name: str, data: bytes) -> str:
-        self.expire(room=1)
+        """Store a file (written, synced and renamed into place); an MtkitError where it alone is over max_bytes."""
+        if len(data) > self.max_bytes:
+            raise MtkitError(f"the translated file is {len(data):,} bytes: more than --max-stored-bytes")
         file_id = secrets.token_urlsafe(16)
         path = self.root / file_id
         with open(path.with_suffix(".tmp"), "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(path.with_suffix(".tmp"), path)
-        self.written[file_id] = (self.clock(), name)
+        with self.lock:
+            self._expire(room=(1, len(data)))
+            os.replace(path.with_suffix(".tmp"), path)
+            self.written[file_id] = (self.clock(), name, len(data))
         return file_id
 
     def get(self, file_id: str) -> tuple[str, bytes] | None:
-        self.expire()
-        if file_id not in self.written:
-            return None
-        return self.written[file_id][1], (self.root / file_id).read_bytes()
+        with self.lock:
+            self._expire()
+            if file_id not in self.written:
+                return None
+            return self.written[file_id][1], (self.root / file_id).read_bytes()
 
-    def expire(self, room: int = 0) -> None:
-        """Remove the files past their time, and the oldest beyond most (less room for new ones)."""
-        now = self.clock()
-        for file_id, (when, _) in list(self.written.items()):  # oldest first
-            if now - when > self.keep_s or len(self.written) + room > self.most:
+    def expire(self) -> None:
+        with self.lock:
+            self._expire()
+
+    def _expire(self, room: tuple[int, int] = (0, 0)) -> None:
+        """Remove the files past their time, and the oldest beyond most files or max_bytes (less room
+        for new ones: files, bytes)."""
+        now, stored = self.clock(), self.stored_bytes
+        for file_id, (when, _, size) in list(self.written.items()):  # oldest first
+            full = len(self.written) + room[0] > self.most or stored + room[1] > self.max_bytes
+            if now - when > self.keep_s or full:
                 (self.root / file_id).unlink(missing_ok=True)
                 del self.written[file_id]
+                stored -= size
 
     def close(self) -> None:
         self._directory.cleanup()
 
 
 def safe_name(name: str) -> str:
-    """An uploaded file's name as a download's: its last path part, of safe characters."""
+    """An uploaded file's name as a download's: its last path part, of safe characters (letters of any script)."""
     base = re.split(r"[\\/]", name or "")[-1]
-    return re.sub(r"[^\w.\-]+", "_", base).strip("._") or "document"
+    return re.sub(r"[^\w.\-]+", "_", base).strip("._")[:200] or "document"
+
+
+def content_disposition(name: str) -> str:
+    """A download's header for a safe_name: RFC 6266's filename* (UTF-8) beside an ASCII filename."""
+    fallback = re.sub(r"[^\x21-\x7e]+", "_", name).replace('"', "_")
+    if fallback == name:
+        return f'attachment; filename="{name}"'
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+def download_url(request, public_url: str | None, file_id: str, name: str) -> str:
+    """Where a translated file is downloaded: under --public-url, or relative to the server's root
+    (never from the request's Host header, which the client writes)."""
+    base = public_url.rstrip("/") if public_url else request.scope.get("root_path", "").rstrip("/")
+    return f"{base}/download_file/{file_id}/{quote(name, safe='')}"
 
 
 async def translate_upload(service: Service, request, data: bytes, name: str, target: str | None) -> bytes:
@@ -103,14 +140,21 @@ async def translate_upload(service: Service, request, data: bytes, name: str, ta
     if formats is None:
         raise RequestError(501, f"translating files needs the documents extra on the server: {DOCUMENTS_EXTRA}")
     from mtkit.documents.inline import without_codes
+    from mtkit.documents.limits import FileLimits, FileTooLarge
+
+    def read():
+        fmt = formats.document_format(name)
+        document = formats.read_document(data, name, fmt, limits=FileLimits(max_chars=service.cfg.max_file_chars))
+        document.check_target(target or service.info.target_language)
+        return document, document.segments()
 
     try:
-        fmt = formats.document_format(name)
-        document = await asyncio.to_thread(formats.read_document, data, name, fmt)
-        document.check_target(target or service.info.target_language)
+        document, texts = await asyncio.to_thread(read)
+    except FileTooLarge as err:
+        raise RequestError(413, str(err)) from None
     except MtkitError as err:
         raise RequestError(400, str(err)) from None
-    texts, options = document.segments(), service.defaults()
+    options = service.defaults()
     if service.can_align:
         texts = await service.run_markup(request, texts, options, document.markup, target, True, whole_file=True)
     elif without_codes(document.markup, texts):  # plain text: any engine
@@ -148,16 +192,18 @@ def add_file_routes(app, service: Service, admit, store: TranslatedFiles) -> Non
         name = safe_name(file.filename or "")
         data = await file.read()
         translated = await translate_upload(service, request, data, name, target)
-        file_id = store.put(name, translated)
-        base = str(request.base_url).rstrip("/")
-        return {"translatedFileUrl": f"{base}/download_file/{file_id}/{name}"}
+        try:
+            file_id = await asyncio.to_thread(store.put, name, translated)
+        except MtkitError as err:
+            raise RequestError(413, str(err)) from None
+        return {"translatedFileUrl": download_url(request, service.cfg.public_url, file_id, name)}
 
     @app.get("/download_file/{file_id}/{name}")
     async def download_file(file_id: str, name: str):
-        found = store.get(file_id)
+        found = await asyncio.to_thread(store.get, file_id)
         if found is None or found[0] != name:
             raise RequestError(404, "no such file (translated files are kept for a while, then removed)")
         formats = document_formats()
         media = formats.MEDIA_TYPES.get(formats.document_format(name), "application/octet-stream")
-        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        headers = {"Content-Disposition": content_disposition(name)}
         return Response(found[1], media_type=media, headers=headers)

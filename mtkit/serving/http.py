@@ -110,7 +110,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         alternatives: int = 0
         api_key: str | None = None
 
-    store = TranslatedFiles(service.cfg.keep_files_s)
+    store = TranslatedFiles(service.cfg.keep_files_s, max_bytes=service.cfg.max_stored_bytes)
 
     @asynccontextmanager
     async def lifespan(app):

@@ -282,17 +282,24 @@ class Service:
             )
         if not whole_file:
             self._check_chars(texts)
-        try:
+        split = self.cfg.split_sentences if split_sentences is None else split_sentences
+        splitter = self._sentence_splitter().split if split else lambda t: [t]
+
+        def read():
             documents = markup_segments(texts, fmt, lambda i: f"text {i}")
+            return documents, sentences_of(pending_texts(documents), splitter)
+
+        try:  # a whole document's markup is read on a worker thread: the event loop goes on answering
+            documents, cut = await asyncio.to_thread(read) if whole_file else read()
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
-        split = self.cfg.split_sentences if split_sentences is None else split_sentences
-        cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])
         sentences, answers = [sentence for parts in cut for sentence in parts], []
         for chunk in self.chunks(sentences) if whole_file else [sentences] * bool(sentences):
             options = replace(options, alignment=True, confidence=False)
             answers += (await self.run(request, chunk, options, False, target, glossary=glossary))[0]
         translated = [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
+        if whole_file:
+            return await asyncio.to_thread(assemble, documents, rejoined(cut, translated))
         return assemble(documents, rejoined(cut, translated))
 
     def chunks(self, texts: list[str]) -> list[list[str]]:

@@ -1,5 +1,6 @@
 """What a server starts with: its settings (ServeConfig) and the served model's information (ModelInfo)."""
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,13 @@ class ServeConfig:
     in_process: bool = True  # with one replica: the engine on a thread of the HTTP process, not a process of its own
     keep_spans: bool = True  # numbers, links, addresses, ... kept as written (mtkit.text.spans)
     recase: bool = True  # ALL CAPS and Title Case translated in sentence case, then cased again (mtkit.text.casing)
+    max_file_chars: int = 1_000_000  # characters of text in one document (/translate_file; mtkit.documents.limits)
+    max_stored_bytes: int = 1 << 30  # translated documents kept for download, in bytes at most (oldest go first)
+    public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
 
     def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes"):
+        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",
+                     "max_stored_bytes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if self.max_texts < 0:
@@ -34,6 +39,8 @@ class ServeConfig:
             raise MtkitError(f"--max-wait-ms {self.max_wait_ms}: must be at least 0")
         if self.keep_files_s <= 0:
             raise MtkitError(f"--keep-files {self.keep_files_s:g}: must be more than 0 seconds")
+        if self.public_url is not None and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", self.public_url):
+            raise MtkitError(f"--public-url {self.public_url}: must be an http:// or https:// URL (no query)")
 
 
 @dataclass

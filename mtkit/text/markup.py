@@ -47,6 +47,7 @@ CLOSED_BY = {  # an open element that a start tag of these closes, as HTML5 does
     "th": {"td", "th", "tr"}, "tr": {"tr"},
 }  # fmt: skip
 WORD = re.compile(r"\S+")
+MAX_DEPTH = 100  # elements open inside each other: deeper markup is refused (its tree is walked recursively)
 
 
 @dataclass
@@ -111,7 +112,7 @@ class _TreeBuilder(HTMLParser):
         self.close()
         ends = [offset for offset, *_ in self.events[1:]] + [len(self.source)]
         for (offset, kind, tag, attrs, data), end in zip(self.events, ends):
-            raw = self.source[offset:end]
+            raw, self.offset = self.source[offset:end], offset
             if not self.add_to_kept(kind, tag, raw):
                 self.add(kind, tag, attrs, data, raw)
         _supply_ends(self.root)
@@ -143,6 +144,9 @@ class _TreeBuilder(HTMLParser):
             node = Node(tag, raw, kept=_kept(tag, attrs))
             self.stack[-1].children.append(node)
             self.stack.append(node)
+            if len(self.stack) > MAX_DEPTH + 1:
+                line = self.source.count("\n", 0, self.offset) + 1
+                raise too_deep(f"line {line}" if "\n" in self.source else None)
         elif any(node.tag == tag for node in self.stack[1:]):  # an end tag that closes an open element
             while self.stack[-1].tag != tag:
                 self.stack.pop()  # left open: _supply_ends writes its end tag
@@ -160,6 +164,12 @@ class _TreeBuilder(HTMLParser):
                 return
             if open_tag in BLOCKS:
                 return
+
+
+def too_deep(where: str | None = None) -> MtkitError:
+    """The error for markup nested past MAX_DEPTH (where: the line, or the like)."""
+    at = f" ({where})" if where else ""
+    return MtkitError(f"elements nested more than {MAX_DEPTH} levels deep{at}: the limit")
 
 
 def _kept(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
