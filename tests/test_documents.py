@@ -592,7 +592,7 @@ def test_html_files_are_translated_with_their_language_set():
     )
 
 
-def test_an_epub_is_translated_chapter_by_chapter_and_reopens():
+def epub_book() -> bytes:
     from ebooklib import epub
 
     book = epub.EpubBook()
@@ -607,7 +607,13 @@ def test_an_epub_is_translated_chapter_by_chapter_and_reopens():
     book.add_item(epub.EpubNav())
     path = io.BytesIO()
     epub.write_epub(path, book)
-    out = translated(path.getvalue(), "a.epub", upper_engine)
+    return path.getvalue()
+
+
+def test_an_epub_is_translated_chapter_by_chapter_and_reopens():
+    from ebooklib import epub
+
+    out = translated(epub_book(), "a.epub", upper_engine)
     (tmp := __import__("tempfile").NamedTemporaryFile(suffix=".epub")).write(out)
     tmp.flush()
     reopened = epub.read_epub(tmp.name)

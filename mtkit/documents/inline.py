@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import html
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ class Document(ABC):
         """An MtkitError, before anything is translated, where the file cannot be written in target_lang."""
 
 
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
 class InlineBuilder:
     """One segment's markup, built run by run; codes[i] is what `id="i"` stands for."""
 
@@ -51,6 +55,8 @@ class InlineBuilder:
         self.words = False  # whether any text is more than whitespace
 
     def text(self, text: str) -> None:
+        """Words (characters XML cannot hold, such as NUL, are left out: a segment is XML)."""
+        text = NOT_XML.sub("", text)
         self.parts.append(html.escape(text, quote=False))
         self.words = self.words or not text.isspace() and text != ""
 
@@ -215,12 +221,41 @@ def decode_text(data: bytes, name: str) -> str:
 
 
 def read_xml(data: bytes, where: str) -> etree._Element:
-    """An XML document's tree (no entities expanded, nothing fetched), or an MtkitError that starts with where."""
+    """An XML document's tree (nothing fetched, entities expanded once: inline_entities), or an
+    MtkitError that starts with where."""
     parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True)
     try:
-        return etree.fromstring(data, parser)
+        root = etree.fromstring(data, parser)
     except etree.XMLSyntaxError as err:
-        raise MtkitError(f"{where}: not well-formed XML ({err})") from None
+        raise MtkitError(f"{where}: not well-formed XML ({' '.join(str(err).split())})") from None
+    inline_entities(root, max(len(data), 1 << 20), where)
+    return root
+
+
+def inline_entities(root: etree._Element, most: int, where: str) -> None:
+    """Each entity reference replaced by the text its internal declaration gives (an external one, or
+    one whose text holds markup, by nothing): the text after a reference is read on, and the file
+    written again needs no DTD. A declaration's own references are not expanded (no billion laughs),
+    and all expansions together may not add more characters than `most`."""
+    references = list(root.iter(etree.Entity))
+    if not references:
+        return
+    dtd = root.getroottree().docinfo.internalDTD
+    declared = dtd.iterentities() if dtd is not None else ()
+    texts = {e.name: html.unescape(e.content) for e in declared if e.content is not None and "<" not in e.content}
+    added = 0
+    for reference in references:
+        text = texts.get(reference.name, "")
+        added += len(text)
+        if added > most:
+            raise MtkitError(f"{where}: its entity references expand to more than {most:,} characters")
+        text += reference.tail or ""
+        parent, previous = reference.getparent(), reference.getprevious()
+        if previous is not None:
+            previous.tail = (previous.tail or "") + text
+        else:
+            parent.text = (parent.text or "") + text
+        parent.remove(reference)
 
 
 def without_codes(markup: str, texts: Sequence[str]) -> bool:

@@ -71,6 +71,8 @@ class OfficeDocument(Document):
         limits.check_segments(len(self.paragraphs))
         self.bases: list[etree._Element | None] = []
         self.built = [self._read(p) for p in self.paragraphs]
+        styled = dialect is DOCX and "word/styles.xml" in self.package.parts  # read now: a broken one is named now
+        self.styles = self.package.xml("word/styles.xml") if styled else None
 
     def segments(self) -> list[str]:
         return [builder.markup() for builder in self.built]
@@ -84,10 +86,9 @@ class OfficeDocument(Document):
             if lang:
                 self._set_language(tree, lang)
             self.package.replace(part, tree)
-        if lang and self.dialect is DOCX and "word/styles.xml" in self.package.parts:
-            styles = self.package.xml("word/styles.xml")
-            self._set_language(styles, lang)
-            self.package.replace("word/styles.xml", styles)
+        if lang and self.styles is not None:
+            self._set_language(self.styles, lang)
+            self.package.replace("word/styles.xml", self.styles)
         return self.package.write()
 
     def _set_language(self, tree: etree._Element, lang: str) -> None:
@@ -124,7 +125,7 @@ class OfficeDocument(Document):
                 self._read_run(builder, child)
             elif local == "t" and self.dialect.bare_text:
                 self._close_run(builder)
-                self._read_text(builder, child, None)
+                builder.text(child.text or "")
             elif local in self.dialect.wrappers:
                 self._close_run(builder)
                 builder.open(("wrap", child))
@@ -170,21 +171,9 @@ class OfficeDocument(Document):
         for child in run:
             local = self._local(child)
             if local == "t":
-                self._read_text(builder, child, properties)
+                builder.text(child.text or "")
             elif local not in ("rPr", *self.dialect.dropped):
                 builder.kept(("in run", properties, child), local in SEPARATORS)
-
-    def _read_text(self, builder: InlineBuilder, t: etree._Element, properties: etree._Element | None) -> None:
-        """A text element's words; an entity reference in it (a DTD's, which Office never writes) is
-        kept whole in its place, and the text after it read on."""
-        builder.text(t.text or "")
-        for reference in t:
-            if isinstance(reference, etree._Entity):
-                holder = self._text("")
-                holder.text = None
-                holder.append(_copy_entity(reference))
-                builder.kept(("in run", properties, holder))
-            builder.text(reference.tail or "")
 
     def _close_run(self, builder: InlineBuilder) -> None:
         if self.open_key is not None:
@@ -247,10 +236,6 @@ class OfficeDocument(Document):
 
 def _copy(element: etree._Element) -> etree._Element:
     return etree.fromstring(etree.tostring(element))
-
-
-def _copy_entity(reference: etree._Entity) -> etree._Entity:
-    return etree.Entity(reference.name)
 
 
 def _key(properties: etree._Element | None) -> bytes:

@@ -40,6 +40,7 @@ class OpenDocument(Document):
         self.built = [
             read_mixed(p, lambda e: e.tag in WRAPPERS, lambda e: e.tag in SEPARATORS) for p in self.paragraphs
         ]
+        self.meta = self.package.xml("meta.xml") if "meta.xml" in self.package.parts else None
 
     def segments(self) -> list[str]:
         return [builder.markup() for builder in self.built]
@@ -53,11 +54,10 @@ class OpenDocument(Document):
             if lang:
                 _set_language(tree, lang)
             self.package.replace(part, tree)
-        if lang and "meta.xml" in self.package.parts:
-            meta = self.package.xml("meta.xml")
-            for element in meta.iter(DC + "language"):
+        if lang and self.meta is not None:
+            for element in self.meta.iter(DC + "language"):
                 element.text = lang
-            self.package.replace("meta.xml", meta)
+            self.package.replace("meta.xml", self.meta)
         return self.package.write()
 
 

@@ -55,7 +55,7 @@ class Package:
             raise MtkitError(f"{name}: a broken zip archive ({err})") from None
         if required not in self.parts:
             raise MtkitError(f"{name}: not {kind} (it has no {required})")
-        found = self.parts.get("mimetype", b"").decode("ascii", "replace").strip()
+        found = " ".join(self.parts.get("mimetype", b"").decode("ascii", "replace").split())[:100]
         if mimetype is not None and found != mimetype:
             raise MtkitError(f"{name}: not {kind} (its mimetype is {found or 'missing'})")
         self.changed: dict[str, bytes] = {}

@@ -34,11 +34,20 @@ def set_page_language(page: str, lang: str | None) -> str:
     return page[: match.start()] + new + page[match.end() :]
 
 
+TAG_START = re.compile(r"<[A-Za-z/!?]")  # where a tag, comment or declaration may begin
+
+
+def check_tags(texts: list[str], limits: FileLimits) -> None:
+    """Pages' tags against the bound on segments, counted before any is parsed."""
+    limits.check_segments(sum(len(TAG_START.findall(text)) for text in texts), "tags")
+
+
 class HtmlPage(Document):
     markup = "html"
 
-    def __init__(self, data: bytes, name: str):
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
         self.text = decode_text(data, name)
+        check_tags([self.text], limits)
 
     def segments(self) -> list[str]:
         return [self.text]
@@ -63,6 +72,7 @@ class Epub(Document):
                       if item.get("media-type") == "application/xhtml+xml"]  # fmt: skip
         self.pages = [page for page in self.pages if page in self.package.parts]
         self.texts = [decode_text(self.package.parts[page], f"{name}: {page}") for page in self.pages]
+        check_tags(self.texts, limits)
 
     def segments(self) -> list[str]:
         return self.texts
@@ -96,7 +106,7 @@ class PlainText(Document):
 
 
 def read_html(data: bytes, name: str, limits: FileLimits) -> Document:
-    return HtmlPage(data, name)
+    return HtmlPage(data, name, limits)
 
 
 def read_epub(data: bytes, name: str, limits: FileLimits) -> Document:
