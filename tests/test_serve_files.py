@@ -2,13 +2,18 @@
 with keys and limits, giving what `mtkit translate-file` gives offline."""
 
 import io
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
 
 import docx
 import httpx
 import pytest
 from conftest import run_mtkit
+from hostile import deep, inflating_word_file, plural_po
 from test_documents import RUNS, word_document, word_runs
-from test_serve import Server
+from test_serve import Server, wait_until
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.files import TranslatedFiles, content_disposition, safe_name
@@ -21,7 +26,8 @@ def keyed_server(trained_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve_files")
     (root / "keys.txt").write_text(f"{KEY} 1000 office\n")
     # --max-chars 60: a document's sentences are queued in several chunks
-    options = ("--api-keys", root / "keys.txt", "--max-file-bytes", "100000", "--max-chars", "60")
+    options = ("--api-keys", root / "keys.txt", "--max-file-bytes", "100000", "--max-chars", "60",
+               "--max-file-chars", "2000")  # fmt: skip
     with Server(trained_run, root / "serve.log", *options) as served:
         yield served
 
@@ -132,3 +138,99 @@ def test_an_uploaded_name_cannot_leave_its_folder():
     assert safe_name("../../etc/passwd") == "passwd"
     assert safe_name("C:\\docs\\my report.docx") == "my_report.docx"
     assert safe_name("") == safe_name("..") == "document"
+
+
+# Files from strangers
+
+
+def test_translated_file_urls_never_come_from_the_host_header(keyed_server):
+    answer = keyed_server.post("/translate_file", files={"file": ("a.txt", b"A dog.")}, headers={"Host": "evil.example:666"},
+                               data={"target": "de", "api_key": KEY})  # fmt: skip
+    url = answer.json()["translatedFileUrl"]
+    assert url.startswith("/download_file/") and "evil" not in url
+    assert httpx.get(keyed_server.url + url).status_code == 200
+
+
+def test_hostile_files_are_refused_while_other_clients_translate(keyed_server, tmp_path):
+    """A bomb, a path posing as a catalogue, deep markup, plural forms by the million and too many
+    characters each get their one line while text requests go on and /health answers."""
+    real = tmp_path / "real.po"
+    real.write_bytes(plural_po("2"))
+    hostile = [
+        ("bomb.docx", inflating_word_file(8 << 20), 413, "bomb.docx: word/document.xml inflates more than 200-fold"),
+        ("path.po", str(real).encode(), 400, "path.po: not a PO file"),
+        (*deep("html", 400), 400, "deep.html: elements nested more than 100 levels deep"),
+        ("plurals.po", plural_po("10000000"), 400, "plurals.po: Plural-Forms nplurals=10000000: must be between 1"),
+        ("long.txt", b"A dog runs. " * 200, 413, "long.txt: 2,400 characters to translate: the limit is 2,000"),
+    ]
+    bearer = {"Authorization": f"Bearer {KEY}"}
+
+    def text(n: int) -> int:
+        return keyed_server.post("/v1/translate", json={"text": f"A dog runs {n}."}, headers=bearer).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        texts = [pool.submit(text, n) for n in range(12)]
+        for name, data, status, message in hostile:
+            answer = upload(keyed_server, name, data, api_key=KEY)
+            assert answer.status_code == status and answer.json()["error"].startswith(message), answer.text
+            assert httpx.get(f"{keyed_server.url}/health").json() == {"status": "ok"}
+        assert [future.result() for future in texts] == [200] * 12
+
+
+@contextmanager
+def in_process_server(trained_run, **settings):
+    """The app of `mtkit serve` (ServeConfig with these settings) on a uvicorn thread of this process."""
+    import uvicorn
+
+    from mtkit.decoding.search import SearchConfig
+    from mtkit.model.files import load_model_file, resolve_model_path
+    from mtkit.serving.http import create_app
+    from mtkit.serving.service import Service
+    from mtkit.serving.settings import ModelInfo, ServeConfig
+    from mtkit.translation.translate import Translator
+
+    path = resolve_model_path(trained_run)
+    model_file = load_model_file(path)
+    cfg = SearchConfig(beam=2)
+    service = Service(lambda: Translator(model_file, cfg, device="cpu"), (model_file.src_tokenizer, model_file.tgt_tokenizer),
+                      cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), replace(ServeConfig(), **settings))  # fmt: skip
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, "the server started")
+        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200, "the server is ready")
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+def test_a_document_is_read_off_the_event_loop_and_links_use_the_public_url(trained_run, monkeypatch):
+    """While a document's reading is held (on its worker thread, waiting for an event the test sets),
+    /health and text requests are answered; then the document goes through, its link under --public-url."""
+    from mtkit.documents import formats
+
+    reading, release = threading.Event(), threading.Event()
+    read_document = formats.read_document
+
+    def held(*args, **kwargs):
+        reading.set()
+        assert release.wait(300), "the test never let the reading go on"
+        return read_document(*args, **kwargs)
+
+    monkeypatch.setattr(formats, "read_document", held)
+    with in_process_server(trained_run, public_url="https://mt.example.org/api/") as url, ThreadPoolExecutor(1) as pool:
+        upload_answer = pool.submit(httpx.post, f"{url}/translate_file", files={"file": ("a.txt", b"A dog runs.")},
+                                    data={"target": "de"}, timeout=300)  # fmt: skip
+        assert reading.wait(300)
+        assert httpx.get(f"{url}/health", timeout=60).json() == {"status": "ok"}
+        assert httpx.post(f"{url}/v1/translate", json={"text": "A dog."}, timeout=60).status_code == 200
+        assert not upload_answer.done()
+        release.set()
+        answer = upload_answer.result()
+        link = answer.json()["translatedFileUrl"]
+        assert answer.status_code == 200 and link.startswith("https://mt.example.org/api/download_file/")
+        assert link.endswith("/a.txt")
+        assert httpx.get(url + link.removeprefix("https://mt.example.org/api")).status_code == 200

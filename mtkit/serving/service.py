@@ -37,6 +37,7 @@ from mtkit.translation.sentences import Cut, Prepared, Segmenter, SentenceSplitt
 from mtkit.translation.translate import NbestList, TextTranslator
 
 MAX_BEAM = 16
+MAX_LENPEN = 10.0
 
 
 class RequestError(Exception):
@@ -142,8 +143,8 @@ class Service:
             raise RequestError(422, f"beam {beam}: must be between 1 and {MAX_BEAM}")
         if not 1 <= nbest <= beam:
             raise RequestError(422, f"nbest {nbest}: must be between 1 and beam ({beam})")
-        if lenpen < 0:
-            raise RequestError(422, f"lenpen {lenpen}: must be at least 0")
+        if not 0 <= lenpen <= MAX_LENPEN:  # (not NaN either)
+            raise RequestError(422, f"lenpen {lenpen}: must be between 0 and {MAX_LENPEN:g}")
         if alignment and not self.can_align:
             if self.info.engine != "pytorch":
                 raise RequestError(422, "alignment needs a server started with --engine pytorch")

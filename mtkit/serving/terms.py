@@ -13,6 +13,9 @@ from mtkit.text.glossary import Glossary, Term, encode_terms
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.translate import NbestList
 
+MAX_REQUEST_TERMS = 1000  # a request's own glossary entries at most
+MAX_TERM_CHARS = 200  # characters of one term at most
+
 
 class TermsError(MtkitError):
     """A request's glossary that cannot be used, and why (a 422)."""
@@ -41,6 +44,8 @@ class ServerTerms:
             return self.glossary
         if not isinstance(pairs, list):
             raise TermsError("glossary: a list of [source term, target term] pairs")
+        if len(pairs) > MAX_REQUEST_TERMS:
+            raise TermsError(f"glossary: {len(pairs):,} entries; a request may give {MAX_REQUEST_TERMS:,} at most")
         own = []
         for n, pair in enumerate(pairs):
             if not (
@@ -49,6 +54,8 @@ class ServerTerms:
                 and all(isinstance(t, str) and t.strip() for t in pair)
             ):
                 raise TermsError(f"glossary entry {n}: a [source term, target term] pair of non-empty strings")
+            if max(map(len, pair)) > MAX_TERM_CHARS:
+                raise TermsError(f"glossary entry {n}: a term of more than {MAX_TERM_CHARS} characters")
             own.append(Term(pair[1], pair[0], f"glossary entry {n}"))
         return Glossary(own + self.terms, self.normalize, self.case_sensitive)
 
