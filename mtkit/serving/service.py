@@ -108,8 +108,7 @@ class Service:
         except LanguageError as err:
             raise RequestError(400, str(err)) from None
 
-    def _check_chars(self, texts: Sequence[str]) -> None:
-        """A request over --max-chars is a 413."""
+    def _check_chars(self, texts: Sequence[str]) -> None:  # a request over --max-chars is a 413
         if (chars := sum(len(t) for t in texts)) > (most := self.cfg.max_chars):
             raise RequestError(413, f"{chars:,} characters: the limit is {most:,} per request (--max-chars)")
 
@@ -187,9 +186,8 @@ class Service:
         if not texts:
             raise RequestError(422, "text: give at least one")
         if self.cfg.max_texts and len(texts) > self.cfg.max_texts:
-            raise RequestError(
-                413, f"{len(texts):,} texts: the limit is {self.cfg.max_texts:,} per request (--max-texts)"
-            )
+            limit = f"the limit is {self.cfg.max_texts:,} per request (--max-texts)"
+            raise RequestError(413, f"{len(texts):,} texts: {limit}")
         if len(texts) > self.cfg.max_queue:
             raise RequestError(413, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)")
         segmenter = self.segmenter(split_sentences)
@@ -200,9 +198,8 @@ class Service:
         pieces = [cut.get(i) or Cut([ids], [Prepared(text)], [1]) for i, (text, ids) in enumerate(zip(texts, encoded))]
         if options.alignment and any(len(p) > 1 for p in pieces):
             n = next(i for i, p in enumerate(pieces) if len(p) > 1)
-            raise RequestError(
-                422, f"alignment: text {n} is translated in {len(pieces[n])} pieces; an alignment is of one"
-            )
+            why = f"text {n} is translated in {len(pieces[n])} pieces; an alignment is of one"
+            raise RequestError(422, f"alignment: {why}")
         pieced = [
             (n, piece, ids if tag is None else [tag, *ids])
             for n, (text, parts) in enumerate(zip(texts, pieces))
@@ -278,20 +275,15 @@ class Service:
         if options.nbest > 1 or options.alignment:
             raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
         if not self.can_align:
-            raise RequestError(
-                422, f"format {fmt} needs --engine pytorch and a model without target tags or language tokens"
-            )
+            needs = "--engine pytorch and a model without target tags or language tokens"
+            raise RequestError(422, f"format {fmt} needs {needs}")
         if not whole_file:
             self._check_chars(texts)
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
         splitter = self._sentence_splitter().split if split else lambda t: [t]
-
-        def read():
-            documents = markup_segments(texts, fmt, lambda i: f"text {i}")
-            return documents, sentences_of(pending_texts(documents), splitter)
-
         try:  # a whole document's markup is read on a worker thread: the event loop goes on answering
-            documents, cut = await asyncio.to_thread(read) if whole_file else read()
+            documents = await _on_thread(whole_file, markup_segments, texts, fmt, lambda i: f"text {i}")
+            cut = await _on_thread(whole_file, sentences_of, pending_texts(documents), splitter)
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
         sentences, answers = [sentence for parts in cut for sentence in parts], []
@@ -299,9 +291,7 @@ class Service:
             options = replace(options, alignment=True, confidence=False)
             answers += (await self.run(request, chunk, options, False, target, glossary=glossary))[0]
         translated = [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
-        if whole_file:
-            return await asyncio.to_thread(assemble, documents, rejoined(cut, translated))
-        return assemble(documents, rejoined(cut, translated))
+        return await _on_thread(whole_file, assemble, documents, rejoined(cut, translated))
 
     def chunks(self, texts: list[str]) -> list[list[str]]:
         """Texts in consecutive chunks, each as large as a request may be (--max-chars, --max-texts)."""
@@ -347,6 +337,11 @@ class Service:
         self.ready = error is None
         if error is not None:
             warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
+
+
+async def _on_thread(on_thread: bool, work: Callable, *args) -> Any:
+    """work(*args), on a worker thread where asked (a whole document's), else here."""
+    return await asyncio.to_thread(work, *args) if on_thread else work(*args)
 
 
 async def _disconnect(request) -> None:
