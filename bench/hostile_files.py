@@ -102,8 +102,8 @@ def scaled(fmt: str, n: int) -> tuple[str, bytes]:
 
     words = "A man in a <b>blue</b> shirt rides a bike."
     if fmt == "docx":
-        run = '<w:r><w:t xml:space="preserve">A man in a </w:t></w:r><w:r><w:rPr><w:b/></w:rPr><w:t>blue</w:t></w:r>'
-        return "s.docx", word_file(f"<w:p>{run}</w:p>" * n)
+        run = '<w:r><w:t xml:space="preserve">A man {} in a </w:t></w:r><w:r><w:rPr><w:b/></w:rPr><w:t>blue</w:t></w:r>'
+        return "s.docx", word_file("".join(f"<w:p>{run.format(i)}</w:p>" for i in range(n)))
     if fmt == "xlsx":
         from test_documents import spreadsheet
 
@@ -114,7 +114,8 @@ def scaled(fmt: str, n: int) -> tuple[str, bytes]:
         from test_documents import open_document
 
         data = open_document("odt")
-        body = '<text:p>A man in a <text:span text:style-name="T1">blue</text:span> shirt.</text:p>' * n
+        body = "".join(f'<text:p>A man {i} in a <text:span text:style-name="T1">blue</text:span> shirt.</text:p>'
+                       for i in range(n))  # fmt: skip
         content = zipfile.ZipFile(io.BytesIO(data)).read("content.xml").decode()
         return "s.odt", package(
             {"content.xml": content.replace("<office:text>", f"<office:text>{body}").encode()}, data
@@ -133,7 +134,7 @@ def scaled(fmt: str, n: int) -> tuple[str, bytes]:
     if fmt == "md":
         return "s.md", "".join(f"A man in a **blue** [shirt](/s{i}) rides [a bike][b].\n\n" for i in range(n)).encode()
     if fmt in ("html", "epub"):
-        page = f"<html><body>{f'<p>{words}</p>' * n}</body></html>"
+        page = "<html><body>" + "".join(f"<p>{i}: {words}</p>" for i in range(n)) + "</body></html>"
         if fmt == "html":
             return "s.html", page.encode()
         from test_documents import epub_book

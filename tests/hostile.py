@@ -5,7 +5,9 @@ or ask for millions of plural forms, quadratic Markdown. Shared by the tests and
 from __future__ import annotations
 
 import io
+import os
 import struct
+import time
 import warnings
 import zipfile
 
@@ -129,3 +131,12 @@ def reference_links(count: int) -> bytes:
     """A Markdown paragraph of `count` reference links (no inline link's end anywhere)."""
     return ("A dog " + " ".join(f"[runs][r{i % 100}]" for i in range(count)) + "\n\n"
             + "".join(f"[r{i}]: https://example.com/{i}\n" for i in range(100))).encode()  # fmt: skip
+
+
+def hold_until(started: str, go_on: str) -> int:
+    """A document worker's job that says it started (a file) and holds the worker until the file
+    go_on exists; its process id."""
+    open(started, "w").close()
+    while not os.path.exists(go_on):
+        time.sleep(0.01)
+    return os.getpid()

@@ -218,7 +218,7 @@ def test_pair_digests_tell_pairs_apart_whatever_else_is_in_the_chunk(pairs):
     """Equal pairs, and only equal pairs, share a digest (the sides, the order and the positions of
     the ids all count: ([1], [2]) is not ([2], [1]) nor ([1, 2], [])); a pair's digest does not
     depend on the other pairs of its chunk."""
-    from mtkit.text.dedup import pair_digests
+    from mtkit.text.cleaning import pair_digests
 
     pairs += [(tgt, src) for src, tgt in pairs[:3]] + [(src + tgt, []) for src, tgt in pairs[:3]]
     digests = pair_digests([src for src, _ in pairs], [tgt for _, tgt in pairs]).tolist()
@@ -231,7 +231,7 @@ def test_pair_digests_tell_pairs_apart_whatever_else_is_in_the_chunk(pairs):
 @settings(max_examples=200, deadline=None)
 @given(chunks=st.lists(st.lists(st.integers(0, 60), max_size=30), max_size=12), max_run=st.sampled_from([8, 1 << 24]))
 def test_the_digest_set_keeps_the_first_of_equal_digests_like_a_set(chunks, max_run):
-    from mtkit.text.dedup import DigestSet
+    from mtkit.text.cleaning import DigestSet
 
     seen, reference = DigestSet(max_run), set()
     for chunk in chunks:

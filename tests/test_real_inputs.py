@@ -30,9 +30,10 @@ from mtkit.model.files import load_model_file
 from mtkit.text.augment import MIN_DICE, Augmentation, spans, title, typos, upper
 from mtkit.text.casing import TITLE, UPPER, casing_of, recase, sentence_case
 from mtkit.text.lexicon import word_translations
+from mtkit.text.sentence_splitter import SentenceSplitter
 from mtkit.text.spans import find_spans, mask
 from mtkit.text.tokenizer import Tokenizer
-from mtkit.translation.sentences import SentenceSplitter, segmenter_for
+from mtkit.translation.sentences import segmenter_for
 from mtkit.translation.translate import TextTranslator, Translator
 
 

@@ -1,7 +1,9 @@
 """Documents through `mtkit serve`: LibreTranslate's /translate_file and the download it points to,
 with keys and limits, giving what `mtkit translate-file` gives offline."""
 
+import asyncio
 import io
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -11,7 +13,7 @@ import docx
 import httpx
 import pytest
 from conftest import run_mtkit
-from hostile import deep, inflating_word_file, plural_po
+from hostile import deep, hold_until, inflating_word_file, plural_po
 from test_documents import RUNS, word_document, word_runs
 from test_serve import Server, wait_until
 
@@ -157,7 +159,7 @@ def test_hostile_files_are_refused_while_other_clients_translate(keyed_server, t
     real = tmp_path / "real.po"
     real.write_bytes(plural_po("2"))
     hostile = [
-        ("bomb.docx", inflating_word_file(8 << 20), 413, "bomb.docx: word/document.xml inflates more than 200-fold"),
+        ("bomb.docx", inflating_word_file(8 << 20), 413, "bomb.docx: word/document.xml inflates more than 500-fold"),
         ("path.po", str(real).encode(), 400, "path.po: not a PO file"),
         (*deep("html", 400), 400, "deep.html: elements nested more than 100 levels deep"),
         ("plurals.po", plural_po("10000000"), 400, "plurals.po: Plural-Forms nplurals=10000000: must be between 1"),
@@ -178,8 +180,9 @@ def test_hostile_files_are_refused_while_other_clients_translate(keyed_server, t
 
 
 @contextmanager
-def in_process_server(trained_run, **settings):
-    """The app of `mtkit serve` (ServeConfig with these settings) on a uvicorn thread of this process."""
+def in_process_server(trained_run, workers=None, **settings):
+    """The app of `mtkit serve` (ServeConfig with these settings, these document workers) on a uvicorn
+    thread of this process."""
     import uvicorn
 
     from mtkit.decoding.search import SearchConfig
@@ -194,7 +197,8 @@ def in_process_server(trained_run, **settings):
     cfg = SearchConfig(beam=2)
     service = Service(lambda: Translator(model_file, cfg, device="cpu"), (model_file.src_tokenizer, model_file.tgt_tokenizer),
                       cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), replace(ServeConfig(), **settings))  # fmt: skip
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning"))
+    app = create_app(service, workers=workers)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run)
     thread.start()
     try:
@@ -207,28 +211,25 @@ def in_process_server(trained_run, **settings):
         thread.join(60)
 
 
-def test_a_document_is_read_off_the_event_loop_and_links_use_the_public_url(trained_run, monkeypatch):
-    """While a document's reading is held (on its worker thread, waiting for an event the test sets),
-    /health and text requests are answered; then the document goes through, its link under --public-url."""
-    from mtkit.documents import formats
+def test_documents_are_read_in_a_worker_process_and_links_use_the_public_url(trained_run, tmp_path):
+    """With the one document worker held (by a job that waits for a file the test writes), an upload
+    waits for it while /health and text requests are answered; once the worker is free, the upload
+    goes through, its link under --public-url."""
+    from mtkit.documents.worker import Workers
 
-    reading, release = threading.Event(), threading.Event()
-    read_document = formats.read_document
-
-    def held(*args, **kwargs):
-        reading.set()
-        assert release.wait(300), "the test never let the reading go on"
-        return read_document(*args, **kwargs)
-
-    monkeypatch.setattr(formats, "read_document", held)
-    with in_process_server(trained_run, public_url="https://mt.example.org/api/") as url, ThreadPoolExecutor(1) as pool:
+    workers, go_on = Workers(processes=1), tmp_path / "go-on"
+    with in_process_server(trained_run, workers, public_url="https://mt.example.org/api/") as url, \
+            ThreadPoolExecutor(2) as pool:  # fmt: skip
+        started = tmp_path / "started"
+        held = pool.submit(asyncio.run, workers.run(hold_until, str(started), str(go_on)))
+        wait_until(started.exists, "the held job started in the worker")
         upload_answer = pool.submit(httpx.post, f"{url}/translate_file", files={"file": ("a.txt", b"A dog runs.")},
                                     data={"target": "de"}, timeout=300)  # fmt: skip
-        assert reading.wait(300)
         assert httpx.get(f"{url}/health", timeout=60).json() == {"status": "ok"}
         assert httpx.post(f"{url}/v1/translate", json={"text": "A dog."}, timeout=60).status_code == 200
-        assert not upload_answer.done()
-        release.set()
+        assert not upload_answer.done() and not held.done()
+        go_on.touch()
+        assert held.result() != os.getpid()  # the held job ran in a process of its own
         answer = upload_answer.result()
         link = answer.json()["translatedFileUrl"]
         assert answer.status_code == 200 and link.startswith("https://mt.example.org/api/download_file/")

@@ -90,6 +90,9 @@ def serve(
     max_stored_bytes: Annotated[
         int, typer.Option(help="Most bytes of translated documents kept for download; beyond, the oldest go first.")
     ] = 1 << 30,
+    file_processes: Annotated[
+        int, typer.Option(help="Processes that read and write uploaded documents (off the server's own).")
+    ] = 1,
     public_url: Annotated[
         str | None,
         typer.Option(
@@ -172,7 +175,7 @@ def serve(
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
         confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase, max_file_chars,
-        max_stored_bytes, public_url,
+        max_stored_bytes, public_url, file_processes,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":

@@ -14,8 +14,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.core.textio import iter_lines, line_bytes, progress_size
 from mtkit.data.dataset import SentenceWriter
 from mtkit.text.augment import KINDS, MIN_DICE, Augmentation
-from mtkit.text.cleaning import DROP_REASONS, CleaningRules, drop_reason, noise_reason
-from mtkit.text.dedup import DigestSet, pair_digests
+from mtkit.text.cleaning import DROP_REASONS, CleaningRules, DigestSet, drop_reason, noise_reason, pair_digests
 from mtkit.text.lexicon import word_translations
 from mtkit.text.tokenizer import Tokenizer
 

@@ -81,10 +81,9 @@ def read_document(
         else:
             document = READERS[fmt](data, name, limits)
         limits.check_chars(characters(document))
-    except MtkitError as err:
-        if str(err).startswith(f"{name}:"):
-            raise
-        raise type(err)(f"{name}: {err}") from None
+    except MtkitError as err:  # one line, naming the file (a part's name may hold a line break)
+        message = " ".join(str(err).split())
+        raise type(err)(message if message.startswith(f"{name}:") else f"{name}: {message}") from None
     return document
 
 

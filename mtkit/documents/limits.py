@@ -23,7 +23,7 @@ class FileLimits:
     max_members: int = 10_000  # parts of a zip package (.docx, .odt, .epub, ...)
     max_member_bytes: int = 128 << 20  # one part, inflated
     max_package_bytes: int = 512 << 20  # all parts, inflated
-    max_ratio: int = 200  # inflated / compressed size of a part larger than RATIO_FLOOR
+    max_ratio: int = 500  # inflated / compressed size of a part larger than RATIO_FLOOR
     max_plural_forms: int = 6  # gettext's nplurals (Arabic has 6, the most of any language)
 
     def check_members(self, count: int) -> None:

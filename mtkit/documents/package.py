@@ -1,7 +1,8 @@
 """Zip packages (OOXML, OpenDocument, EPUB): read once from bytes with a clear error for what is not
 the package its extension says, within the bounds of mtkit.documents.limits (checked on the zip's
-directory before anything is inflated, and again while inflating), and written again with every part not translated kept byte for byte,
-in the same order and compression (an OpenDocument's or EPUB's `mimetype` first and stored)."""
+directory before anything is inflated, and again while inflating), and written again with every
+part not translated kept byte for byte, in the same order and compression (an OpenDocument's or
+EPUB's `mimetype` first and stored)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from mtkit.core.config import default_beam
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import SearchConfig
+from mtkit.text.sentence_splitter import require_splitter
 from mtkit.translation.mbr import MbrConfig, MbrTranslator
-from mtkit.translation.sentences import require_splitter
 from mtkit.translation.translate import TextTranslator, Translator
 
 COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -2,11 +2,11 @@
 server's own API, with no build step and nothing loaded from another host), and documents uploaded
 to LibreTranslate's /translate_file (mtkit.documents), translated and kept for download at
 /download_file/ID/NAME for a bounded time and within a bounded number of bytes. A document comes
-from a stranger: it is read within mtkit.documents.limits (--max-file-chars), and read, written and
-stored on worker threads, so that the event loop goes on answering while a large one is handled."""
+from a stranger: it is read within mtkit.documents.limits (--max-file-chars), read and written in
+worker processes (mtkit.documents.worker) and stored on a worker thread, so that the event loop and
+the engine go on answering while a large one is handled."""
 
 import asyncio
-import html
 import os
 import re
 import secrets
@@ -51,6 +51,16 @@ def document_formats():
     except ImportError:
         return None
     return formats
+
+
+def document_workers(processes: int):
+    """The processes that read and write uploaded documents (started on first use), or None where
+    the documents extra is not installed."""
+    try:
+        from mtkit.documents.worker import Workers
+    except ImportError:
+        return None
+    return Workers(processes)
 
 
 class TranslatedFiles:
@@ -133,44 +143,55 @@ def download_url(request, public_url: str | None, file_id: str, name: str) -> st
     return f"{base}/download_file/{file_id}/{quote(name, safe='')}"
 
 
-async def translate_upload(service: Service, request, data: bytes, name: str, target: str | None) -> bytes:
-    """An uploaded document translated: its segments through the service (run_markup), the file
-    written again; what the file is not is a 400 naming it."""
+async def translate_upload(service: Service, request, data: bytes, name: str, target: str | None, workers) -> bytes:
+    """An uploaded document translated: read and written again in a worker process
+    (mtkit.documents.worker), its texts through the service; what the file is not is a 400 naming it,
+    a file past a bound 413."""
     formats = document_formats()
     if formats is None:
         raise RequestError(501, f"translating files needs the documents extra on the server: {DOCUMENTS_EXTRA}")
-    from mtkit.documents.inline import without_codes
-    from mtkit.documents.limits import FileLimits, FileTooLarge
-
-    def read():
-        fmt = formats.document_format(name)
-        document = formats.read_document(data, name, fmt, limits=FileLimits(max_chars=service.cfg.max_file_chars))
-        document.check_target(target or service.info.target_language)
-        return document, document.segments()
+    from mtkit.documents.limits import FileLimits
+    from mtkit.documents.worker import FileJob, finish, prepare
 
     try:
-        document, texts = await asyncio.to_thread(read)
-    except FileTooLarge as err:
-        raise RequestError(413, str(err)) from None
+        fmt = formats.document_format(name)
     except MtkitError as err:
         raise RequestError(400, str(err)) from None
-    options = service.defaults()
+    split = service.cfg.split_sentences
+    if split and service.can_align:
+        service.segmenter(True)  # 422 where the splitter is not installed
+    limits = FileLimits(max_chars=service.cfg.max_file_chars)
+    job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, split,
+                  service.info.source_language)  # fmt: skip
+    texts, options = await _in_worker(workers, prepare, job), service.defaults()
     if service.can_align:
-        texts = await service.run_markup(request, texts, options, document.markup, target, True, whole_file=True)
-    elif without_codes(document.markup, texts):  # plain text: any engine
-        plain, translated = [html.unescape(text) for text in texts], []
-        for chunk in service.chunks(plain):
+        translated = await service.run_aligned(request, texts, options, target, chunked=True)
+    else:  # plain text: any engine
+        translated = []
+        for chunk in service.chunks(texts):
             translated += (await service.run(request, chunk, options, True, target))[0]
-        texts = [html.escape(t, quote=False) if p.strip() else p for t, p in zip(translated, plain)]
-    else:
-        raise RequestError(422, f"{name}: its formatting follows the word alignment, which this server's model "
-                                "cannot give (--engine pytorch, a model without target tags or language tokens)")  # fmt: skip
-    lang = target or service.info.target_language
-    return await asyncio.to_thread(document.write, texts, lang)
+    return await _in_worker(workers, finish, job, translated)
 
 
-def add_file_routes(app, service: Service, admit, store: TranslatedFiles) -> None:
-    """POST /translate_file (multipart: file, source, target, api_key), GET /download_file/ID/NAME."""
+async def _in_worker(workers, work, *args):
+    """work(*args) in a document worker, its errors as the requests': a bound 413, formatting that
+    needs alignments 422, any other MtkitError 400."""
+    from mtkit.documents.limits import FileTooLarge
+    from mtkit.documents.worker import NeedsAlignment
+
+    try:
+        return await workers.run(work, *args)
+    except FileTooLarge as err:
+        raise RequestError(413, str(err)) from None
+    except NeedsAlignment as err:
+        raise RequestError(422, str(err)) from None
+    except MtkitError as err:
+        raise RequestError(400, str(err)) from None
+
+
+def add_file_routes(app, service: Service, admit, store: TranslatedFiles, workers) -> None:
+    """POST /translate_file (multipart: file, source, target, api_key), GET /download_file/ID/NAME;
+    documents are read and written by workers (mtkit.documents.worker.Workers)."""
     from fastapi import File, Form, Request, UploadFile
     from fastapi.responses import Response
 
@@ -191,7 +212,7 @@ def add_file_routes(app, service: Service, admit, store: TranslatedFiles) -> Non
         service.framing(source, target)
         name = safe_name(file.filename or "")
         data = await file.read()
-        translated = await translate_upload(service, request, data, name, target)
+        translated = await translate_upload(service, request, data, name, target, workers)
         try:
             file_id = await asyncio.to_thread(store.put, name, translated)
         except MtkitError as err:

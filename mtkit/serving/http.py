@@ -46,7 +46,7 @@ from contextlib import asynccontextmanager
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
-from mtkit.serving.files import TranslatedFiles, add_file_routes, add_page
+from mtkit.serving.files import TranslatedFiles, add_file_routes, add_page, document_workers
 from mtkit.serving.libretranslate import (
     check_source,
     detect_languages,
@@ -76,9 +76,10 @@ def _require_extra():
 CONNECTIONS = 1024  # open connections at most
 
 
-def create_app(service: Service, gate: Gate | None = None, page: bool = True):
+def create_app(service: Service, gate: Gate | None = None, page: bool = True, workers=None):
     """The FastAPI application around a Service, behind a Gate (API keys and request limits), with
-    the translation page at / unless page is False."""
+    the translation page at / unless page is False; workers: the processes that read and write
+    documents (default: serve --file-processes of them, mtkit.documents.worker)."""
     gate = gate or Gate(AccessRules())
     fastapi, prom, _ = _require_extra()
     from fastapi import Request
@@ -111,6 +112,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         api_key: str | None = None
 
     store = TranslatedFiles(service.cfg.keep_files_s, max_bytes=service.cfg.max_stored_bytes)
+    workers = workers or document_workers(service.cfg.file_processes)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -119,6 +121,8 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         yield
         service.batcher.stop()
         store.close()
+        if workers is not None:
+            workers.close()
 
     app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
     routes = {"/v1/translate", "/translate", "/translate_file", "/frontend/settings", "/languages", "/detect",
@@ -188,7 +192,7 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True):
         admit(request, body.api_key)
         return await libretranslate(service, request, body)
 
-    add_file_routes(app, service, admit, store)
+    add_file_routes(app, service, admit, store, workers)
 
     @app.get("/frontend/settings")
     async def settings():

@@ -30,10 +30,11 @@ from mtkit.text.markup_placement import (
     rejoined,
     sentences_of,
 )
+from mtkit.text.sentence_splitter import SentenceSplitter, require_splitter
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.confidence import Calibration
-from mtkit.translation.sentences import Cut, Prepared, Segmenter, SentenceSplitter, require_splitter, segmenter_for
+from mtkit.translation.sentences import Cut, Prepared, Segmenter, segmenter_for
 from mtkit.translation.translate import NbestList, TextTranslator
 
 MAX_BEAM = 16
@@ -262,12 +263,10 @@ class Service:
         target: str | None = None,
         split_sentences: bool | None = None,
         glossary: Any = None,
-        whole_file: bool = False,
     ) -> list[str]:
         """Texts of markup (fmt html or xml): their segments translated (sentence by sentence, where
         asked or by default), each with its word alignment, and the markup put back around the
-        aligned words (mtkit.text.markup_placement); a string per text. whole_file: a document's
-        texts (mtkit.documents), queued in chunks within the limits."""
+        aligned words (mtkit.text.markup_placement); a string per text."""
         if fmt not in FORMATS:
             raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
         if fmt == "text":
@@ -277,21 +276,31 @@ class Service:
         if not self.can_align:
             needs = "--engine pytorch and a model without target tags or language tokens"
             raise RequestError(422, f"format {fmt} needs {needs}")
-        if not whole_file:
-            self._check_chars(texts)
+        self._check_chars(texts)
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
-        splitter = self._sentence_splitter().split if split else lambda t: [t]
-        try:  # a whole document's markup is read on a worker thread: the event loop goes on answering
-            documents = await _on_thread(whole_file, markup_segments, texts, fmt, lambda i: f"text {i}")
-            cut = await _on_thread(whole_file, sentences_of, pending_texts(documents), splitter)
+        try:
+            documents = markup_segments(texts, fmt, lambda i: f"text {i}")
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
-        sentences, answers = [sentence for parts in cut for sentence in parts], []
-        for chunk in self.chunks(sentences) if whole_file else [sentences] * bool(sentences):
-            options = replace(options, alignment=True, confidence=False)
+        cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])
+        translated = await self.run_aligned(request, [s for parts in cut for s in parts], options, target, glossary)
+        return assemble(documents, rejoined(cut, translated))
+
+    async def run_aligned(
+        self,
+        request,
+        sentences: list[str],
+        options: Options,
+        target: str | None = None,
+        glossary: Any = None,
+        chunked: bool = False,
+    ) -> list[tuple[str, list[tuple[int, int]]]]:
+        """Each sentence's translation with its word alignment (one piece each); chunked: a document's,
+        queued in chunks within the limits (--max-chars, --max-texts)."""
+        answers, options = [], replace(options, alignment=True, confidence=False)
+        for chunk in self.chunks(sentences) if chunked else [sentences] * bool(sentences):
             answers += (await self.run(request, chunk, options, False, target, glossary=glossary))[0]
-        translated = [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
-        return await _on_thread(whole_file, assemble, documents, rejoined(cut, translated))
+        return [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
 
     def chunks(self, texts: list[str]) -> list[list[str]]:
         """Texts in consecutive chunks, each as large as a request may be (--max-chars, --max-texts)."""
@@ -337,11 +346,6 @@ class Service:
         self.ready = error is None
         if error is not None:
             warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
-
-
-async def _on_thread(on_thread: bool, work: Callable, *args) -> Any:
-    """work(*args), on a worker thread where asked (a whole document's), else here."""
-    return await asyncio.to_thread(work, *args) if on_thread else work(*args)
 
 
 async def _disconnect(request) -> None:

@@ -27,10 +27,11 @@ class ServeConfig:
     max_file_chars: int = 1_000_000  # characters of text in one document (/translate_file; mtkit.documents.limits)
     max_stored_bytes: int = 1 << 30  # translated documents kept for download, in bytes at most (oldest go first)
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
+    file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",
-                     "max_stored_bytes"):  # fmt: skip
+                     "max_stored_bytes", "file_processes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if self.max_texts < 0:

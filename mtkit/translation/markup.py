@@ -24,7 +24,7 @@ from mtkit.text.markup_placement import (
     sentences_of,
     translate_markup,
 )
-from mtkit.translation.sentences import SentenceSplitter, default_splitter
+from mtkit.text.sentence_splitter import SentenceSplitter, default_splitter
 from mtkit.translation.translate import NbestList, TextTranslator, Translator
 
 if TYPE_CHECKING:  # the documents stage needs lxml, which a translation of lines does not

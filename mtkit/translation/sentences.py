@@ -21,14 +21,13 @@ make ready, stays as it is.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mtkit.core.console import warn
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import MAX_SOURCE_TOKENS, Hypothesis
 from mtkit.text.casing import casing_of, recase, sentence_case
+from mtkit.text.sentence_splitter import SentenceSplitter, default_splitter
 from mtkit.text.spans import Masked, mask
 from mtkit.text.tokenizer import Tokenizer
 
@@ -37,48 +36,6 @@ MIN_LEN = 4
 # The byte tokens of UTF-8 continuation bytes: a piece never begins with one.
 CONTINUATION_BYTES = {f"<0x{byte:02X}>" for byte in range(0x80, 0xC0)}
 UNSPACED_LANGUAGES = {"zh", "ja", "th", "lo", "km", "my", "bo"}
-# The sentence end that any language shares: . ! ? … (and their closing quotes or brackets) before a
-# space, or a CJK full stop, question or exclamation mark anywhere.
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?…])|(?<=[.!?…][\"'”’»)\]]))\s+|(?<=[。！？])")
-
-
-def require_splitter(option: str = "--split-sentences") -> None:
-    try:
-        import pysbd  # noqa: F401
-    except ImportError:
-        raise MtkitError(f"{option} needs pysbd, the sentence splitter: pip install pysbd") from None
-
-
-class SentenceSplitter:
-    """Sentences of a text, by pysbd's rules for `lang` (English's where pysbd has none), or by the
-    shared sentence ends of _SENTENCE_END with rules=False."""
-
-    def __init__(self, lang: str | None, rules: bool = True):
-        self._segmenter = None
-        if rules:
-            require_splitter()
-            import pysbd
-            from pysbd.languages import LANGUAGE_CODES
-
-            if lang not in LANGUAGE_CODES:
-                named = f"has no rules for '{lang}'" if lang else "is not told the model's source language"
-                warn(f"the sentence splitter {named}: splitting by its English rules")
-            self._segmenter = pysbd.Segmenter(language=lang if lang in LANGUAGE_CODES else "en", clean=False)
-
-    def split(self, text: str) -> list[str]:
-        if not _SENTENCE_END.search(text.strip()):  # no end mark inside it: one sentence (pysbd costs ~0.5 ms a line)
-            return [text.strip()] if text.strip() else [text]
-        pieces = self._segmenter.segment(text) if self._segmenter else _SENTENCE_END.split(text)
-        return [piece.strip() for piece in pieces if piece.strip()] or [text]
-
-
-def default_splitter(lang: str | None) -> SentenceSplitter:
-    """pysbd's rules where the extra is installed (it is never required for cutting long lines)."""
-    try:
-        import pysbd  # noqa: F401
-    except ImportError:
-        return SentenceSplitter(lang, rules=False)
-    return SentenceSplitter(lang)
 
 
 def segmenter_for(

@@ -1,0 +1,127 @@
+"""Documents read and written in worker processes (the server's /translate_file). A large or hostile
+file is parsed on another core, never holding the server's interpreter lock, which its event loop
+and its engine thread need: on a thread, a client uploading files in a loop made other clients' text
+requests wait 34 times longer (bench/hostile_files.py). Each step is a function of picklable values
+that reads the file again from its bytes (reading is deterministic), so that no parsed document
+crosses between processes: prepare() gives the texts to translate, finish() writes the file from
+their translations. A worker's address space is bounded (memory_bytes): a file that needs more is a
+MemoryError, not a server out of memory."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import html
+import multiprocessing
+import resource
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from mtkit.core.errors import MtkitError
+from mtkit.documents.formats import read_document
+from mtkit.documents.inline import Document, without_codes
+from mtkit.documents.limits import FileLimits, FileTooLarge
+from mtkit.text.markup_placement import assemble, markup_segments, pending_texts, rejoined, sentences_of
+from mtkit.text.sentence_splitter import SentenceSplitter
+
+
+class NeedsAlignment(MtkitError):
+    """A file whose formatting needs word alignments, for a model that cannot give them (a 422)."""
+
+
+@dataclass(frozen=True)
+class FileJob:
+    data: bytes
+    name: str
+    fmt: str  # mtkit.documents.formats.document_format's
+    target: str | None  # the language the file is marked as written in
+    limits: FileLimits
+    aligned: bool  # translated with word alignments and the formatting placed by them; else plain texts
+    split: bool = True  # aligned: segments cut into sentences (by source_language's rules)
+    source_language: str | None = None
+
+
+def prepare(job: FileJob) -> list[str]:
+    """The texts the engine translates: the sentences of the file's segments (aligned), or its
+    segments as plain text (a file without formatting, for an engine without alignments)."""
+    document = _read(job)
+    if job.aligned:
+        return [sentence for parts in _cut(job, document)[1] for sentence in parts]
+    texts = document.segments()
+    if not without_codes(document.markup, texts):
+        raise NeedsAlignment(f"{job.name}: its formatting follows the word alignment, which this server's model "
+                             "cannot give (--engine pytorch, a model without target tags or language tokens)")  # fmt: skip
+    return [html.unescape(text) for text in texts]
+
+
+def finish(job: FileJob, translated: list) -> bytes:
+    """The file written from the translations of prepare()'s texts (aligned: (text, alignment) pairs)."""
+    document = _read(job)
+    if job.aligned:
+        documents, cut = _cut(job, document)
+        texts = assemble(documents, rejoined(cut, translated))
+    else:
+        plain = [html.unescape(text) for text in document.segments()]
+        texts = [html.escape(t, quote=False) if p.strip() else p for t, p in zip(translated, plain)]
+    return document.write(texts, job.target)
+
+
+def _read(job: FileJob) -> Document:
+    document = read_document(job.data, job.name, job.fmt, limits=job.limits)
+    document.check_target(job.target)
+    return document
+
+
+def _cut(job: FileJob, document: Document) -> tuple[list, list[list[str]]]:
+    documents = markup_segments(document.segments(), document.markup, lambda i: f"{job.name}: segment {i + 1}")
+    split = _splitter(job.source_language).split if job.split else lambda text: [text]
+    return documents, sentences_of(pending_texts(documents), split)
+
+
+@functools.lru_cache(maxsize=8)
+def _splitter(lang: str | None) -> SentenceSplitter:
+    return SentenceSplitter(lang)
+
+
+def _bound_memory(memory_bytes: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+class Workers:
+    """A pool of worker processes, started on first use by spawning (nothing of the server's threads
+    or model is copied into them), started again if one dies."""
+
+    def __init__(self, processes: int = 1, memory_bytes: int = 4 << 30):
+        self.processes, self.memory_bytes = processes, memory_bytes
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                context = multiprocessing.get_context("spawn")
+                self._pool = ProcessPoolExecutor(self.processes, context, _bound_memory, (self.memory_bytes,))
+            return self._pool
+
+    async def run(self, work: Callable, *args) -> Any:
+        """work(*args) in a worker; its MtkitError comes back as it is, running out of memory as a FileTooLarge."""
+        pool = self._executor()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, work, *args)
+        except MemoryError:
+            raise FileTooLarge(f"reading it needs more than {self.memory_bytes >> 20:,} MiB of memory") from None
+        except BrokenProcessPool:  # a worker died: the pool is broken for good, the next call starts another
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise FileTooLarge("reading it ended its worker process") from None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
