@@ -294,15 +294,17 @@ def main() -> None:
         rows.append([label, f"{len(data):,}", seconds, peak, said[:90]])
     print_table(["input", "bytes", "seconds", "peak MiB", "what mtkit said"], rows)
 
-    print(f"\nReading and writing (copy translation), best of 3, at {args.scale:,}, 4x and 16x paragraphs:")
-    rows = []
-    for fmt in ("docx", "xlsx", "odt", "epub", "html", "md", "srt", "vtt", "po", "xliff", "txt"):
-        times = [read_and_write_time(*scaled(fmt, args.scale * k)) for k in (1, 4, 16)]
-        rows.append([fmt, times[0], times[1], times[2], times[2] / times[0]])
-    print_table(["format", "1x s", "4x s", "16x s", "16x / 1x (linear: 16)"], rows)
+    if args.scale:
+        print(f"\nReading and writing (copy translation), best of 3, at {args.scale:,}, 4x and 16x paragraphs:")
+        rows = []
+        for fmt in ("docx", "xlsx", "odt", "epub", "html", "md", "srt", "vtt", "po", "xliff", "txt"):
+            times = [read_and_write_time(*scaled(fmt, args.scale * k)) for k in (1, 4, 16)]
+            rows.append([fmt, times[0], times[1], times[2], times[2] / times[1]])
+        print_table(["format", "1x s", "4x s", "16x s", "16x / 4x (linear: 4)"], rows)
 
-    print(f"\nFuzz: {args.fuzz:,} hypothesis mutations per format asked for:")
-    print_table(["seed", "tried", "failures", "seconds", "first failure"], fuzz(args.fuzz))
+    if args.fuzz:
+        print(f"\nFuzz: {args.fuzz:,} hypothesis mutations per format asked for:")
+        print_table(["seed", "tried", "failures", "seconds", "first failure"], fuzz(args.fuzz))
 
     if args.model:
         sentences = (args.data / "test2016.en").read_text().splitlines()

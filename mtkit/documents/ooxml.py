@@ -239,7 +239,12 @@ def _copy(element: etree._Element) -> etree._Element:
 
 
 def _key(properties: etree._Element | None) -> bytes:
-    return etree.tostring(properties, method="c14n") if properties is not None else b""
+    if properties is None:
+        return b""
+    try:
+        return etree.tostring(properties, method="c14n")
+    except etree.C14NError:  # a namespace canonical XML refuses (a relative URI): the properties as written
+        return etree.tostring(properties)
 
 
 def _dominant_properties(p: etree._Element, ns: str, bare_text: bool = False) -> etree._Element | None:
