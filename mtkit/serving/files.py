@@ -163,14 +163,28 @@ async def translate_upload(service: Service, request, data: bytes, name: str, ta
     limits = FileLimits(max_chars=service.cfg.max_file_chars)
     job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, split,
                   service.info.source_language)  # fmt: skip
-    texts, options = await _in_worker(workers, prepare, job), service.defaults()
-    if service.can_align:
-        translated = await service.run_aligned(request, texts, options, target, chunked=True)
-    else:  # plain text: any engine
-        translated = []
-        for chunk in service.chunks(texts):
+    texts, options, translated = await _in_worker(workers, prepare, job), service.defaults(), []
+    for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
+        if service.can_align:
+            translated += await service.run_aligned(request, chunk, options, target)
+        else:  # plain text: any engine
             translated += (await service.run(request, chunk, options, True, target))[0]
     return await _in_worker(workers, finish, job, translated)
+
+
+def in_chunks(texts: list[str], cfg) -> list[list[str]]:
+    """A document's texts in consecutive chunks, each as large as a request may be (--max-chars,
+    --max-texts); a text longer than a request may be is a 413."""
+    if (longest := max(map(len, texts), default=0)) > cfg.max_chars:
+        raise RequestError(413, f"a sentence of {longest:,} characters: the limit is {cfg.max_chars:,} (--max-chars)")
+    most, out, size = min(cfg.max_texts or cfg.max_queue, cfg.max_queue), [], 0
+    for text in texts:
+        if not out or len(out[-1]) >= most or size + len(text) > cfg.max_chars:
+            out.append([])
+            size = 0
+        out[-1].append(text)
+        size += len(text)
+    return out
 
 
 async def _in_worker(workers, work, *args):

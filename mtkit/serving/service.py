@@ -287,29 +287,14 @@ class Service:
         return assemble(documents, rejoined(cut, translated))
 
     async def run_aligned(
-        self,
-        request,
-        sentences: list[str],
-        options: Options,
-        target: str | None = None,
-        glossary: Any = None,
-        chunked: bool = False,
+        self, request, sentences: list[str], options: Options, target: str | None = None, glossary: Any = None
     ) -> list[tuple[str, list[tuple[int, int]]]]:
-        """Each sentence's translation with its word alignment (one piece each); chunked: a document's,
-        queued in chunks within the limits (--max-chars, --max-texts)."""
-        answers, options = [], replace(options, alignment=True, confidence=False)
-        for chunk in self.chunks(sentences) if chunked else [sentences] * bool(sentences):
-            answers += (await self.run(request, chunk, options, False, target, glossary=glossary))[0]
+        """Each sentence's translation with its word alignment (one piece each)."""
+        options = replace(options, alignment=True, confidence=False)
+        answers = (
+            (await self.run(request, sentences, options, False, target, glossary=glossary))[0] if sentences else []
+        )
         return [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
-
-    def chunks(self, texts: list[str]) -> list[list[str]]:
-        """Texts in consecutive chunks, each as large as a request may be (--max-chars, --max-texts)."""
-        most, out = min(self.cfg.max_texts or self.cfg.max_queue, self.cfg.max_queue), []
-        for text in texts:
-            if not out or len(out[-1]) >= most or sum(map(len, out[-1])) + len(text) > self.cfg.max_chars:
-                out.append([])
-            out[-1].append(text)
-        return out
 
     def _sentence_splitter(self) -> SentenceSplitter:
         self.segmenter(True)  # 422 where the splitter is not installed
