@@ -1,7 +1,7 @@
 """Documents read and written in worker processes (the server's /translate_file). A large or hostile
 file is parsed on another core, never holding the server's interpreter lock, which its event loop
-and its engine thread need: on a thread, a client uploading files in a loop made other clients' text
-requests wait 34 times longer (bench/hostile_files.py). Each step is a function of picklable values
+and its engine thread need (on a thread, a client uploading files in a loop stalls every other
+client: bench/hostile_files.py measures it). Each step is a function of picklable values
 that reads the file again from its bytes (reading is deterministic), so that no parsed document
 crosses between processes: prepare() gives the texts to translate, finish() writes the file from
 their translations. A worker's address space is bounded (memory_bytes): a file that needs more is a
@@ -90,8 +90,7 @@ def _splitter(lang: str | None) -> SentenceSplitter:
 
 def _start_worker(memory_bytes: int) -> None:
     """A worker's address space bounded, and its priority the lowest: documents take the CPU the
-    engine leaves (on a machine of two cores, a busy reader at normal priority made other clients'
-    text requests wait four times longer at p95)."""
+    engine leaves (on a machine of few cores, a busy reader at normal priority slows the engine)."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     os.nice(19)
 

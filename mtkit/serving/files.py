@@ -157,11 +157,10 @@ async def translate_upload(service: Service, request, data: bytes, name: str, ta
         fmt = formats.document_format(name)
     except MtkitError as err:
         raise RequestError(400, str(err)) from None
-    split = service.cfg.split_sentences
-    if split and service.can_align:
-        service.segmenter(True)  # 422 where the splitter is not installed
+    if service.can_align:
+        service.segmenter(True)  # sentence by sentence, as translate-file: 422 where the splitter is not installed
     limits = FileLimits(max_chars=service.cfg.max_file_chars)
-    job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, split,
+    job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, True,
                   service.info.source_language)  # fmt: skip
     texts, options, translated = await _in_worker(workers, prepare, job), service.defaults(), []
     for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
