@@ -58,7 +58,7 @@ def _default_name(key: str) -> str:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("k1 60\nk2 sixty\n", "keys.txt:2: expected KEY [REQUESTS_PER_MINUTE [NAME]]"),
+        ("k1 60\nk2 sixty\n", "keys.txt:2: expected KEY [REQUESTS_PER_MINUTE [NAME [CHARACTERS]]]"),
         ("k1 60 a b\n", "keys.txt:1: expected KEY"),
         ("k1\nk1 5\n", "keys.txt:2: the key is given twice"),
         ("k1 1 team\nk2 1 team\n", "keys.txt:2: the name team is given twice"),
@@ -237,7 +237,7 @@ def test_a_bad_key_file_stops_serve_at_once_with_one_line(trained_run, tmp_path)
     result = run_mtkit("serve", "-m", trained_run, "--api-keys", tmp_path / "keys.txt", "--port", "0")
     assert result.returncode == 1
     assert result.stderr.decode().strip().splitlines() == [
-        f"error: {tmp_path / 'keys.txt'}:1: expected KEY [REQUESTS_PER_MINUTE [NAME]]"
+        f"error: {tmp_path / 'keys.txt'}:1: expected KEY [REQUESTS_PER_MINUTE [NAME [CHARACTERS]]]"
     ]
 
 

@@ -179,7 +179,7 @@ CASES = {
     "serve-bad-port": ("serve -m {model} --port 70000", "", "--port 70000: must be between 0 and 65535", 1),
     "serve-beam-0": ("serve -m {model} --beam 0", "", "--beam 0: must be at least 1", 1),
     "serve-missing-key-file": ("serve -m {model} --api-keys {root}/none.keys", "", "none.keys: cannot read the key file", 1),
-    "serve-bad-key-file": ("serve -m {model} --api-keys {root}/notes.txt", "", "notes.txt:1: expected KEY [REQUESTS_PER_MINUTE [NAME]]", 1),
+    "serve-bad-key-file": ("serve -m {model} --api-keys {root}/notes.txt", "", "notes.txt:1: expected KEY [REQUESTS_PER_MINUTE [NAME [CHARACTERS]]]", 1),
     "serve-req-limit-with-keys": ("serve -m {model} --api-keys {root}/keys.txt --req-limit 5", "", "--req-limit is for servers without --api-keys", 1),
     "serve-private-without-keys": ("serve -m {model} --private-status", "", "--private-status needs --api-keys", 1),
     "serve-negative-max-texts": ("serve -m {model} --max-texts -1", "", "--max-texts -1: must be at least 0", 1),

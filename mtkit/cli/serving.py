@@ -93,6 +93,14 @@ def serve(
     file_processes: Annotated[
         int, typer.Option(help="Processes that read and write uploaded documents (off the server's own).")
     ] = 1,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="A folder for what outlives the server: glossaries made through DeepL's API "
+            "(default: kept in memory).",
+            show_default=False,
+        ),
+    ] = None,
     public_url: Annotated[
         str | None,
         typer.Option(
@@ -103,7 +111,9 @@ def serve(
     ] = None,
     api_keys: Annotated[
         Path | None,
-        typer.Option(help="File of API keys, one a line: KEY [REQUESTS_PER_MINUTE [NAME]]; without one, 403."),
+        typer.Option(
+            help="File of API keys, one a line: KEY [REQUESTS_PER_MINUTE [NAME [CHARACTERS]]]; without one, 403."
+        ),
     ] = None,
     req_limit: Annotated[
         int, typer.Option(help="Without --api-keys: requests per minute per client address (0: no limit); beyond, 429.")
@@ -175,7 +185,7 @@ def serve(
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
         confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase, max_file_chars,
-        max_stored_bytes, public_url, file_processes,
+        max_stored_bytes, public_url, file_processes, state_dir,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":
@@ -304,7 +314,7 @@ def _load(
 
 def _model_info(name: str, path: Path, engine: str, meta: dict, src_lang: str | None, tgt_lang: str | None):
     """The served model's information, with --src-lang and --tgt-lang as its default languages; wrong
-    ones fail now (the service frames each request's pieces itself: mtkit.serving.languages)."""
+    ones fail now (the service frames each request's pieces itself: mtkit.serving.settings)."""
     from mtkit.serving.settings import ModelInfo
     from mtkit.text.targets import LANGUAGE_TOKENS, model_language, target_tag
 

@@ -1,12 +1,13 @@
 """Who may use `mtkit serve`, and how much: API keys from a file, and requests per minute per key or,
 without keys, per client address.
 
-The key file holds one key a line, optionally followed by its limit in requests per minute and a
+The key file holds one key a line, optionally followed by its limit in requests per minute, a
 name for the metrics and the request log (default: `key-` and the first 8 hex digits of the key's
-SHA-256), with `#` comments and blank lines ignored:
+SHA-256) and a quota of characters to translate (DeepL's API reports and enforces it: 456 once it is
+used up; counted since the server started), with `#` comments and blank lines ignored:
 
-    # key                               limit  name
-    3f9c2d7e-aa41-4c0e-9d55-ffc1e2d0b8a1  60     newsroom
+    # key                               limit  name      characters
+    3f9c2d7e-aa41-4c0e-9d55-ffc1e2d0b8a1  60     newsroom  500000
     a8d1c0b6-77e2-4f39-a1c4-0bd2e9f7c351
 
 It is read again when it changes (checked at each request) or on SIGHUP; a file that no longer
@@ -40,6 +41,7 @@ class ApiKey:
     name: str
     digest: bytes  # the key's SHA-256: the key itself is not kept
     per_minute: int  # 0: no limit
+    characters: int = 0  # characters it may have translated (DeepL's character_limit); 0: no limit
 
 
 def _digest(key: str) -> bytes:
@@ -54,16 +56,19 @@ def parse_key_file(text: str, source: str) -> dict[bytes, ApiKey]:
         fields = line.split("#", 1)[0].split()
         if not fields:
             continue
-        if len(fields) > 3 or (len(fields) > 1 and not fields[1].isdigit()):
-            raise MtkitError(f"{source}:{lineno}: expected KEY [REQUESTS_PER_MINUTE [NAME]]")
+        numbers = [fields[i] for i in (1, 3) if i < len(fields)]
+        if len(fields) > 4 or not all(number.isdigit() for number in numbers):
+            raise MtkitError(f"{source}:{lineno}: expected KEY [REQUESTS_PER_MINUTE [NAME [CHARACTERS]]]")
         digest = _digest(fields[0])
-        name = fields[2] if len(fields) == 3 else f"key-{digest.hex()[:8]}"
+        name = fields[2] if len(fields) >= 3 else f"key-{digest.hex()[:8]}"
         if digest in keys or name in names:
             raise MtkitError(f"{source}:{lineno}: the {'key' if digest in keys else 'name ' + name} is given twice")
-        keys[digest] = ApiKey(name, digest, int(fields[1]) if len(fields) > 1 else 0)
+        keys[digest] = ApiKey(
+            name, digest, int(numbers[0]) if numbers else 0, int(numbers[1]) if len(numbers) > 1 else 0
+        )
         names.add(name)
     if not keys:
-        raise MtkitError(f"{source}: no keys (one a line: KEY [REQUESTS_PER_MINUTE [NAME]])")
+        raise MtkitError(f"{source}: no keys (one a line: KEY [REQUESTS_PER_MINUTE [NAME [CHARACTERS]]])")
     return keys
 
 
@@ -146,6 +151,7 @@ class Gate:
     def __init__(self, rules: AccessRules, clock: Callable[[], float] = time.monotonic):
         self.rules, self.windows = rules, SlidingWindow(clock)
         self._reload = threading.Event()
+        self.used: dict[str | None, int] = {}  # characters translated, by key name (None: without keys)
 
     def reload_soon(self) -> None:
         """SIGHUP: read the key file again at the next request."""
@@ -171,6 +177,15 @@ class Gate:
             self._check(key.name, key.per_minute)
         elif key is None and self.rules.keys is None and self.rules.per_address:
             self._check(f"address {address}", self.rules.per_address)
+
+    def charge(self, key: ApiKey | None, characters: int, check: bool = True, count: bool = True) -> None:
+        """Count characters against the key's quota (count), after checking that they fit (check);
+        456 (DeepL's "quota exceeded") where they do not."""
+        name, used = key and key.name, self.used.get(key and key.name, 0)
+        if check and key is not None and key.characters and used + characters > key.characters:
+            raise RequestError(456, f"quota exceeded: {used:,} of {key.characters:,} characters used")
+        if count:
+            self.used[name] = used + characters
 
     def _check(self, name: str, limit: int) -> None:
         wait = self.windows.admit(name, limit)

@@ -46,7 +46,8 @@ from contextlib import asynccontextmanager
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
-from mtkit.serving.files import TranslatedFiles, add_file_routes, add_page, document_workers
+from mtkit.serving.deepl import add_deepl_routes
+from mtkit.serving.files import DocumentJobs, TranslatedFiles, add_file_routes, add_page, document_workers
 from mtkit.serving.libretranslate import (
     check_source,
     detect_languages,
@@ -58,6 +59,7 @@ from mtkit.serving.libretranslate import (
 )
 from mtkit.serving.metrics import ObservedApp
 from mtkit.serving.service import RequestError, Service
+from mtkit.serving.terms import GlossaryStore
 
 
 def _require_extra():
@@ -126,36 +128,40 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True, wo
 
     app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
     routes = {"/v1/translate", "/translate", "/translate_file", "/frontend/settings", "/languages", "/detect",
-              "/health", "/ready", "/v1/models", "/metrics"}  # fmt: skip
+              "/health", "/ready", "/v1/models", "/metrics", "/v2/translate", "/v2/languages", "/v2/usage",
+              "/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document"}  # fmt: skip
 
-    def admit(request: Request, body_key: str | None = None) -> None:
+    def admit(request: Request, body_key: str | None = None):
+        """The request's key (None without --api-keys): 403 without a valid one, 429 over its limit."""
         key = gate.identify(body_key or bearer_key(request.headers.get("authorization")))
         request.scope["state"]["key"] = key and key.name  # for the request log and /metrics, never the key
         client = request.scope.get("client")
         gate.limit(key, client[0] if client else None)
+        return key
 
     def admit_status(request: Request) -> None:
         if gate.rules.protect_status:
             admit(request)
 
-    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    def error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        field = "message" if request.url.path.startswith("/v2/") else "error"  # DeepL's shape on its routes
+        return JSONResponse({field: message}, status_code=status, headers=headers)
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, err: RequestError):
-        return error(err.status, err.message, err.headers)
+        return error(request, err.status, err.message, err.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, err: RequestValidationError):
-        return error(422, _describe(err.errors()))
+        return error(request, 422, _describe(err.errors()))
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, err: Exception):  # a bug: the common shape, and uvicorn logs it
-        return error(500, f"internal error: {type(err).__name__}: {err}")
+        return error(request, 500, f"internal error: {type(err).__name__}: {err}")
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException):
-        return error(err.status_code, str(err.detail), getattr(err, "headers", None))
+        return error(request, err.status_code, str(err.detail), getattr(err, "headers", None))
 
     if page:
         add_page(app)
@@ -193,6 +199,9 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True, wo
         return await libretranslate(service, request, body)
 
     add_file_routes(app, service, admit, store, workers)
+    state = service.cfg.state_dir
+    glossaries = GlossaryStore(state / "glossaries" if state else None)
+    add_deepl_routes(app, service, admit, gate, DocumentJobs(store), glossaries, workers)
 
     @app.get("/frontend/settings")
     async def settings():
@@ -255,8 +264,10 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True, wo
         return PlainTextResponse(prom.generate_latest(service.metrics.registry), media_type=prom.CONTENT_TYPE_LATEST)
 
     file_limit = service.cfg.max_file_bytes + (64 << 10)  # the file, and room for the form's other fields
-    limited = BodyLimit(app, max_body_bytes(service.cfg.max_chars), {"/translate_file": file_limit})
-    return ObservedApp(limited, service.metrics, routes, translating={"/v1/translate", "/translate", "/translate_file"})
+    limited = BodyLimit(app, max_body_bytes(service.cfg.max_chars), {"/translate_file": file_limit,
+                                                                      "/v2/document": file_limit})  # fmt: skip
+    translating = {"/v1/translate", "/translate", "/translate_file", "/v2/translate", "/v2/document"}
+    return ObservedApp(limited, service.metrics, routes, translating=translating)
 
 
 def max_body_bytes(max_chars: int) -> int:

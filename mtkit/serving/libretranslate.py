@@ -7,8 +7,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from mtkit.core.errors import MtkitError
-from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.service import RequestError, Service
+from mtkit.serving.settings import LanguageError, Languages
 
 
 def texts_of(value: str | list[str]) -> list[str]:

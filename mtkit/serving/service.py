@@ -16,10 +16,9 @@ from mtkit.core.textio import sha256_file
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Engine, Options, Result, Sentence, when_all
-from mtkit.serving.languages import LanguageError, Languages
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
-from mtkit.serving.settings import ModelInfo, ServeConfig
+from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig
 from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
 from mtkit.text.markup import FORMATS
 from mtkit.text.markup_placement import (
@@ -103,7 +102,7 @@ class Service:
 
     def framing(self, source: str | None, target: str | None) -> tuple[int | None, tuple[int, ...]]:
         """The id that starts each source of a request between these languages, and the ids given as
-        each translation's start (mtkit.serving.languages); a language the model lacks is a 400."""
+        each translation's start (mtkit.serving.settings); a language the model lacks is a 400."""
         try:
             return self.languages.framing(source, target)
         except LanguageError as err:
@@ -263,10 +262,12 @@ class Service:
         target: str | None = None,
         split_sentences: bool | None = None,
         glossary: Any = None,
+        kept: frozenset[str] = frozenset(),
     ) -> list[str]:
         """Texts of markup (fmt html or xml): their segments translated (sentence by sentence, where
         asked or by default), each with its word alignment, and the markup put back around the
-        aligned words (mtkit.text.markup_placement); a string per text."""
+        aligned words (mtkit.text.markup_placement); a string per text. kept: more elements whose
+        text is not translated."""
         if fmt not in FORMATS:
             raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
         if fmt == "text":
@@ -279,7 +280,7 @@ class Service:
         self._check_chars(texts)
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
         try:
-            documents = markup_segments(texts, fmt, lambda i: f"text {i}")
+            documents = markup_segments(texts, fmt, lambda i: f"text {i}", kept)
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
         cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])

@@ -1,4 +1,9 @@
-"""What a server starts with: its settings (ServeConfig) and the served model's information (ModelInfo)."""
+"""What a server starts with: its settings (ServeConfig), the served model's information
+(ModelInfo), and which languages a request translates between (Languages).
+
+Languages: how a request's pieces say their languages to the engine: a model's one pair, its target tags (a multilingual mtkit or OPUS-MT model: a tag starts the source), or its
+language tokens (NLLB, M2M100: the source's token starts the source, and the target's is given as
+the translation's first token). Requests for different targets share batches either way."""
 
 import re
 from dataclasses import dataclass, field
@@ -6,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.text.targets import LANGUAGE_TOKENS, model_language, tag_id, target_tag
+from mtkit.text.tokenizer import Tokenizer
 
 
 @dataclass
@@ -28,6 +35,7 @@ class ServeConfig:
     max_stored_bytes: int = 1 << 30  # translated documents kept for download, in bytes at most (oldest go first)
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
     file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
+    state_dir: Path | None = None  # what outlives the server (DeepL's glossaries); None: kept in memory
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",
@@ -52,3 +60,81 @@ class ModelInfo:
     source_language: str | None
     target_language: str | None  # the default target (a multilingual model's: serve --tgt-lang, or none)
     meta: dict[str, Any] = field(default_factory=dict)  # the model file's: languages, training lengths
+
+
+# Languages
+
+
+class LanguageError(Exception):
+    """A request's language that the model does not have: a 400 with this message."""
+
+
+class Languages:
+    def __init__(self, meta: dict, source: str | None, target: str | None, tokenizer: Tokenizer):
+        """source, target: the server's defaults (serve --src-lang, --tgt-lang, or the model's own)."""
+        self.meta, self.source, self.target, self.tokenizer = meta, source, target, tokenizer
+        self.tokens: dict[str, str] = meta.get(LANGUAGE_TOKENS) or {}
+        self._ids: dict[tuple[str | None, str | None], tuple[int | None, tuple[int, ...]]] = {}
+
+    def targets(self) -> list[str]:
+        """The languages this server translates into."""
+        if self.tokens:
+            return list(self.tokens)
+        tags = self.meta.get("target_tags")
+        return sorted(tags) if tags else [lang for lang in [self.target] if lang]
+
+    def sources(self) -> list[str | None]:
+        """The languages this server translates from (None: the model does not say)."""
+        if self.tokens:
+            return list(self.tokens)
+        return sorted({s for s, _ in self.meta.get("directions", [])}) or [self.source]
+
+    def directions(self) -> list[list[str]]:
+        """Each source with each target, for LibreTranslate's /languages."""
+        if self.tokens:
+            return [[s, t] for s in self.tokens for t in self.tokens if s != t]
+        return self.meta.get("directions") or [[self.source, target] for target in self.targets()]
+
+    def check_source(self, source: str | None) -> None:
+        """A request's source, where it names one, must be one of the model's (where it says them)."""
+        sources = self.sources()
+        if self.tokens and source is not None:
+            self._code(source, "source")
+        elif source is not None and None not in sources and source not in sources:
+            raise LanguageError(f"source {source}: this server translates from {', '.join(map(str, sources))}")
+
+    def framing(self, source: str | None, target: str | None) -> tuple[int | None, tuple[int, ...]]:
+        """For a request from `source` into `target` (None: the server's default): the id that starts
+        each of its sources (None: none), and the ids given as each translation's start."""
+        key = (source, target)
+        if key not in self._ids:
+            self._ids[key] = self._token_framing(source, target) if self.tokens else (self._tag(target), ())
+        return self._ids[key]
+
+    def _token_framing(self, source: str | None, target: str | None) -> tuple[int, tuple[int, ...]]:
+        ids = []
+        for asked, side in ((source or self.source, "source"), (target or self.target, "target")):
+            if asked is None:
+                raise LanguageError(f"{side}: give one of this model's {len(self.tokens)} languages (see /languages)")
+            ids.append(tag_id(self.tokenizer, self.tokens[self._code(asked, side)]))
+        return ids[0], (ids[1],)
+
+    def _code(self, asked: str, field: str) -> str:
+        try:
+            return model_language(list(self.tokens), asked, field)
+        except MtkitError as err:
+            raise LanguageError(str(err)) from None
+
+    def _tag(self, target: str | None) -> int | None:
+        into = f"this server translates into {', '.join(self.targets()) or self.target}"
+        if not self.meta.get("target_tags"):
+            if target is not None and target != self.target:
+                raise LanguageError(f"target {target}: {into}")
+            return None
+        target = target or self.target
+        if target is None:
+            raise LanguageError(f"target: give one of {', '.join(self.targets())}")
+        try:
+            return tag_id(self.tokenizer, target_tag(self.meta, target))
+        except MtkitError:
+            raise LanguageError(f"target {target}: {into}") from None

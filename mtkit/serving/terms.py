@@ -5,10 +5,20 @@ more of them in a piece than the beam holds, is the request's error, not the eng
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import datetime
+import io
+import json
+import threading
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.core.textio import atomic_path
 from mtkit.text.glossary import Glossary, Term, encode_terms
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.translate import NbestList
@@ -39,9 +49,12 @@ class ServerTerms:
         self._check_writable(self.terms)
 
     def for_request(self, pairs: Any) -> Glossary | None:
-        """The glossary of a request with these pairs (None: none given): its own terms first."""
+        """The glossary of a request with these pairs (None: none given; a Glossary: a stored one,
+        already checked): its own terms first."""
         if not pairs:
             return self.glossary
+        if isinstance(pairs, Glossary):
+            return pairs
         if not isinstance(pairs, list):
             raise TermsError("glossary: a list of [source term, target term] pairs")
         if len(pairs) > MAX_REQUEST_TERMS:
@@ -57,6 +70,11 @@ class ServerTerms:
             if max(map(len, pair)) > MAX_TERM_CHARS:
                 raise TermsError(f"glossary entry {n}: a term of more than {MAX_TERM_CHARS} characters")
             own.append(Term(pair[1], pair[0], f"glossary entry {n}"))
+        return Glossary(own + self.terms, self.normalize, self.case_sensitive)
+
+    def stored(self, entries: Sequence[tuple[str, str]]) -> Glossary:
+        """A stored glossary's entries (source, target) as a request's glossary, before the server's terms."""
+        own = [Term(target, source, f"glossary entry {n}") for n, (source, target) in enumerate(entries)]
         return Glossary(own + self.terms, self.normalize, self.case_sensitive)
 
     def per_piece(
@@ -90,3 +108,95 @@ def missed_terms(results: Sequence[tuple[NbestList, Any, Any]], counts: list[int
     (results: each piece's n-best first, as the engine answers)."""
     owners = [n for n, count in enumerate(counts) for _ in range(count)]
     return sorted({n for n, (nbest, _, _) in zip(owners, results) if nbest and nbest[0][0].missed_constraints})
+
+
+MAX_STORED_ENTRIES = 100_000  # a stored glossary's entries at most
+MAX_GLOSSARIES = 1000  # stored glossaries at most (each key's and without keys, together)
+
+
+@dataclass
+class StoredGlossary:
+    """A glossary kept on the server (DeepL's /v2/glossaries), its owner the key's name (None: no keys)."""
+
+    glossary_id: str
+    name: str
+    source_lang: str
+    target_lang: str
+    creation_time: str
+    entries: list[tuple[str, str]]
+    owner: str | None = None
+
+    def info(self) -> dict[str, Any]:
+        """DeepL's glossary information."""
+        return {"glossary_id": self.glossary_id, "name": self.name, "ready": True, "source_lang": self.source_lang,
+                "target_lang": self.target_lang, "creation_time": self.creation_time, "entry_count": len(self.entries)}  # fmt: skip
+
+
+def parse_entries(text: str, entries_format: str) -> list[tuple[str, str]]:
+    """Glossary entries, one a line: TSV (source TAB target) or CSV (source,target); a TermsError names the line."""
+    if entries_format not in ("tsv", "csv"):
+        raise TermsError(f"entries_format {entries_format}: must be tsv or csv")
+    rows = (
+        csv.reader(io.StringIO(text)) if entries_format == "csv" else (line.split("\t") for line in text.splitlines())
+    )
+    entries, seen = [], set()
+    for n, row in enumerate(rows, 1):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != 2 or not all(cell.strip() for cell in row):
+            raise TermsError(f"entries line {n}: expected a source term and a target term ({entries_format})")
+        source, target = row[0].strip(), row[1].strip()
+        if max(len(source), len(target)) > MAX_TERM_CHARS or source in seen:
+            why = "given twice" if source in seen else f"a term of more than {MAX_TERM_CHARS} characters"
+            raise TermsError(f"entries line {n}: {why}")
+        entries.append((source, target))
+        seen.add(source)
+    if not entries or len(entries) > MAX_STORED_ENTRIES:
+        raise TermsError(f"entries: {len(entries):,}; give between 1 and {MAX_STORED_ENTRIES:,}")
+    return entries
+
+
+class GlossaryStore:
+    """Stored glossaries by id, kept in a folder where one is given (a JSON file each, written to a
+    temporary file, synced and renamed), so that they outlive the server; else in memory."""
+
+    def __init__(self, folder: Path | None = None):
+        self.folder, self.glossaries = folder, {}
+        self._lock = threading.Lock()
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            for path in sorted(folder.glob("*.json")):
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                    data["entries"] = [tuple(pair) for pair in data["entries"]]
+                    self.glossaries[data["glossary_id"]] = StoredGlossary(**data)
+                except (ValueError, KeyError, TypeError) as err:
+                    raise MtkitError(f"{path}: not a glossary mtkit stored ({type(err).__name__}: {err})") from None
+
+    def create(self, owner: str | None, name: str, source: str, target: str, entries: list) -> StoredGlossary:
+        with self._lock:
+            if len(self.glossaries) >= MAX_GLOSSARIES:
+                raise TermsError(f"this server keeps {MAX_GLOSSARIES:,} glossaries at most: delete one first")
+            created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            glossary = StoredGlossary(str(uuid.uuid4()), name, source, target, created, entries, owner)
+            if self.folder is not None:
+                with atomic_path(self.folder / f"{glossary.glossary_id}.json") as tmp:
+                    tmp.write_text(json.dumps(dataclasses.asdict(glossary), ensure_ascii=False), encoding="utf-8")
+            self.glossaries[glossary.glossary_id] = glossary
+            return glossary
+
+    def get(self, owner: str | None, glossary_id: str) -> StoredGlossary | None:
+        glossary = self.glossaries.get(glossary_id)
+        return glossary if glossary is not None and glossary.owner == owner else None
+
+    def owned(self, owner: str | None) -> list[StoredGlossary]:
+        return [glossary for glossary in self.glossaries.values() if glossary.owner == owner]
+
+    def delete(self, owner: str | None, glossary_id: str) -> bool:
+        with self._lock:
+            if self.get(owner, glossary_id) is None:
+                return False
+            del self.glossaries[glossary_id]
+            if self.folder is not None:
+                (self.folder / f"{glossary_id}.json").unlink(missing_ok=True)
+            return True

@@ -77,9 +77,9 @@ class Node:
 class _TreeBuilder(HTMLParser):
     """html.parser's events, each with its exact source text, into a repaired tree."""
 
-    def __init__(self, text: str, xml: bool):
+    def __init__(self, text: str, xml: bool, kept: frozenset[str] = frozenset()):
         super().__init__(convert_charrefs=True)
-        self.source, self.xml = text, xml
+        self.source, self.xml, self.kept = text, xml, kept
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.root = Node("#root")
         self.stack = [self.root]
@@ -138,10 +138,10 @@ class _TreeBuilder(HTMLParser):
             self.stack[-1].children.append(Node(None, raw, kept=True))
         elif kind == "empty" or kind == "start" and not self.xml and tag in VOIDS:
             self.close_implied(tag)
-            self.stack[-1].children.append(Node(tag, raw, empty=True, kept=_kept(tag, attrs)))
+            self.stack[-1].children.append(Node(tag, raw, empty=True, kept=_kept(tag, attrs, self.kept)))
         elif kind == "start":
             self.close_implied(tag)
-            node = Node(tag, raw, kept=_kept(tag, attrs))
+            node = Node(tag, raw, kept=_kept(tag, attrs, self.kept))
             self.stack[-1].children.append(node)
             self.stack.append(node)
             if len(self.stack) > MAX_DEPTH + 1:
@@ -172,9 +172,14 @@ def too_deep(where: str | None = None) -> MtkitError:
     return MtkitError(f"elements nested more than {MAX_DEPTH} levels deep{at}: the limit")
 
 
-def _kept(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+def _kept(tag: str, attrs: list[tuple[str, str | None]], also: frozenset[str] = frozenset()) -> bool:
     values = dict(attrs)
-    return tag in KEPT or values.get("translate") == "no" or "notranslate" in (values.get("class") or "").split()
+    return (
+        tag in KEPT
+        or tag in also
+        or values.get("translate") == "no"
+        or "notranslate" in (values.get("class") or "").split()
+    )
 
 
 def _supply_ends(node: Node) -> None:
@@ -191,12 +196,12 @@ def check_format(fmt: str, option: str = "--format") -> str:
     return fmt
 
 
-def parse(text: str, fmt: str) -> Node:
-    """The markup of `text` as a tree (fmt html or xml); XML that is not well-formed is an
-    MtkitError naming the line and column."""
+def parse(text: str, fmt: str, kept: frozenset[str] = frozenset()) -> Node:
+    """The markup of `text` as a tree (fmt html or xml; kept: more elements never translated, as
+    `<code>` is); XML that is not well-formed is an MtkitError naming the line and column."""
     if fmt == "xml":
         check_xml(text)
-    return _TreeBuilder(text, fmt == "xml").tree()
+    return _TreeBuilder(text, fmt == "xml", kept).tree()
 
 
 def check_xml(text: str) -> None:

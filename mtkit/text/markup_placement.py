@@ -158,14 +158,18 @@ Translate = Callable[[list[str]], list[tuple[str, list[tuple[int, int]]]]]
 
 
 def markup_segments(
-    texts: Sequence[str], fmt: str, where: Callable[[int], str] = lambda i: f"line {i + 1}"
+    texts: Sequence[str],
+    fmt: str,
+    where: Callable[[int], str] = lambda i: f"line {i + 1}",
+    kept: frozenset[str] = frozenset(),
 ) -> list[list[str | Segment]]:
-    """Each text as kept source text and segments to translate (mtkit.text.markup.segments). A text
-    that does not parse (XML that is not well-formed) is an MtkitError that starts with where(its index)."""
+    """Each text as kept source text and segments to translate (mtkit.text.markup.segments); kept:
+    more elements whose text is never translated. A text that does not parse (XML that is not
+    well-formed) is an MtkitError that starts with where(its index)."""
     documents = []
     for index, text in enumerate(texts):
         try:
-            documents.append(segments(parse(text, fmt), fmt == "xml"))
+            documents.append(segments(parse(text, fmt, kept), fmt == "xml"))
         except MtkitError as err:
             raise MtkitError(f"{where(index)}, {err}") from None
     return documents

@@ -1,0 +1,293 @@
+"""DeepL's API v2 on the translation service, so that an app with a "DeepL" slot whose server URL can
+be set (DeepL's client libraries take `server_url`) works with an mtkit server unchanged:
+/v2/translate (text, HTML and XML), /v2/languages, /v2/usage, /v2/glossaries and
+/v2/glossary-language-pairs, /v2/document. A key comes as DeepL's clients send it
+(`Authorization: DeepL-Auth-Key KEY`, or the older `auth_key` field) and is one of serve
+--api-keys', with its requests per minute and its character quota; errors are {"message": ...} with
+DeepL's status codes (400, 403 a key, 404, 413, 429, 456 the quota). Fields come form-encoded (repeated
+`text`) or as JSON, as DeepL takes them."""
+
+import re
+from typing import Any
+
+from mtkit.core.errors import MtkitError
+from mtkit.serving.files import Detached, DocumentJobs, content_disposition, document_formats, translate_upload
+from mtkit.serving.libretranslate import LANGUAGE_NAMES, libretranslate_fields
+from mtkit.serving.service import RequestError, Service
+from mtkit.serving.terms import GlossaryStore, TermsError, parse_entries
+
+UNLIMITED = 1_000_000_000_000  # the character_limit DeepL reports for an account without one
+FORMALITIES = {"default", "prefer_more", "prefer_less"}  # those that a language without formality accepts
+VARIANTS = {"en": ["EN-GB", "EN-US"], "pt": ["PT-BR", "PT-PT"], "zh": ["ZH", "ZH-HANS"]}  # targets DeepL lists
+VARIANT_NAMES = {"EN-GB": "English (British)", "EN-US": "English (American)", "PT-BR": "Portuguese (Brazilian)",
+                 "PT-PT": "Portuguese (European)", "ZH-HANS": "Chinese (simplified)"}  # fmt: skip
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z]{2,4})?")
+STATUS_WAIT_S = 1.0  # a document's status request waits this long for it to finish
+
+
+def auth_key(request, fields: dict[str, Any]) -> str | None:
+    """The key of `Authorization: DeepL-Auth-Key KEY`, or of the auth_key field."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme == "DeepL-Auth-Key" and key.strip():
+        return key.strip()
+    value = fields.get("auth_key")
+    return value if isinstance(value, str) and value else None
+
+
+async def fields_of(request) -> dict[str, Any]:
+    """The query's fields and the body's (form-encoded or JSON; DeepL's clients send a GET's fields in its body)."""
+    fields: dict[str, Any] = dict(request.query_params)
+    if await request.body():
+        fields.update(await libretranslate_fields(request))
+    return fields
+
+
+def model_language(fields: dict[str, Any], name: str, required: bool = False) -> str | None:
+    """A DeepL language field ("EN-GB", "de") as the model's code ("en", "de"); 400 where it is no language code."""
+    value = fields.get(name)
+    value = value[0] if isinstance(value, list) and value else value
+    if not value:
+        if required:
+            raise RequestError(400, f"Parameter '{name}' not specified.")
+        return None
+    if not isinstance(value, str) or not LANGUAGE_CODE.fullmatch(value):
+        raise RequestError(400, f"Value for '{name}' not supported.")
+    return value.split("-")[0].lower()
+
+
+def deepl_code(lang: str | None) -> str:
+    return (lang or "").split("_")[0].split("-")[0].upper()
+
+
+def texts_of(fields: dict[str, Any]) -> list[str]:
+    texts = fields.get("text")
+    texts = [texts] if isinstance(texts, str) else texts
+    if not texts or not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
+        raise RequestError(400, "Parameter 'text' not specified.")
+    return texts
+
+
+def tag_list(value: Any) -> frozenset[str]:
+    """DeepL's tag lists: a comma-separated string, or a list of them."""
+    parts = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return frozenset(tag.strip().lower() for part in parts for tag in str(part).split(",") if tag.strip())
+
+
+def check_options(fields: dict[str, Any], target: str) -> tuple[bool, str | None]:
+    """Whether to split sentences, and the tag handling (None, xml or html); 400 for what DeepL refuses."""
+    formality = fields.get("formality", "default")
+    if formality not in FORMALITIES:
+        if formality in ("more", "less"):
+            raise RequestError(400, f"'formality' is not supported for given 'target_lang' ({deepl_code(target)}).")
+        raise RequestError(400, f"Value for 'formality' not supported: {formality}.")
+    split = str(fields.get("split_sentences", "1"))
+    if split not in ("0", "1", "nonewlines"):
+        raise RequestError(400, f"Value for 'split_sentences' not supported: {split}.")
+    tags = fields.get("tag_handling") or None
+    if tags not in (None, "xml", "html"):
+        raise RequestError(400, f"Value for 'tag_handling' not supported: {tags}.")
+    return split != "0", tags
+
+
+def target_languages(service: Service) -> list[dict[str, Any]]:
+    out = []
+    for lang in service.languages.targets():
+        for code in VARIANTS.get(deepl_code(lang).lower(), [deepl_code(lang)]):
+            name = VARIANT_NAMES.get(code, LANGUAGE_NAMES.get(code.lower(), code))
+            out.append({"language": code, "name": name, "supports_formality": False})
+    return out
+
+
+def source_languages(service: Service) -> list[dict[str, Any]]:
+    codes = dict.fromkeys(deepl_code(lang) for lang in service.languages.sources() if lang)
+    return [{"language": code, "name": LANGUAGE_NAMES.get(code.lower(), code)} for code in codes]
+
+
+def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glossaries: GlossaryStore, workers):
+    """DeepL's routes on a FastAPI app; admit(request, key) checks a key and its limits and gives its ApiKey."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse, Response
+
+    def pairs() -> set[tuple[str, str]]:
+        return {(deepl_code(s).lower(), deepl_code(t).lower()) for s, t in service.languages.directions() if s and t}
+
+    def glossary_of(fields: dict[str, Any], owner: str | None, source: str | None, target: str):
+        glossary_id = fields.get("glossary_id")
+        if not glossary_id:
+            return None
+        stored = glossaries.get(owner, str(glossary_id))
+        if stored is None:
+            raise RequestError(404, "Glossary not found")
+        if source is None or (stored.source_lang.lower(), stored.target_lang.lower()) != (source, target):
+            raise RequestError(400, "the glossary's languages must be source_lang and target_lang")
+        return service.terms.stored(stored.entries)
+
+    def detected(source: str | None, text: str) -> str:
+        if source or service.info.source_language:
+            return deepl_code(source or service.info.source_language)
+        try:
+            from mtkit.text.langid import identify
+
+            return deepl_code(identify(text)[0])
+        except (ImportError, MtkitError):
+            return ""
+
+    async def charged(key, characters: int, work):
+        """work()'s result, its characters counted against the key's quota (given back if it fails)."""
+        gate.charge(key, characters)
+        try:
+            return await work()
+        except BaseException:
+            gate.charge(key, -characters)
+            raise
+
+    @app.post("/v2/translate")
+    async def translate(request: Request):
+        fields = await fields_of(request)
+        key = admit(request, auth_key(request, fields))
+        texts, target = texts_of(fields), model_language(fields, "target_lang", required=True)
+        source = model_language(fields, "source_lang")
+        split, tags = check_options(fields, target)
+        service.framing(source, target)
+        glossary = glossary_of(fields, key and key.name, source, target)
+        options = service.defaults()
+        if tags:
+            kept = tag_list(fields.get("ignore_tags"))
+            work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept)  # noqa: E731
+        else:
+            work = lambda: _first(service.run(request, texts, options, split, target, source, glossary))  # noqa: E731
+        translated = await charged(key, sum(map(len, texts)), work)
+        return {"translations": [{"detected_source_language": detected(source, text), "text": out,
+                                  "billed_characters": len(text)} for text, out in zip(texts, translated)]}  # fmt: skip
+
+    @app.api_route("/v2/languages", methods=["GET", "POST"])
+    async def languages(request: Request):
+        fields = await fields_of(request)
+        admit(request, auth_key(request, fields))
+        kind = fields.get("type", "source")
+        if kind not in ("source", "target"):
+            raise RequestError(400, f"Value for 'type' not supported: {kind}.")
+        return target_languages(service) if kind == "target" else source_languages(service)
+
+    @app.api_route("/v2/usage", methods=["GET", "POST"])
+    async def usage(request: Request):
+        key = admit(request, auth_key(request, await fields_of(request)))
+        limit = key.characters if key is not None and key.characters else UNLIMITED
+        return {"character_count": gate.used.get(key and key.name, 0), "character_limit": limit}
+
+    @app.get("/v2/glossary-language-pairs")
+    async def glossary_pairs(request: Request):
+        admit(request, auth_key(request, await fields_of(request)))
+        return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in sorted(pairs())]}
+
+    @app.post("/v2/glossaries")
+    async def create_glossary(request: Request):
+        fields = await fields_of(request)
+        key = admit(request, auth_key(request, fields))
+        source, target = model_language(fields, "source_lang", True), model_language(fields, "target_lang", True)
+        name = fields.get("name")
+        if not isinstance(name, str) or not name.strip() or len(name) > 1000:
+            raise RequestError(
+                400, "Parameter 'name' not specified." if not name else "Value for 'name' not supported."
+            )
+        if (source, target) not in pairs():
+            raise RequestError(400, f"Unsupported glossary source and target language pair: {source}, {target}.")
+        try:
+            entries = parse_entries(str(fields.get("entries", "")), str(fields.get("entries_format", "tsv")))
+            stored = glossaries.create(key and key.name, name, source, target, entries)
+        except TermsError as err:
+            raise RequestError(400, str(err)) from None
+        return JSONResponse(stored.info(), status_code=201)
+
+    @app.get("/v2/glossaries")
+    async def list_glossaries(request: Request):
+        key = admit(request, auth_key(request, await fields_of(request)))
+        return {"glossaries": [stored.info() for stored in glossaries.owned(key and key.name)]}
+
+    def found_glossary(key, glossary_id: str):
+        stored = glossaries.get(key and key.name, glossary_id)
+        if stored is None:
+            raise RequestError(404, "Glossary not found")
+        return stored
+
+    @app.get("/v2/glossaries/{glossary_id}")
+    async def get_glossary(glossary_id: str, request: Request):
+        key = admit(request, auth_key(request, await fields_of(request)))
+        return found_glossary(key, glossary_id).info()
+
+    @app.get("/v2/glossaries/{glossary_id}/entries")
+    async def glossary_entries(glossary_id: str, request: Request):
+        key = admit(request, auth_key(request, await fields_of(request)))
+        lines = "".join(f"{source}\t{target}\n" for source, target in found_glossary(key, glossary_id).entries)
+        return Response(lines, media_type="text/tab-separated-values; charset=utf-8")
+
+    @app.delete("/v2/glossaries/{glossary_id}")
+    async def delete_glossary(glossary_id: str, request: Request):
+        key = admit(request, auth_key(request, await fields_of(request)))
+        if not glossaries.delete(key and key.name, glossary_id):
+            raise RequestError(404, "Glossary not found")
+        return Response(status_code=204)
+
+    @app.post("/v2/document")
+    async def upload_document(request: Request):
+        from mtkit.serving.files import safe_name
+
+        form = await request.form()
+        fields = {name: value for name, value in form.items() if isinstance(value, str)}
+        key = admit(request, auth_key(request, fields))
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise RequestError(400, "Parameter 'file' not specified.")
+        target, source = model_language(fields, "target_lang", True), model_language(fields, "source_lang")
+        check_options(fields, target)
+        service.framing(source, target)
+        name = safe_name(fields.get("filename") or upload.filename or "")
+        if document_formats() is None:
+            raise RequestError(501, "translating files needs the documents extra on the server")
+        formats = document_formats()
+        try:
+            fmt = formats.document_format(name)
+            if fields.get("output_format") and formats.document_format(f"x.{fields['output_format']}") != fmt:
+                raise MtkitError(f"output_format {fields['output_format']}: a .{fmt} file translates into a .{fmt}")
+        except MtkitError as err:
+            raise RequestError(400, str(err)) from None
+        glossary, data = glossary_of(fields, key and key.name, source, target), await upload.read()
+        gate.charge(key, 1, count=False)  # a key whose quota is used up: 456 now
+
+        async def work() -> tuple[bytes, int]:
+            translated, characters = await translate_upload(service, Detached(), data, name, target, workers, glossary)
+            gate.charge(key, characters, check=False)  # the document's characters, once they are known
+            return translated, characters
+
+        job_id, job_key = jobs.start(key and key.name, name, work)
+        return {"document_id": job_id, "document_key": job_key}
+
+    @app.post("/v2/document/{document_id}")
+    async def document_status(document_id: str, request: Request):
+        fields = await fields_of(request)
+        key = admit(request, auth_key(request, fields))
+        job = jobs.find(document_id, fields.get("document_key"), key and key.name)
+        await jobs.settled(job, STATUS_WAIT_S)
+        answer: dict[str, Any] = {"document_id": document_id, "status": job.status}
+        if job.status in ("queued", "translating"):
+            answer["seconds_remaining"] = 1
+        if job.status == "error":
+            answer["error_message"] = job.error
+        if job.status == "done":
+            answer["billed_characters"] = job.characters
+        return answer
+
+    @app.post("/v2/document/{document_id}/result")
+    async def document_result(document_id: str, request: Request):
+        fields = await fields_of(request)
+        key = admit(request, auth_key(request, fields))
+        job = jobs.find(document_id, fields.get("document_key"), key and key.name)
+        if job.status != "done":
+            raise RequestError(503, "Document not ready" if job.status != "error" else job.error or "error")
+        name, data = jobs.take(document_id, job)
+        media = document_formats().MEDIA_TYPES.get(document_formats().document_format(name), "application/octet-stream")
+        return Response(data, media_type=media, headers={"Content-Disposition": content_disposition(name)})
+
+
+async def _first(answer):
+    return (await answer)[0]
