@@ -11,7 +11,11 @@ sentences. "server CPU" and "clients CPU": the cores that the server process and
 kept busy (CPU seconds per second); a server near 1.0 is held by one Python thread.
 
   python bench/serve_load.py -m runs/multi30k/model.pt [--src en] [--seconds 30] [--clients 1,8,32]
+      [--apis v1,deepl --tgt de]
       [--threads N] [--replicas N] [--in-process | --engine-process]
+
+--apis v1,deepl sends the same load through /v1/translate and through DeepL's /v2/translate
+(mtkit.serving.deepl; one sentence a request, target_lang --tgt), in turn, on the same server.
 
 Needs pip install 'mtkit[serve]' httpx. The load generator runs on the same machine: a thread per
 client, in --client-processes processes (default: one per 32 clients, at most half the cores), so
@@ -108,19 +112,28 @@ def cpu_seconds(pid: int) -> float:
     return seconds
 
 
-def load(port: int, sentences: list[str], clients: int, seconds: float, processes: int) -> tuple[list[float], float]:
+APIS = {  # the path a client posts a sentence to, and its body (target: the model's target language)
+    "v1": ("/v1/translate", lambda sentence, target: {"text": sentence}),
+    "deepl": ("/v2/translate", lambda sentence, target: {"text": [sentence], "target_lang": target.upper()}),
+}
+
+
+def load(
+    port: int, sentences: list[str], clients: int, seconds: float, processes: int, api: str = "v1", target: str = "de"
+) -> tuple[list[float], float]:
     """Latencies (s) of the requests answered within `seconds`, the clients spread over `processes`
     that start together, and the CPU seconds the clients used meanwhile."""
     start_at = time.time() + 1.0 + 0.2 * processes  # every process started and its threads ready
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
     with concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
         parts = list(pool.map(client_threads, [port] * processes, [sentences[i::processes] for i in range(processes)],
-                              shares, [start_at] * processes, [seconds] * processes))  # fmt: skip
+                              shares, [start_at] * processes, [seconds] * processes, [api] * processes,
+                              [target] * processes))  # fmt: skip
     return [latency for part, _ in parts for latency in part], sum(cpu for _, cpu in parts)
 
 
 def client_threads(
-    port: int, sentences: list[str], clients: int, start_at: float, seconds: float
+    port: int, sentences: list[str], clients: int, start_at: float, seconds: float, api: str = "v1", target: str = "de"
 ) -> tuple[list[float], float]:
     """Latencies (s) of the requests answered between start_at and start_at + seconds (wall clock),
     and this process's CPU seconds over that time: one thread per client, each with its own
@@ -134,10 +147,11 @@ def client_threads(
     def client() -> None:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         headers = {"Content-Type": "application/json"}
+        path, make_body = APIS[api]
         while time.monotonic() < deadline:
-            body = json.dumps({"text": sentences[next(counter) % len(sentences)]})
+            body = json.dumps(make_body(sentences[next(counter) % len(sentences)], target))
             start = time.perf_counter()
-            connection.request("POST", "/v1/translate", body, headers)
+            connection.request("POST", path, body, headers)
             response = connection.getresponse()
             response.read()
             if response.status != 200:
@@ -180,6 +194,9 @@ def main() -> None:
     parser.add_argument(
         "--client-processes", type=int, default=0, help="load generator processes (0: one per 32 clients)"
     )
+    parser.add_argument("--apis", default="v1", help="the APIs the clients speak, in turn: v1 (/v1/translate), "
+                        "deepl (/v2/translate)")  # fmt: skip
+    parser.add_argument("--tgt", default="de", help="the model's target language (DeepL's target_lang)")
     args = parser.parse_args()
     if args.threads:
         import torch
@@ -210,10 +227,11 @@ def main() -> None:
                 if server.poll() is not None:
                     sys.exit(f"the server did not start: {' '.join(command + options)}")
                 time.sleep(0.2)
-            for clients in client_counts:
+            for clients, api in itertools.product(client_counts, args.apis.split(",")):
                 before, server_cpu = batch_totals(httpx, url), cpu_seconds(server.pid)
                 processes = args.client_processes or min(max(1, (os.cpu_count() or 2) // 2), -(-clients // 32))
-                latencies, clients_cpu = load(port, sentences, clients, args.seconds, processes)
+                latencies, clients_cpu = load(port, sentences, clients, args.seconds, processes, api, args.tgt)
+                name = SETTINGS[setting][0] + (f", {APIS[api][0]}" if "," in args.apis else "")
                 after, server_cpu = batch_totals(httpx, url), cpu_seconds(server.pid) - server_cpu
                 rate = len(latencies) / args.seconds
                 rates[name, clients] = rate

@@ -51,6 +51,21 @@ def test_a_key_file_gives_keys_limits_and_names_but_keeps_no_key():
     assert not any(ALPHA in repr(key) or BETA in repr(key) for key in keys.values())
 
 
+def test_a_fourth_column_is_a_character_quota_that_the_gate_charges():
+    keys = parse_key_file("k1 60 office 100\nk2\n", "keys.txt")
+    office, other = sorted(keys.values(), key=lambda key: key.name != "office")
+    assert (office.characters, other.characters) == (100, 0)
+    gate = Gate(AccessRules())
+    gate.charge(office, 60)
+    gate.charge(office, 40)  # exactly the quota
+    with pytest.raises(RequestError) as refused:
+        gate.charge(office, 1)
+    assert refused.value.status == 456 and refused.value.message == "quota exceeded: 100 of 100 characters used"
+    gate.charge(other, 10**9)  # no quota
+    gate.charge(office, 5, check=False)  # a document's characters, counted once known
+    assert gate.used == {"office": 105, other.name: 10**9}
+
+
 def _default_name(key: str) -> str:
     return "key-" + hashlib.sha256(key.encode()).hexdigest()[:8]
 
@@ -60,6 +75,7 @@ def _default_name(key: str) -> str:
     [
         ("k1 60\nk2 sixty\n", "keys.txt:2: expected KEY [REQUESTS_PER_MINUTE [NAME [CHARACTERS]]]"),
         ("k1 60 a b\n", "keys.txt:1: expected KEY"),
+        ("k1 60 a 5 6\n", "keys.txt:1: expected KEY"),
         ("k1\nk1 5\n", "keys.txt:2: the key is given twice"),
         ("k1 1 team\nk2 1 team\n", "keys.txt:2: the name team is given twice"),
         ("# nothing but comments\n\n", "keys.txt: no keys"),

@@ -3,6 +3,7 @@ library pointed at the server by its server_url, and with form posts as older pl
 its request shapes, answers and errors are the contract."""
 
 import io
+import re
 
 import deepl
 import docx
@@ -11,13 +12,15 @@ import pytest
 from test_documents import RUNS, word_document, word_runs
 from test_serve import Server, offline
 
-KEY, SMALL = "k" * 32, "s" * 32  # the second key's quota is 40 characters
+from mtkit.serving.terms import TermsError, parse_entries
+
+KEY, SMALL, SLOW = "k" * 32, "s" * 32, "r" * 32  # SMALL's quota is 40 characters, SLOW's one request a minute
 
 
 @pytest.fixture(scope="module")
 def served(trained_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("deepl")
-    (root / "keys.txt").write_text(f"{KEY} 1000 office\n{SMALL} 1000 small 40\n")
+    (root / "keys.txt").write_text(f"{KEY} 1000 office\n{SMALL} 1000 small 40\n{SLOW} 1 slow\n")
     with Server(trained_run, root / "serve.log", "--api-keys", root / "keys.txt", "--state-dir", root / "state",
                 headers={"Authorization": f"Bearer {KEY}"}) as server:  # fmt: skip
         yield server
@@ -107,6 +110,9 @@ def test_a_wrong_key_an_exhausted_quota_and_formality(served):
     with pytest.raises(deepl.QuotaExceededException):
         small.translate_text("Two dogs run on the beach.", target_lang="DE")
     assert small.get_usage().character.count == 24 and small.get_usage().character.limit == 40
+    client(served, SLOW).translate_text("A dog.", target_lang="DE")
+    with pytest.raises(deepl.TooManyRequestsException):
+        client(served, SLOW).translate_text("A dog.", target_lang="DE")
     with pytest.raises(deepl.DeepLException, match="'formality' is not supported"):
         client(served).translate_text("A dog.", target_lang="DE", formality="more")
     assert client(served).translate_text("A dog.", target_lang="DE", formality="prefer_more").text
@@ -120,6 +126,7 @@ def test_a_wrong_key_an_exhausted_quota_and_formality(served):
         ({"text": "A dog.", "target_lang": "D E"}, 400, "Value for 'target_lang' not supported."),
         ({"text": "A dog.", "target_lang": "DE", "tag_handling": "json"}, 400, "Value for 'tag_handling'"),
         ({"text": "A dog.", "target_lang": "DE", "auth_key": "wrong"}, 403, "a valid API key is needed"),
+        ({"text": "x" * 20001, "target_lang": "DE"}, 413, "20,001 characters: the limit is 20,000"),
     ],
 )
 def test_form_posts_as_older_plugins_send_them(served, trained_run, fields, status, message):
@@ -132,3 +139,28 @@ def test_repeated_text_fields_in_a_form_post(served, trained_run):
                         headers={"Authorization": f"DeepL-Auth-Key {KEY}"})  # fmt: skip
     texts = [t["text"] for t in answer.json()["translations"]]
     assert answer.status_code == 200 and texts == offline(trained_run, ["A dog.", "A cat."])
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "entries"),
+    [
+        ("dog\tHund\n\nbeach\tStrand\n", "tsv", [("dog", "Hund"), ("beach", "Strand")]),
+        ('dog,Hund\n"a, b",C\n', "csv", [("dog", "Hund"), ("a, b", "C")]),
+    ],
+)
+def test_glossary_entries_read_as_tsv_and_csv(text, fmt, entries):
+    assert parse_entries(text, fmt) == entries
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "message"),
+    [
+        ("dog\tHund\ndog\tKöter\n", "tsv", "entries line 2: given twice"),
+        ("dog Hund\n", "tsv", "entries line 1: expected a source term and a target term (tsv)"),
+        ("", "tsv", "entries: 0; give between 1 and 100,000"),
+        ("dog\tHund", "xlsx", "entries_format xlsx: must be tsv or csv"),
+    ],
+)
+def test_glossary_entries_that_do_not_read_are_named(text, fmt, message):
+    with pytest.raises(TermsError, match=re.escape(message)):
+        parse_entries(text, fmt)
