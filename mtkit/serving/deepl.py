@@ -108,6 +108,8 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
 
+    built: dict[str, Any] = {}  # each stored glossary as a request's glossary, made once
+
     def pairs() -> set[tuple[str, str]]:
         return {(deepl_code(s).lower(), deepl_code(t).lower()) for s, t in service.languages.directions() if s and t}
 
@@ -120,7 +122,9 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
             raise RequestError(404, "Glossary not found")
         if source is None or (stored.source_lang.lower(), stored.target_lang.lower()) != (source, target):
             raise RequestError(400, "the glossary's languages must be source_lang and target_lang")
-        return service.terms.stored(stored.entries)
+        if stored.glossary_id not in built:
+            built[stored.glossary_id] = service.terms.stored(stored.entries)
+        return built[stored.glossary_id]
 
     def detected(source: str | None, text: str) -> str:
         if source or service.info.source_language:
@@ -226,6 +230,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
         key = admit(request, auth_key(request, await fields_of(request)))
         if not glossaries.delete(key and key.name, glossary_id):
             raise RequestError(404, "Glossary not found")
+        built.pop(glossary_id, None)
         return Response(status_code=204)
 
     @app.post("/v2/document")

@@ -306,7 +306,8 @@ class DocumentJobs:
     def find(self, job_id: str, key: str | None, owner: str | None) -> DocumentJob:
         """The job with this id, key and owner; 404 otherwise (no telling which was wrong)."""
         job = self.jobs.get(job_id)
-        if job is None or job.owner != owner or not secrets.compare_digest(job.key, key or ""):
+        key = key if isinstance(key, str) else ""
+        if job is None or job.owner != owner or not secrets.compare_digest(job.key.encode(), key.encode()):
             raise RequestError(404, "Document not found")
         return job
 

@@ -20,6 +20,8 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /translate_file LibreTranslate's: a document (multipart file, source, target, api_key) translated
                       with its formatting (mtkit.documents; up to serve --max-file-bytes), answered
                       {"translatedFileUrl": ...}, downloadable there for serve --keep-files seconds
+  /v2/...             DeepL's API v2 (mtkit.serving.deepl): translate, languages, usage, glossaries,
+                      documents, with DeepL-Auth-Key keys and character quotas; errors as {"message": "..."}
   GET  /frontend/settings LibreTranslate's: limits, languages and the file types /translate_file takes
   GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
                       "targets"}, ...]
