@@ -110,6 +110,15 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
 
     built: dict[str, Any] = {}  # each stored glossary as a request's glossary, made once
 
+    def authorized(request, fields: dict[str, Any]):
+        """The request's key (None without --api-keys); 403 naming DeepL's ways of giving one."""
+        try:
+            return admit(request, auth_key(request, fields))
+        except RequestError as err:
+            if err.status == 403:
+                raise RequestError(403, "a valid API key is needed: Authorization: DeepL-Auth-Key KEY") from None
+            raise
+
     def pairs() -> set[tuple[str, str]]:
         return {(deepl_code(s).lower(), deepl_code(t).lower()) for s, t in service.languages.directions() if s and t}
 
@@ -148,7 +157,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
     @app.post("/v2/translate")
     async def translate(request: Request):
         fields = await fields_of(request)
-        key = admit(request, auth_key(request, fields))
+        key = authorized(request, fields)
         texts, target = texts_of(fields), model_language(fields, "target_lang", required=True)
         source = model_language(fields, "source_lang")
         split, tags = check_options(fields, target)
@@ -167,7 +176,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
     @app.api_route("/v2/languages", methods=["GET", "POST"])
     async def languages(request: Request):
         fields = await fields_of(request)
-        admit(request, auth_key(request, fields))
+        authorized(request, fields)
         kind = fields.get("type", "source")
         if kind not in ("source", "target"):
             raise RequestError(400, f"Value for 'type' not supported: {kind}.")
@@ -175,19 +184,19 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
 
     @app.api_route("/v2/usage", methods=["GET", "POST"])
     async def usage(request: Request):
-        key = admit(request, auth_key(request, await fields_of(request)))
+        key = authorized(request, await fields_of(request))
         limit = key.characters if key is not None and key.characters else UNLIMITED
         return {"character_count": gate.used.get(key and key.name, 0), "character_limit": limit}
 
     @app.get("/v2/glossary-language-pairs")
     async def glossary_pairs(request: Request):
-        admit(request, auth_key(request, await fields_of(request)))
+        authorized(request, await fields_of(request))
         return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in sorted(pairs())]}
 
     @app.post("/v2/glossaries")
     async def create_glossary(request: Request):
         fields = await fields_of(request)
-        key = admit(request, auth_key(request, fields))
+        key = authorized(request, fields)
         source, target = model_language(fields, "source_lang", True), model_language(fields, "target_lang", True)
         name = fields.get("name")
         if not isinstance(name, str) or not name.strip() or len(name) > 1000:
@@ -205,7 +214,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
 
     @app.get("/v2/glossaries")
     async def list_glossaries(request: Request):
-        key = admit(request, auth_key(request, await fields_of(request)))
+        key = authorized(request, await fields_of(request))
         return {"glossaries": [stored.info() for stored in glossaries.owned(key and key.name)]}
 
     def found_glossary(key, glossary_id: str):
@@ -216,18 +225,18 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
 
     @app.get("/v2/glossaries/{glossary_id}")
     async def get_glossary(glossary_id: str, request: Request):
-        key = admit(request, auth_key(request, await fields_of(request)))
+        key = authorized(request, await fields_of(request))
         return found_glossary(key, glossary_id).info()
 
     @app.get("/v2/glossaries/{glossary_id}/entries")
     async def glossary_entries(glossary_id: str, request: Request):
-        key = admit(request, auth_key(request, await fields_of(request)))
+        key = authorized(request, await fields_of(request))
         lines = "".join(f"{source}\t{target}\n" for source, target in found_glossary(key, glossary_id).entries)
         return Response(lines, media_type="text/tab-separated-values; charset=utf-8")
 
     @app.delete("/v2/glossaries/{glossary_id}")
     async def delete_glossary(glossary_id: str, request: Request):
-        key = admit(request, auth_key(request, await fields_of(request)))
+        key = authorized(request, await fields_of(request))
         if not glossaries.delete(key and key.name, glossary_id):
             raise RequestError(404, "Glossary not found")
         built.pop(glossary_id, None)
@@ -239,7 +248,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
 
         form = await request.form()
         fields = {name: value for name, value in form.items() if isinstance(value, str)}
-        key = admit(request, auth_key(request, fields))
+        key = authorized(request, fields)
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise RequestError(400, "Parameter 'file' not specified.")
@@ -270,7 +279,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
     @app.post("/v2/document/{document_id}")
     async def document_status(document_id: str, request: Request):
         fields = await fields_of(request)
-        key = admit(request, auth_key(request, fields))
+        key = authorized(request, fields)
         job = jobs.find(document_id, fields.get("document_key"), key and key.name)
         await jobs.settled(job, STATUS_WAIT_S)
         answer: dict[str, Any] = {"document_id": document_id, "status": job.status}
@@ -285,7 +294,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
     @app.post("/v2/document/{document_id}/result")
     async def document_result(document_id: str, request: Request):
         fields = await fields_of(request)
-        key = admit(request, auth_key(request, fields))
+        key = authorized(request, fields)
         job = jobs.find(document_id, fields.get("document_key"), key and key.name)
         if job.status != "done":
             raise RequestError(503, "Document not ready" if job.status != "error" else job.error or "error")
