@@ -42,6 +42,7 @@ from test_documents import (
     translated,
     word_document,
 )
+from test_strings import ANDROID
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents import markdown
@@ -55,6 +56,8 @@ MEMORY = 1 << 30  # the address space a child reading a hostile file may take
 CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory}))
+from test_strings import ANDROID
+
 from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import document_format, read_document
 from mtkit.documents.inline import inline_entities
@@ -312,6 +315,8 @@ def seeds() -> dict[str, bytes]:
         "a.po": PO.encode(), "a.xliff": XLIFF.encode(), "a.md": MARKDOWN.encode(),
         "a.html": b"<html><body><h1>a <b>dog</b></h1><p>runs <i>here</i></p></body></html>",
         "a.txt": b"a dog\n\nruns here\n",
+        "a.json": b'{"a": {"b": "Open %s now", "n_one": "one dog", "n_other": "{{count}} dogs"}, "c": [1, "x"]}',
+        "strings.xml": ANDROID.encode(),
     }  # fmt: skip
 
 

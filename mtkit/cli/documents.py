@@ -106,7 +106,8 @@ def translate_file(
 ) -> None:
     """Translate a document, keeping its formatting: Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument
     (.odt, .odp), subtitles (.srt, .vtt), message catalogues (.po, .pot, .xliff), Markdown, HTML,
-    EPUB and plain text. The format is the file's extension (or --format); the output has the same.
+    EPUB, plain text, and the string files of apps (JSON, Android strings.xml). The format is the file's
+    extension (or --format); the output has the same.
 
     Paragraphs are translated sentence by sentence, and each run of formatting (bold, a link, a
     styled span) is put back around the target words aligned to its own; fields, code, footnote

@@ -87,7 +87,7 @@ class PoCatalog(Document):
         return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
-        filled = (lead + _fill(translation, builder).strip() + trail
+        filled = (lead + fill_placeholders(translation, builder).strip() + trail
                   for (lead, _, trail), builder, translation in zip(self.texts, self.built, translations))  # fmt: skip
         forms = self._plural_forms(target_lang)
         for entry in self.entries:
@@ -166,7 +166,7 @@ def _placeholders(text: str) -> InlineBuilder:
     return builder
 
 
-def _fill(translation: str, built: InlineBuilder) -> str:
+def fill_placeholders(translation: str, built: InlineBuilder) -> str:
     """The translated message with its placeholders; printf's unnumbered ones (`%s`, `%d`) stay in the
     source's order wherever the alignment put them, as their arguments come in that order."""
     found = pieces(translation, built.separators)

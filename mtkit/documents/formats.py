@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import PurePath
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents import catalogs, markdown, ooxml, opendocument, subtitles, web
+from mtkit.documents import catalogs, markdown, ooxml, opendocument, strings, subtitles, web
 from mtkit.documents.inline import Document
 from mtkit.documents.limits import DEFAULT_LIMITS, FileLimits
 from mtkit.text.markup import plain_text
@@ -28,6 +28,8 @@ READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "html": web.read_html,
     "epub": web.read_epub,
     "txt": web.read_txt,
+    "json": strings.read_json,
+    "android": strings.read_android,
 }
 INLINE_CODE = re.compile(r'<g id="\d+">|</g>|<x id="\d+"/>')  # InlineBuilder's codes (its text escapes "<")
 RETRANSLATABLE = {"po", "xliff"}  # formats whose messages may be translated already
@@ -39,8 +41,9 @@ ALIASES = {
     "htm": "html",
     "xhtml": "html",
     "text": "txt",
+    "xml": "android",  # an Android string resource (res/values*/strings.xml)
 }
-EXTENSIONS = sorted({*READERS, *ALIASES})
+EXTENSIONS = sorted({*READERS, *ALIASES} - {"android"})  # "android" names a reader: its files end in .xml
 MEDIA_TYPES = {
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
@@ -49,7 +52,7 @@ MEDIA_TYPES = {
     "odp": "application/vnd.oasis.opendocument.presentation",
     "srt": "application/x-subrip", "vtt": "text/vtt", "po": "text/x-gettext-translation",
     "xliff": "application/xliff+xml", "md": "text/markdown", "html": "text/html",
-    "epub": "application/epub+zip", "txt": "text/plain",
+    "epub": "application/epub+zip", "txt": "text/plain", "json": "application/json", "android": "application/xml",
 }  # fmt: skip
 
 

@@ -164,11 +164,12 @@ def read_mixed(
     element: etree._Element,
     is_wrapper: Callable[[etree._Element], bool],
     separates: Callable[[etree._Element], bool] = lambda element: False,
+    builder: InlineBuilder | None = None,
 ) -> InlineBuilder:
     """An XML element of mixed content (text between child elements) as a segment: the children
     is_wrapper accepts are runs whose words are translated, every other child is kept whole (and
-    parts the words around it where separates says so)."""
-    builder = InlineBuilder()
+    parts the words around it where separates says so); builder: one whose text() keeps more whole."""
+    builder = builder or InlineBuilder()
 
     def walk(parent: etree._Element) -> None:
         builder.text(parent.text or "")
@@ -187,7 +188,8 @@ def read_mixed(
 
 def write_mixed(element: etree._Element, built: InlineBuilder, translation: str) -> None:
     """Fill an element of mixed content (its children and text removed) with a translated segment
-    that read_mixed made: a run becomes a copy of its element without content, a kept child a copy."""
+    that read_mixed made: a run becomes a copy of its element without content, a kept child a copy
+    (a kept string, such as a placeholder, its text)."""
     for child in list(element):
         element.remove(child)
     element.text = None
@@ -201,11 +203,13 @@ def write_mixed(element: etree._Element, built: InlineBuilder, translation: str)
             wrap = etree.SubElement(parent, codes[i].tag, attrib=dict(codes[i].attrib))
             open_wraps.append((i, wrap))
         container = open_wraps[-1][1] if open_wraps else element
-        if piece.kept is None:
+        code = None if piece.kept is None else codes[piece.kept]
+        if piece.kept is None or isinstance(code, str):
+            text = piece.text if piece.kept is None else code
             if len(container):
-                container[-1].tail = (container[-1].tail or "") + piece.text
+                container[-1].tail = (container[-1].tail or "") + text
             else:
-                container.text = (container.text or "") + piece.text
+                container.text = (container.text or "") + text
         else:
             kept = copy.deepcopy(codes[piece.kept])
             kept.tail = None

@@ -2,14 +2,14 @@
 (serve's /translate_file), and a few kilobytes can inflate to gigabytes, nest a million levels
 deep or hold a million empty paragraphs. Each bound is checked as early as the file allows (a zip's
 directory before any part is inflated, and again while inflating), and an error names the bound.
-The defaults let any real document through: a 2,000-page book is about 5 million characters."""
+The defaults let any real document through: a 2,000-page book is about 5 million characters.
+Nesting is bounded where trees are built (mtkit.text.markup.MAX_DEPTH)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from mtkit.core.errors import MtkitError
-from mtkit.text.markup import MAX_DEPTH  # noqa: F401 - formatting nested deeper is refused, not recursed into
 
 
 class FileTooLarge(MtkitError):

@@ -1,7 +1,7 @@
 """Documents read and written in worker processes (the server's /translate_file). A large or hostile
 file is parsed on another core, never holding the server's interpreter lock, which its event loop
-and its engine thread need (on a thread, a client uploading files in a loop stalls every other
-client: bench/hostile_files.py measures it). Each step is a function of picklable values
+and its engine thread need (a thread parsing would hold it, and every other client would wait).
+Each step is a function of picklable values
 that reads the file again from its bytes (reading is deterministic), so that no parsed document
 crosses between processes: prepare() gives the texts to translate, finish() writes the file from
 their translations. A worker's address space is bounded (memory_bytes): a file that needs more is a
