@@ -13,6 +13,7 @@ import secrets
 import tempfile
 import threading
 import time
+import traceback
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,6 +303,9 @@ class DocumentJobs:
             job.status, job.error = "error", err.message
         except MtkitError as err:
             job.status, job.error = "error", str(err)
+        except Exception as err:  # a bug: the job says so, and the log has the traceback
+            job.status, job.error = "error", f"internal error: {type(err).__name__}: {err}"
+            traceback.print_exc()
 
     def find(self, job_id: str, key: str | None, owner: str | None) -> DocumentJob:
         """The job with this id, key and owner; 404 otherwise (no telling which was wrong)."""
