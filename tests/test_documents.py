@@ -490,11 +490,11 @@ def test_po_fills_untranslated_messages_marks_them_fuzzy_and_keeps_placeholders(
 
 
 def test_unnumbered_placeholders_keep_their_order_and_named_ones_their_place():
-    from mtkit.documents.catalogs import _fill, _placeholders
+    from mtkit.documents.catalogs import _placeholders, fill_placeholders
 
     built = _placeholders("%d files on %s for %(user)s")
     assert built.codes == ["%d", "%s", "%(user)s"]
-    assert _fill('<x id="2"/> a <x id="1"/> b <x id="0"/>', built) == "%(user)s a %d b %s"
+    assert fill_placeholders('<x id="2"/> a <x id="1"/> b <x id="0"/>', built) == "%(user)s a %d b %s"
 
 
 def test_po_retranslates_on_request_only():

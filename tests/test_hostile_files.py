@@ -56,11 +56,8 @@ MEMORY = 1 << 30  # the address space a child reading a hostile file may take
 CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory}))
-from test_strings import ANDROID
-
 from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import document_format, read_document
-from mtkit.documents.inline import inline_entities
 data = sys.stdin.buffer.read()
 try:
     document = read_document(data, {name!r}, document_format({name!r}))
