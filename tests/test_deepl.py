@@ -134,6 +134,13 @@ def test_form_posts_as_older_plugins_send_them(served, trained_run, fields, stat
     assert answer.status_code == status and message in answer.json()["message"], answer.text
 
 
+def test_a_body_over_the_limit_is_413_in_deepls_shape(served):
+    answer = httpx.post(
+        f"{served.url}/v2/translate", data={"auth_key": KEY, "target_lang": "DE", "text": "x" * 300_000}
+    )
+    assert answer.status_code == 413 and answer.json()["message"].startswith("the request body is over")
+
+
 def test_repeated_text_fields_in_a_form_post(served, trained_run):
     answer = httpx.post(f"{served.url}/v2/translate", data={"text": ["A dog.", "A cat."], "target_lang": "DE"},
                         headers={"Authorization": f"DeepL-Auth-Key {KEY}"})  # fmt: skip

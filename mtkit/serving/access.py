@@ -215,7 +215,7 @@ class BodyLimit:
         limit = self.by_path.get(scope["path"], self.limit)
         length = dict(scope["headers"]).get(b"content-length", b"0")
         if not length.isdigit() or int(length) > limit:
-            return await _too_large(send, limit)
+            return await _too_large(send, limit, scope["path"])
         received, over = 0, False
 
         async def counted():  # past the limit the app is told the client left, and its answer is dropped
@@ -237,11 +237,12 @@ class BodyLimit:
             if not over:
                 raise
         if over:
-            await _too_large(send, limit)
+            await _too_large(send, limit, scope["path"])
 
 
-async def _too_large(send, limit: int) -> None:
-    body = f'{{"error": "the request body is over {limit:,} bytes"}}'.encode()
+async def _too_large(send, limit: int, path: str) -> None:
+    field = "message" if path.startswith("/v2/") else "error"  # DeepL's shape on its routes
+    body = f'{{"{field}": "the request body is over {limit:,} bytes"}}'.encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                (b"connection", b"close")]  # fmt: skip
     await send({"type": "http.response.start", "status": 413, "headers": headers})
