@@ -136,7 +136,7 @@ def test_form_posts_as_older_plugins_send_them(served, trained_run, fields, stat
 
 def test_a_body_over_the_limit_is_413_in_deepls_shape(served):
     answer = httpx.post(
-        f"{served.url}/v2/translate", data={"auth_key": KEY, "target_lang": "DE", "text": "x" * 300_000}
+        f"{served.url}/v2/translate", data={"auth_key": KEY, "target_lang": "DE", "text": "x" * 400_000}
     )
     assert answer.status_code == 413 and answer.json()["message"].startswith("the request body is over")
 
