@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import re
 import subprocess
@@ -142,6 +143,15 @@ def scaled(fmt: str, n: int) -> tuple[str, bytes]:
         return "s.epub", package({"EPUB/one.xhtml": page.encode()}, epub_book())
     if fmt == "txt":
         return "s.txt", "\n".join(words for _ in range(n)).encode()
+    if fmt == "json":
+        screens: dict[str, dict[str, str]] = {}
+        for i in range(n):
+            screens.setdefault(f"screen{i // 10}", {})[f"m{i}"] = f"Open {{{{name}}}}'s %s file {i}."
+        return "s.json", json.dumps(screens, indent=2).encode()
+    if fmt == "android":
+        items = "".join(f'<string name="m{i}">Hello <b>%1$s</b>, you don\\\'t have %2$d messages {i}.</string>'
+                        for i in range(n))  # fmt: skip
+        return "strings.xml", f"<resources>{items}</resources>".encode()
     raise ValueError(fmt)
 
 
@@ -297,7 +307,7 @@ def main() -> None:
     if args.scale:
         print(f"\nReading and writing (copy translation), best of 3, at {args.scale:,}, 4x and 16x paragraphs:")
         rows = []
-        for fmt in ("docx", "xlsx", "odt", "epub", "html", "md", "srt", "vtt", "po", "xliff", "txt"):
+        for fmt in ("docx", "xlsx", "odt", "epub", "html", "md", "srt", "vtt", "po", "xliff", "txt", "json", "android"):
             times = [read_and_write_time(*scaled(fmt, args.scale * k)) for k in (1, 4, 16)]
             rows.append([fmt, times[0], times[1], times[2], times[2] / times[1]])
         print_table(["format", "1x s", "4x s", "16x s", "16x / 4x (linear: 4)"], rows)
