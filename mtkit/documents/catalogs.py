@@ -40,12 +40,15 @@ PLURAL_FORMS = {
 }  # fmt: skip
 
 
-def read_placeholders(builder: InlineBuilder, text: str) -> None:
-    """Text into the builder with its placeholders and line breaks kept whole."""
+BREAKS = ("\n", "\t", "\\n", "\\t")  # line breaks and tabs, and their escapes: they part words
+
+
+def read_placeholders(builder: InlineBuilder, text: str, pattern: re.Pattern = PLACEHOLDER) -> None:
+    """Text into the builder with its placeholders (what pattern finds) and line breaks kept whole."""
     position = 0
-    for match in PLACEHOLDER.finditer(text):
+    for match in pattern.finditer(text):
         builder.text(text[position : match.start()])
-        builder.kept(match.group(), match.group() in ("\n", "\t"))
+        builder.kept(match.group(), match.group() in BREAKS)
         position = match.end()
     builder.text(text[position:])
 

@@ -18,7 +18,7 @@ from typing import Any
 from lxml import etree
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.catalogs import fill_placeholders
+from mtkit.documents.catalogs import BREAKS, fill_placeholders, read_placeholders
 from mtkit.documents.inline import Document, InlineBuilder, decode_text, language_tag, read_mixed, read_xml, write_mixed
 from mtkit.documents.limits import FileLimits
 
@@ -52,15 +52,10 @@ def plural_categories(lang: str | None) -> tuple[str, ...]:
     return ("one", "other")
 
 
-def placeholders(text: str, builder: InlineBuilder | None = None) -> InlineBuilder:
+def placeholders(text: str) -> InlineBuilder:
     """A message as a segment: its words, and each placeholder kept whole (a line break parts words)."""
-    builder = builder or InlineBuilder()
-    position = 0
-    for match in APP_PLACEHOLDER.finditer(text):
-        builder.text(text[position : match.start()])
-        builder.kept(match.group(), match.group() in ("\\n", "\\t", "\n", "\t"))
-        position = match.end()
-    builder.text(text[position:])
+    builder = InlineBuilder()
+    read_placeholders(builder, text, APP_PLACEHOLDER)
     return builder
 
 
@@ -175,7 +170,7 @@ class _AppBuilder(InlineBuilder):
             if match.group().startswith("<"):  # markup is the element tree's own
                 continue
             super().text(text[position : match.start()])
-            self.kept(match.group(), match.group() in ("\\n", "\\t", "\n", "\t"))
+            self.kept(match.group(), match.group() in BREAKS)
             position = match.end()
         super().text(text[position:])
 

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.serving.files import Detached, DocumentJobs, content_disposition, document_formats, translate_upload
+from mtkit.serving.files import Detached, DocumentJobs, document_formats, file_response, translate_upload
 from mtkit.serving.libretranslate import LANGUAGE_NAMES, libretranslate_fields
 from mtkit.serving.service import RequestError, Service
 from mtkit.serving.terms import GlossaryStore, TermsError, parse_entries
@@ -256,9 +256,9 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
         check_options(fields, target)
         service.framing(source, target)
         name = safe_name(fields.get("filename") or upload.filename or "")
-        if document_formats() is None:
-            raise RequestError(501, "translating files needs the documents extra on the server")
         formats = document_formats()
+        if formats is None:
+            raise RequestError(501, "translating files needs the documents extra on the server")
         try:
             fmt = formats.document_format(name)
             if fields.get("output_format") and formats.document_format(f"x.{fields['output_format']}") != fmt:
@@ -298,9 +298,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
         job = jobs.find(document_id, fields.get("document_key"), key and key.name)
         if job.status != "done":
             raise RequestError(503, "Document not ready" if job.status != "error" else job.error or "error")
-        name, data = jobs.take(document_id, job)
-        media = document_formats().MEDIA_TYPES.get(document_formats().document_format(name), "application/octet-stream")
-        return Response(data, media_type=media, headers={"Content-Disposition": content_disposition(name)})
+        return file_response(*jobs.take(document_id, job))
 
 
 async def _first(answer):

@@ -139,6 +139,15 @@ def content_disposition(name: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
+def file_response(name: str, data: bytes):
+    """A translated file as a download: its format's media type, and its name (content_disposition)."""
+    from fastapi.responses import Response
+
+    formats = document_formats()
+    media = formats.MEDIA_TYPES.get(formats.document_format(name), "application/octet-stream")
+    return Response(data, media_type=media, headers={"Content-Disposition": content_disposition(name)})
+
+
 def download_url(request, public_url: str | None, file_id: str, name: str) -> str:
     """Where a translated file is downloaded: under --public-url, or relative to the server's root
     (never from the request's Host header, which the client writes)."""
@@ -211,7 +220,6 @@ def add_file_routes(app, service: Service, admit, store: TranslatedFiles, worker
     """POST /translate_file (multipart: file, source, target, api_key), GET /download_file/ID/NAME;
     documents are read and written by workers (mtkit.documents.worker.Workers)."""
     from fastapi import File, Form, Request, UploadFile
-    from fastapi.responses import Response
 
     @app.post("/translate_file")
     async def translate_file(
@@ -242,10 +250,7 @@ def add_file_routes(app, service: Service, admit, store: TranslatedFiles, worker
         found = await asyncio.to_thread(store.get, file_id)
         if found is None or found[0] != name:
             raise RequestError(404, "no such file (translated files are kept for a while, then removed)")
-        formats = document_formats()
-        media = formats.MEDIA_TYPES.get(formats.document_format(name), "application/octet-stream")
-        headers = {"Content-Disposition": content_disposition(name)}
-        return Response(found[1], media_type=media, headers=headers)
+        return file_response(*found)
 
 
 class Detached:
