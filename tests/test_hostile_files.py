@@ -1,4 +1,4 @@
-"""Files from strangers (mtkit.documents.limits): bombs, deep nesting, paths posing as content and
+"""Files from strangers (mtkit.documents.inline): bombs, deep nesting, paths posing as content and
 quadratic inputs get one line naming the file and the bound, read within bounded memory (a child
 process with an address-space limit); and mutated files of every format give a document or an
 MtkitError, nothing else."""
@@ -45,10 +45,9 @@ from test_documents import (
 from test_strings import ANDROID
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents import markdown
+from mtkit.documents import web
 from mtkit.documents.formats import document_format, read_document
-from mtkit.documents.inline import inline_entities
-from mtkit.documents.limits import FileLimits, FileTooLarge
+from mtkit.documents.inline import FileLimits, FileTooLarge, inline_entities
 from mtkit.text.markup import MAX_DEPTH
 from mtkit.text.markup_placement import translate_markup
 
@@ -287,8 +286,8 @@ def test_markdown_links_are_found_in_linear_time(monkeypatch):
             searches.append(position)
             return original.search(text, position)
 
-    original = markdown.LINK_END
-    monkeypatch.setattr(markdown, "LINK_END", Counted())
+    original = web.LINK_END
+    monkeypatch.setattr(web, "LINK_END", Counted())
     document = read_document(reference_links(2000), "links.md", "md")
     assert len(searches) <= 2 and document.segments()[0].count("<g id=") == 2000
     searches.clear()

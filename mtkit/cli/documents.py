@@ -119,7 +119,7 @@ def translate_file(
     Example: [bold]mtkit translate-file report.docx -o report.de.docx -m model.pt[/bold]
     """
     from mtkit.core.textio import atomic_path, check_output_file
-    from mtkit.documents.limits import FileLimits
+    from mtkit.documents.inline import FileLimits
     from mtkit.interop.engines import make_translator
     from mtkit.translation.markup import translate_document
 

@@ -14,8 +14,16 @@ import polib
 from lxml import etree
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, InlineBuilder, language_tag, pieces, read_mixed, read_xml, write_mixed
-from mtkit.documents.limits import FileLimits
+from mtkit.documents.inline import (
+    Document,
+    FileLimits,
+    InlineBuilder,
+    language_tag,
+    pieces,
+    read_mixed,
+    read_xml,
+    write_mixed,
+)
 
 PLACEHOLDER = re.compile(
     r"%(?:\(\w+\)|\d+\$)?[-+ #0]*(?:\d+|\*)?(?:\.\d+)?[hlLqjzt]*[diouxXeEfFgGcrsab%]"  # printf, Python %

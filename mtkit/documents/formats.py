@@ -1,5 +1,5 @@
 """Which reader a file goes to: by its extension, or by the format asked for; and the bounds every
-document keeps (mtkit.documents.limits), its characters counted once it is read."""
+document keeps (mtkit.documents.inline), its characters counted once it is read."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from collections.abc import Callable
 from pathlib import PurePath
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents import catalogs, markdown, ooxml, opendocument, strings, subtitles, web
-from mtkit.documents.inline import Document
-from mtkit.documents.limits import DEFAULT_LIMITS, FileLimits
+from mtkit.documents import catalogs, ooxml, opendocument, strings, subtitles, web
+from mtkit.documents.inline import DEFAULT_LIMITS, Document, FileLimits
 from mtkit.text.markup import plain_text
 
 READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
@@ -24,7 +23,7 @@ READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "vtt": subtitles.read_vtt,
     "po": catalogs.read_po,
     "xliff": catalogs.read_xliff,
-    "md": markdown.read_markdown,
+    "md": web.read_markdown,
     "html": web.read_html,
     "epub": web.read_epub,
     "txt": web.read_txt,

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from mtkit.documents.inline import Document, InlineBuilder, language_tag, pieces
-from mtkit.documents.limits import FileLimits
+from mtkit.documents.inline import Document, FileLimits, InlineBuilder, language_tag, pieces
 from mtkit.documents.package import Package
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"

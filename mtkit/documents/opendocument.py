@@ -10,8 +10,7 @@ from collections.abc import Sequence
 
 from lxml import etree
 
-from mtkit.documents.inline import Document, language_tag, read_mixed, write_mixed
-from mtkit.documents.limits import FileLimits
+from mtkit.documents.inline import Document, FileLimits, language_tag, read_mixed, write_mixed
 from mtkit.documents.package import Package
 
 TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"

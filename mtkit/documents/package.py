@@ -1,5 +1,5 @@
 """Zip packages (OOXML, OpenDocument, EPUB): read once from bytes with a clear error for what is not
-the package its extension says, within the bounds of mtkit.documents.limits (checked on the zip's
+the package its extension says, within the bounds of mtkit.documents.inline (checked on the zip's
 directory before anything is inflated, and again while inflating), and written again with every
 part not translated kept byte for byte, in the same order and compression (an OpenDocument's or
 EPUB's `mimetype` first and stored)."""
@@ -14,8 +14,7 @@ from collections.abc import Callable
 from lxml import etree
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import read_xml
-from mtkit.documents.limits import DEFAULT_LIMITS, FileLimits, FileTooLarge
+from mtkit.documents.inline import DEFAULT_LIMITS, FileLimits, FileTooLarge, read_xml
 
 CHUNK = 1 << 20
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted OOXML, and the old binary .doc/.ppt/.xls

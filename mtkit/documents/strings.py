@@ -19,8 +19,16 @@ from lxml import etree
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.catalogs import BREAKS, fill_placeholders, read_placeholders
-from mtkit.documents.inline import Document, InlineBuilder, decode_text, language_tag, read_mixed, read_xml, write_mixed
-from mtkit.documents.limits import FileLimits
+from mtkit.documents.inline import (
+    Document,
+    FileLimits,
+    InlineBuilder,
+    decode_text,
+    language_tag,
+    read_mixed,
+    read_xml,
+    write_mixed,
+)
 
 APP_PLACEHOLDER = re.compile(
     r"\{\{[^{}]*\}\}|\$t\([^()]*\)|%\{\w+\}"  # i18next {{name}} and $t(key), Rails %{name}

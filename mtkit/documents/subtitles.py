@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, InlineBuilder, decode_text, pieces, render_pieces
-from mtkit.documents.limits import FileLimits
+from mtkit.documents.inline import Document, FileLimits, InlineBuilder, decode_text, pieces, render_pieces
 
 MAX_JOINED = 3
 TIMING = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}")

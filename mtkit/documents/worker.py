@@ -24,8 +24,7 @@ from typing import Any
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import read_document
-from mtkit.documents.inline import Document, without_codes
-from mtkit.documents.limits import FileLimits, FileTooLarge
+from mtkit.documents.inline import Document, FileLimits, FileTooLarge, without_codes
 from mtkit.text.markup_placement import assemble, markup_segments, pending_texts, rejoined, sentences_of
 from mtkit.text.sentence_splitter import SentenceSplitter
 

@@ -2,7 +2,7 @@
 server's own API, with no build step and nothing loaded from another host), and documents uploaded
 to LibreTranslate's /translate_file (mtkit.documents), translated and kept for download at
 /download_file/ID/NAME for a bounded time and within a bounded number of bytes. A document comes
-from a stranger: it is read within mtkit.documents.limits (--max-file-chars), read and written in
+from a stranger: it is read within mtkit.documents.inline (--max-file-chars), read and written in
 worker processes (mtkit.documents.worker) and stored on a worker thread, so that the event loop and
 the engine go on answering while a large one is handled."""
 
@@ -164,7 +164,7 @@ async def translate_upload(
     formats = document_formats()
     if formats is None:
         raise RequestError(501, f"translating files needs the documents extra on the server: {DOCUMENTS_EXTRA}")
-    from mtkit.documents.limits import FileLimits
+    from mtkit.documents.inline import FileLimits
     from mtkit.documents.worker import FileJob, finish, prepare
 
     try:
@@ -203,7 +203,7 @@ def in_chunks(texts: list[str], cfg) -> list[list[str]]:
 async def _in_worker(workers, work, *args):
     """work(*args) in a document worker, its errors as the requests': a bound 413, formatting that
     needs alignments 422, any other MtkitError 400."""
-    from mtkit.documents.limits import FileTooLarge
+    from mtkit.documents.inline import FileTooLarge
     from mtkit.documents.worker import NeedsAlignment
 
     try:

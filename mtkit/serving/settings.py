@@ -31,7 +31,7 @@ class ServeConfig:
     in_process: bool = True  # with one replica: the engine on a thread of the HTTP process, not a process of its own
     keep_spans: bool = True  # numbers, links, addresses, ... kept as written (mtkit.text.spans)
     recase: bool = True  # ALL CAPS and Title Case translated in sentence case, then cased again (mtkit.text.casing)
-    max_file_chars: int = 1_000_000  # characters of text in one document (/translate_file; mtkit.documents.limits)
+    max_file_chars: int = 1_000_000  # characters of text in one document (/translate_file; mtkit.documents.inline)
     max_stored_bytes: int = 1 << 30  # translated documents kept for download, in bytes at most (oldest go first)
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
     file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
