@@ -92,8 +92,15 @@ def translate_file(
     src_lang: SrcLangOption = None,
     tgt_lang: TgtLangOption = None,
     retranslate: Annotated[
-        bool, typer.Option(help="PO and XLIFF: translate again the messages already translated.")
+        bool, typer.Option(help="PO, XLIFF and CSV: translate again the messages already translated.")
     ] = False,
+    column: Annotated[
+        str | None,
+        typer.Option(
+            help="CSV: the column to translate (a header's name or a number from 1); SOURCE:TARGET "
+            "writes the translation into TARGET (made where missing), leaving its filled cells alone."
+        ),
+    ] = None,
     max_file_chars: Annotated[
         int, typer.Option(help="Most characters of text the file may hold (a bound on files from strangers).")
     ] = 5_000_000,
@@ -106,7 +113,8 @@ def translate_file(
 ) -> None:
     """Translate a document, keeping its formatting: Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument
     (.odt, .odp), subtitles (.srt, .vtt), message catalogues (.po, .pot, .xliff), Markdown, HTML,
-    EPUB, plain text, and the string files of apps (JSON, Android strings.xml). The format is the file's
+    EPUB, plain text, the string files of apps (JSON, YAML, Flutter .arb, Android strings.xml, iOS .strings and
+    .stringsdict, Java .properties) and a column of a CSV file (--column). The format is the file's
     extension (or --format); the output has the same.
 
     Paragraphs are translated sentence by sentence, and each run of formatting (bold, a link, a
@@ -130,13 +138,17 @@ def translate_file(
     if name == "-" and not file_format:
         raise MtkitError("-: give --format for a file read from stdin")
     fmt = formats.document_format(name, file_format)
+    if column is not None and fmt != "csv":
+        raise MtkitError(f"--column {column}: only a CSV file has columns ({name} is .{fmt})")
     if str(output) != "-":
         check_output_file(output)
         wanted = formats.document_format(str(output), None, "--output")
         if wanted != fmt:
             raise MtkitError(f"--output {output}: a .{fmt} file translates into a .{fmt} file, not .{wanted}")
     limits = FileLimits(max_chars=max_file_chars)
-    document = formats.read_document(read_input(input), name, fmt, retranslate, limits)  # before the model loads
+    document = formats.read_document(
+        read_input(input), name, fmt, retranslate, limits, column
+    )  # before the model loads
     cfg = search_config(model_beam(beam, engine, model, checkpoint), lenpen, max_len_a, max_len_b, min_len, 1,
                         no_repeat_ngram, loop_ngram, loop_repeats)  # fmt: skip
     translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens,

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import PurePath
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents import catalogs, ooxml, opendocument, strings, subtitles, web
+from mtkit.documents import catalogs, ooxml, opendocument, subtitles, web
 from mtkit.documents.inline import DEFAULT_LIMITS, Document, FileLimits
+from mtkit.documents.strings import android, apple, icu, tables, trees
 from mtkit.text.markup import plain_text
 
 READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
@@ -27,11 +28,17 @@ READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "html": web.read_html,
     "epub": web.read_epub,
     "txt": web.read_txt,
-    "json": strings.read_json,
-    "android": strings.read_android,
+    "json": trees.read_json,
+    "yaml": trees.read_yaml,
+    "arb": icu.read_arb,
+    "android": android.read_android,
+    "strings": apple.read_strings,
+    "stringsdict": apple.read_stringsdict,
+    "properties": tables.read_properties,
+    "csv": tables.read_csv,
 }
 INLINE_CODE = re.compile(r'<g id="\d+">|</g>|<x id="\d+"/>')  # InlineBuilder's codes (its text escapes "<")
-RETRANSLATABLE = {"po", "xliff"}  # formats whose messages may be translated already
+RETRANSLATABLE = {"po", "xliff", "csv"}  # formats whose messages may be translated already
 ALIASES = {
     "pot": "po",
     "xlf": "xliff",
@@ -40,6 +47,7 @@ ALIASES = {
     "htm": "html",
     "xhtml": "html",
     "text": "txt",
+    "yml": "yaml",
     "xml": "android",  # an Android string resource (res/values*/strings.xml)
 }
 EXTENSIONS = sorted({*READERS, *ALIASES} - {"android"})  # "android" names a reader: its files end in .xml
@@ -52,6 +60,8 @@ MEDIA_TYPES = {
     "srt": "application/x-subrip", "vtt": "text/vtt", "po": "text/x-gettext-translation",
     "xliff": "application/xliff+xml", "md": "text/markdown", "html": "text/html",
     "epub": "application/epub+zip", "txt": "text/plain", "json": "application/json", "android": "application/xml",
+    "yaml": "application/yaml", "arb": "application/json", "strings": "text/plain",
+    "stringsdict": "application/x-plist", "properties": "text/x-java-properties", "csv": "text/csv",
 }  # fmt: skip
 
 
@@ -73,12 +83,20 @@ def document_format(name: str, fmt: str | None = None, option: str = "--format")
 
 
 def read_document(
-    data: bytes, name: str, fmt: str, retranslate: bool = False, limits: FileLimits = DEFAULT_LIMITS
+    data: bytes,
+    name: str,
+    fmt: str,
+    retranslate: bool = False,
+    limits: FileLimits = DEFAULT_LIMITS,
+    column: str | None = None,
 ) -> Document:
-    """The file's segments (fmt from document_format); an MtkitError naming the file where it is not
-    that format, or past one of the limits (a FileTooLarge where it is too large)."""
+    """The file's segments (fmt from document_format; column: CSV's, tables.CsvColumn); an MtkitError
+    naming the file where it is not that format, or past one of the limits (a FileTooLarge where it is
+    too large)."""
     try:
-        if fmt in RETRANSLATABLE:
+        if fmt == "csv":
+            document = tables.read_csv(data, name, limits, retranslate, column)
+        elif fmt in RETRANSLATABLE:
             document = READERS[fmt](data, name, limits, retranslate)  # type: ignore[call-arg]
         else:
             document = READERS[fmt](data, name, limits)

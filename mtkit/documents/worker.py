@@ -43,6 +43,7 @@ class FileJob:
     aligned: bool  # translated with word alignments and the formatting placed by them; else plain texts
     split: bool = True  # aligned: segments cut into sentences (by source_language's rules)
     source_language: str | None = None
+    column: str | None = None  # a CSV file's column (mtkit.documents.strings.tables.CsvColumn)
 
 
 def prepare(job: FileJob) -> list[str]:
@@ -71,7 +72,7 @@ def finish(job: FileJob, translated: list) -> bytes:
 
 
 def _read(job: FileJob) -> Document:
-    document = read_document(job.data, job.name, job.fmt, limits=job.limits)
+    document = read_document(job.data, job.name, job.fmt, limits=job.limits, column=job.column)
     document.check_target(job.target)
     return document
 

@@ -156,7 +156,14 @@ def download_url(request, public_url: str | None, file_id: str, name: str) -> st
 
 
 async def translate_upload(
-    service: Service, request, data: bytes, name: str, target: str | None, workers, glossary=None
+    service: Service,
+    request,
+    data: bytes,
+    name: str,
+    target: str | None,
+    workers,
+    glossary=None,
+    column: str | None = None,
 ) -> tuple[bytes, int]:
     """An uploaded document translated: read and written again in a worker process
     (mtkit.documents.worker), its texts through the service (with a request's glossary); the file
@@ -175,7 +182,7 @@ async def translate_upload(
         service.segmenter(True)  # sentence by sentence, as translate-file: 422 where the splitter is not installed
     limits = FileLimits(max_chars=service.cfg.max_file_chars)
     job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, True,
-                  service.info.source_language)  # fmt: skip
+                  service.info.source_language, column)  # fmt: skip
     texts, options, translated = await _in_worker(workers, prepare, job), service.defaults(), []
     for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
         if service.can_align:
@@ -217,7 +224,8 @@ async def _in_worker(workers, work, *args):
 
 
 def add_file_routes(app, service: Service, admit, store: TranslatedFiles, workers) -> None:
-    """POST /translate_file (multipart: file, source, target, api_key), GET /download_file/ID/NAME;
+    """POST /translate_file (multipart: file, source, target, api_key; column for a CSV file), GET
+    /download_file/ID/NAME;
     documents are read and written by workers (mtkit.documents.worker.Workers)."""
     from fastapi import File, Form, Request, UploadFile
 
@@ -228,6 +236,7 @@ def add_file_routes(app, service: Service, admit, store: TranslatedFiles, worker
         source: Annotated[str, Form()] = "auto",
         target: Annotated[str | None, Form()] = None,
         api_key: Annotated[str | None, Form()] = None,
+        column: Annotated[str | None, Form(max_length=200)] = None,
     ):
         admit(request, api_key)
         source = None if source == "auto" else source
@@ -238,7 +247,7 @@ def add_file_routes(app, service: Service, admit, store: TranslatedFiles, worker
         service.framing(source, target)
         name = safe_name(file.filename or "")
         data = await file.read()
-        translated, _ = await translate_upload(service, request, data, name, target, workers)
+        translated, _ = await translate_upload(service, request, data, name, target, workers, column=column)
         try:
             file_id = await asyncio.to_thread(store.put, name, translated)
         except MtkitError as err:

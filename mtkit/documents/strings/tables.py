@@ -1,0 +1,147 @@
+"""Line-by-line string files: Java's `.properties` (`key=value`, `key: value` or `key value`; comments,
+blank lines, continued lines and `\\uXXXX` escapes read as Java reads them; a file in UTF-8 stays so,
+one in ASCII or ISO-8859-1 gets `\\uXXXX` for what its encoding cannot hold) and CSV, where one column
+is translated: in place, or into another column (`SOURCE:TARGET`, made where the header lacks it;
+cells already filled left alone unless retranslated, as for PO)."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import re
+from collections.abc import Sequence
+
+from mtkit.core.errors import MtkitError
+from mtkit.documents.inline import Document, FileLimits, decode_text
+from mtkit.documents.strings.common import Message
+
+PROPERTY = re.compile(r"(?P<key>[ \t\f]*(?:\\.|[^\s=:\\])*(?:[ \t\f]*[=:][ \t\f]*|[ \t\f]+|))(?P<value>.*)", re.DOTALL)
+PROPERTY_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+UNESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+ESCAPED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f"}
+
+
+def continued(line: str) -> bool:
+    """Whether a line of a .properties file goes on in the next (it ends in an odd run of backslashes)."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+class JavaProperties(Document):
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
+        try:
+            self.text, self.codec = data.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            self.text, self.codec = data.decode("latin-1"), "latin-1"
+        self.highest = 0x10FFFF if self.codec == "utf-8" and not data.isascii() else 0x7F if data.isascii() else 0xFF
+        self.lines = self.text.splitlines(keepends=True)
+        self.units: list[tuple[int, int, str, str]] = []  # first line, line after, key as written, end of line
+        values, index = [], 0
+        while index < len(self.lines):
+            start, logical = index, self.lines[index].rstrip("\r\n")
+            index += 1
+            if not logical.strip(" \t\f") or logical.lstrip(" \t\f")[0] in "#!":
+                continue
+            while continued(logical) and index < len(self.lines):
+                logical = logical[:-1] + self.lines[index].rstrip("\r\n").lstrip(" \t\f")
+                index += 1
+            match = PROPERTY.fullmatch(logical)
+            ending = self.lines[index - 1][len(self.lines[index - 1].rstrip("\r\n")) :]
+            self.units.append((start, index, match.group("key"), ending))
+            values.append(PROPERTY_ESCAPE.sub(lambda m: _unescaped(m.group(1)), match.group("value")))
+            limits.check_segments(len(self.units), "properties")
+        self.built = [Message(value) for value in values]
+
+    def segments(self) -> list[str]:
+        return [builder.markup() for builder in self.built]
+
+    def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
+        lines = list(self.lines)
+        for (start, end, key, ending), builder, translation in zip(self.units, self.built, translations):
+            if builder.has_words():
+                value = self._escaped(builder.filled(translation))
+                lines[start:end] = [key + value + ending] + [""] * (end - start - 1)
+        return "".join(lines).encode(self.codec)
+
+    def _escaped(self, value: str) -> str:
+        out = "".join(ESCAPED.get(c, c) if ord(c) <= self.highest else _u_escapes(c) for c in value)
+        return "\\" + out if out.startswith((" ", "\t")) else out
+
+
+def _unescaped(code: str) -> str:
+    return chr(int(code[1:], 16)) if len(code) == 5 else UNESCAPED.get(code, code)
+
+
+def _u_escapes(char: str) -> str:
+    """A character as Java's `\\uXXXX` (two, a surrogate pair, beyond the Basic Multilingual Plane)."""
+    units = char.encode("utf-16-be")
+    return "".join(f"\\u{int.from_bytes(units[k : k + 2], 'big'):04X}" for k in range(0, len(units), 2))
+
+
+class CsvColumn(Document):
+    def __init__(
+        self, data: bytes, name: str, limits: FileLimits, retranslate: bool = False, column: str | None = None
+    ):
+        if not column:
+            raise MtkitError(
+                f"{name}: which column is to be translated? Give --column (on a server, the form field column): "
+                "a header's name, a number from 1, or SOURCE:TARGET"
+            )
+        self.bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
+        text = decode_text(data, name)
+        self.newline = "\r\n" if "\r\n" in text[: text.find("\n") + 1] else "\n"
+        try:
+            self.dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t|")
+        except csv.Error:
+            self.dialect = csv.excel
+        reader = csv.reader(io.StringIO(text, newline=""), self.dialect)
+        try:
+            self.rows = []
+            for row in reader:
+                self.rows.append(row)
+                limits.check_segments(len(self.rows), "rows")
+        except csv.Error as err:
+            raise MtkitError(f"{name}: line {reader.line_num}: not CSV ({err})") from None
+        source, _, target = column.partition(":")
+        self.source = self._column(source, name)
+        self.target = self._column(target, name, make=True) if target else self.source
+        first = 1 if not source.isdigit() else 0  # a column named: the first row is the header
+        self.places = [
+            row
+            for row in self.rows[first:]
+            if len(row) > self.source
+            and (retranslate or self.target == self.source or len(row) <= self.target or not row[self.target])
+        ]
+        self.built = [Message(row[self.source]) for row in self.places]
+
+    def _column(self, spec: str, name: str, make: bool = False) -> int:
+        """A column's index: a number from 1, or a name in the first row (made there where make)."""
+        header = self.rows[0] if self.rows else []
+        if spec.isdigit() and int(spec) >= 1:
+            return int(spec) - 1
+        if spec in header:
+            return header.index(spec)
+        if make and header:
+            header.append(spec)
+            return len(header) - 1
+        raise MtkitError(f"{name}: --column {spec}: no such column (the first row names {', '.join(header)})")
+
+    def segments(self) -> list[str]:
+        return [builder.markup() for builder in self.built]
+
+    def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
+        for row, builder, translation in zip(self.places, self.built, translations):
+            if builder.has_words():
+                row.extend([""] * (self.target + 1 - len(row)))
+                row[self.target] = builder.filled(translation)
+        out = io.StringIO(newline="")
+        csv.writer(out, self.dialect, lineterminator=self.newline).writerows(self.rows)
+        return self.bom + out.getvalue().encode("utf-8")
+
+
+def read_properties(data: bytes, name: str, limits: FileLimits) -> Document:
+    return JavaProperties(data, name, limits)
+
+
+def read_csv(data: bytes, name: str, limits: FileLimits, retranslate: bool = False, column: str | None = None):
+    return CsvColumn(data, name, limits, retranslate, column)

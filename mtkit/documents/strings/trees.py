@@ -1,0 +1,133 @@
+"""String files as trees of messages: JSON (i18next and the like: nested keys, `{{name}}`, `$t(key)`,
+plural keys `_one`/`_other`) and YAML (Rails i18n: the root language key renamed to the target,
+`%{name}`, plural groups `one:`/`other:`; comments, quoting and order kept by ruamel.yaml's round
+trip). Every string is a segment; keys, order and what is not a string stay as they were."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from mtkit.core.errors import MtkitError
+from mtkit.documents.inline import Document, FileLimits, decode_text, language_tag
+from mtkit.documents.strings.common import (
+    Message,
+    category_groups,
+    plural_categories,
+    plurals_for,
+    suffixed_groups,
+)
+
+
+def message_places(tree: Any, limits: FileLimits) -> list[tuple[Any, Any]]:
+    """Each string value's container and key, depth first in the file's order; a container reached
+    twice (a YAML alias) is walked once, so an alias bomb costs its size, not its expansion."""
+    places: list[tuple[Any, Any]] = []
+    stack, seen = [tree], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        items = (
+            list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
+        )
+        places += [(node, key) for key, value in items if isinstance(value, str)]
+        limits.check_segments(len(places), "strings")
+        stack.extend(value for _, value in reversed(items) if isinstance(value, dict | list))
+    return places
+
+
+class TreeStrings(Document):
+    """A tree of messages (mappings and lists of strings), each string a segment."""
+
+    def __init__(self, tree: Any, limits: FileLimits):
+        self.tree = tree
+        self.places = message_places(tree, limits)
+        self.built = [Message(container[key]) for container, key in self.places]
+
+    def segments(self) -> list[str]:
+        return [builder.markup() for builder in self.built]
+
+    def fill(self, translations: Sequence[str]) -> None:
+        for (container, key), builder, translation in zip(self.places, self.built, translations):
+            if builder.has_words():
+                old = container[key]  # ruamel.yaml's quoted and block strings are str subclasses: kept
+                container[key] = type(old)(builder.filled(translation))
+
+
+class JsonStrings(TreeStrings):
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
+        text = decode_text(data, name)
+        super().__init__(read_json_tree(text, name), limits)
+        indent = re.search(r"\n([ \t]+)\S", text)
+        self.indent, self.newline = (indent.group(1) if indent else None), text.endswith("\n")
+
+    def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
+        self.fill(translations)
+        if target_lang:
+            plurals_for(self.tree, plural_categories(target_lang), suffixed_groups)
+        out = json.dumps(self.tree, ensure_ascii=False, indent=self.indent)
+        return (out + "\n" * self.newline).encode("utf-8")
+
+
+def read_json_tree(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise MtkitError(f"{name}: not JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+    except RecursionError:
+        raise MtkitError(f"{name}: nested too deep to read") from None
+
+
+class YamlStrings(TreeStrings):
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
+        from ruamel.yaml import YAML
+        from ruamel.yaml.error import YAMLError
+
+        self.yaml = YAML()  # round trip: comments, order, quoting and block styles kept
+        self.yaml.preserve_quotes, self.yaml.width = True, 1 << 16
+        try:
+            text = decode_text(data, name)
+            tree = self.yaml.load(text)
+        except YAMLError as err:
+            raise MtkitError(f"{name}: not YAML ({' '.join(str(err).split())})") from None
+        except RecursionError:
+            raise MtkitError(f"{name}: nested too deep to read") from None
+        self.yaml.indent(**yaml_indents(text))
+        super().__init__(tree, limits)
+
+    def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
+        self.fill(translations)
+        if target_lang:
+            plurals_for(self.tree, plural_categories(target_lang), category_groups)
+            self._rename_root(target_lang)
+        out = io.StringIO()
+        self.yaml.dump(self.tree, out)
+        return out.getvalue().encode("utf-8")
+
+    def _rename_root(self, target_lang: str) -> None:
+        """Rails' locale files hold one root key, the language (`en:`): it becomes the target's."""
+        if isinstance(self.tree, dict) and len(self.tree) == 1:
+            (root,) = self.tree
+            if isinstance(root, str) and re.fullmatch(r"[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*", root):
+                self.tree.insert(0, language_tag(target_lang), self.tree.pop(root))
+
+
+def yaml_indents(text: str) -> dict[str, int]:
+    """How a YAML file indents: its mappings' step, and how far its list dashes stand in."""
+    keys = [len(m.group(1)) for m in re.finditer(r"^( +)[^\s#-]", text[:65536], re.MULTILINE)]
+    dash = re.search(r"^(.*)\n(?:[ \t]*(?:#.*)?\n)*( *)- ", text[:65536], re.MULTILINE)
+    offset = max(len(dash.group(2)) - (len(dash.group(1)) - len(dash.group(1).lstrip(" "))), 0) if dash else 0
+    return {"mapping": min(keys, default=2), "sequence": offset + 2, "offset": offset}
+
+
+def read_json(data: bytes, name: str, limits: FileLimits) -> Document:
+    return JsonStrings(data, name, limits)
+
+
+def read_yaml(data: bytes, name: str, limits: FileLimits) -> Document:
+    return YamlStrings(data, name, limits)
