@@ -284,3 +284,20 @@ def test_the_server_translates_markup_as_translate_does(trained_run, tmp_path):
         assert (unknown.status_code, unknown.json()) == (400, {"error": "format xml: must be text or html"})
         nbest = server.post("/v1/translate", json={"text": "A <b>dog</b>.", "format": "html", "nbest": 2, "beam": 2})
         assert nbest.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("line", "translation", "expected"),
+    [
+        ('Delete "<x id="0"/>"?', 'Löschen ""?', 'Löschen "<x id="0"/>"?'),  # inside a word: split the same way
+        ("files in (<x id=\"0\"/>) now", "Dateien in () jetzt", 'Dateien in (<x id="0"/>) jetzt'),
+        ('Hello <x id="0"/>!', "Hallo !", 'Hallo <x id="0"/>!'),  # glued to "!", which the target has
+        ('Hello <x id="0"/>!', "Hallo Freund.", 'Hallo <x id="0"/> Freund.'),  # not glued to another word
+        ('a man<x id="0"/>, here', "ein Mann hier", 'ein Mann<x id="0"/> hier'),
+    ],
+)
+def test_a_code_glued_to_its_word_stays_glued_only_where_the_target_word_is_alike(line, translation, expected):
+    def engine(texts):
+        return [(translation, [(i, i) for i in range(len(translation.split()))]) for _ in texts]
+
+    assert translate_markup([line], "xml", engine) == [expected]

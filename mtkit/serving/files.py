@@ -156,15 +156,9 @@ def download_url(request, public_url: str | None, file_id: str, name: str) -> st
 
 
 async def translate_upload(
-    service: Service,
-    request,
-    data: bytes,
-    name: str,
-    target: str | None,
-    workers,
-    glossary=None,
+    service: Service, request, data: bytes, name: str, target: str | None, workers, glossary=None,
     column: str | None = None,
-) -> tuple[bytes, int]:
+) -> tuple[bytes, int]:  # fmt: skip
     """An uploaded document translated: read and written again in a worker process
     (mtkit.documents.worker), its texts through the service (with a request's glossary); the file
     and the characters translated. What the file is not is a 400 naming it, a file past a bound 413."""

@@ -64,6 +64,7 @@ class Node:
     kept: bool = False  # never translated: kept as written
     empty: bool = False  # a void or self-closed element: no end tag, no content
     spaced: tuple[bool, bool] = (False, False)  # in a segment, a node without words: space before, after
+    glued: tuple[str, str] = ("", "")  # and the characters of its word against it, before and after
 
     def source(self) -> str:
         if self.tag is None:
@@ -286,12 +287,23 @@ def _segment(root: Node) -> Segment | str:
     if not words:
         return "".join(child.source() for child in root.children)
     before, after = _neighbours(flat), _neighbours(flat[::-1])[::-1]
-    for item, previous, following in zip(flat, before, after):
+    for k, (item, previous, following) in enumerate(zip(flat, before, after)):
         if isinstance(item, Node):  # spaced as in the source (the segment's edges count as spaces)
             item.spaced = (previous.isspace(), following.isspace())
+            item.glued = (_word_part(flat[k - 1 :: -1] if k else [])[::-1], _word_part(flat[k + 1 :]))
     lead = len(flat) - len(_strip_spaces(flat))
     trail = len(flat) - len(_strip_spaces(flat[::-1]))
     return Segment(root, words, "".join(flat[:lead]), "".join(flat[len(flat) - trail :]))
+
+
+def _word_part(flat: list[Node | str]) -> str:
+    """The characters flat starts with, up to a space or a node."""
+    out = []
+    for item in flat:
+        if not isinstance(item, str) or item.isspace():
+            break
+        out.append(item)
+    return "".join(out)
 
 
 def _neighbours(flat: list[Node | str]) -> list[str]:

@@ -133,23 +133,56 @@ def render(segment: Segment, translation: str, alignment: Sequence[tuple[int, in
         tokens.extend(("word", w) for w in words[cursor:end])
 
     emit(place(segment, len(words), alignment), 0, len(words))
-    return segment.lead + _join(tokens) + segment.trail
+    return segment.lead + _join(_split_glued(tokens)) + segment.trail
+
+
+def _split_glued(tokens: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """A node kept whole inside a word (`"%@"`, `(%d)`) goes inside the target word before it where
+    that word ends as the source's did after the node (its end becomes a "glued" token)."""
+    out: list[tuple[str, Any]] = []
+    for kind, item in tokens:
+        before, after = item.glued if kind == "kept" else ("", "")
+        previous = out[-1][1] if out and out[-1][0] == "word" else ""
+        if before and after and len(previous) > len(after) and previous.lower().endswith(after.lower()):
+            out[-1] = ("word", previous[: -len(after)])
+            out += [(kind, item), ("glued", after)]
+        else:
+            out.append((kind, item))
+    return out
 
 
 def _join(tokens: list[tuple[str, Any]]) -> str:
     """Tokens with a space between words, an open tag against the word after it, a close tag against
-    the word before it, and a node kept whole spaced as it was in the source."""
+    the word before it, and a node kept whole spaced as it was in the source, except that one glued
+    to punctuation (`"%@"`, `{name}!`) is spaced from a target word that does not have it there."""
     out: list[str] = []
     previous, space_after = "", False
-    for kind, item in tokens:
+    for k, (kind, item) in enumerate(tokens):
         if kind == "kept":
-            space = previous in ("word", "close", "kept") and item.spaced[0]
+            last = out[-1] if previous == "word" else ""
+            space = previous in ("word", "close", "kept") and (
+                item.spaced[0] or previous == "word" and not _alike(last, item.glued[0], at_end=True)
+            )
         else:
-            space = kind in ("word", "open") and (previous in ("word", "close") or previous == "kept" and space_after)
+            space = kind in ("word", "open") and (
+                previous in ("word", "close", "glued") or previous == "kept" and space_after
+            )
         out.append(" " if space else "")
-        out.append(html.escape(item, quote=False) if kind == "word" else item.source() if kind == "kept" else item)
-        previous, space_after = kind, kind == "kept" and item.spaced[1]
+        out.append(
+            html.escape(item, quote=False) if kind in ("word", "glued") else item.source() if kind == "kept" else item
+        )
+        following = tokens[k + 1][1] if k + 1 < len(tokens) and tokens[k + 1][0] in ("word", "glued") else None
+        glued_on = following is None or kind != "kept" or _alike(following, item.glued[1], at_end=False)
+        previous, space_after = kind, kind == "kept" and (item.spaced[1] or not glued_on)
     return "".join(out)
+
+
+def _alike(word: str, part: str, at_end: bool) -> bool:
+    """Whether a target word may stay glued to a node that the source glued to part: part is a word's
+    letters (they are translated), or punctuation that the target word has at that end."""
+    if any(char.isalnum() for char in part):
+        return True
+    return word.lower().endswith(part.lower()) if at_end else word.lower().startswith(part.lower())
 
 
 # A whole text.

@@ -99,8 +99,10 @@ class IcuParser:
                 self.i += 1
                 argument.branches.append((selector.group(1), branch))
             closing = re.compile(r"\s*\}").match(text, self.i)
-            if closing is None or not argument.branches:
+            if not argument.branches:
                 self.fail(f"a {kind} without its branches")
+            if closing is None:
+                self.fail(f"a {kind} without its }}")
             self.i, argument.tail = closing.end(), closing.group()
             return argument
         end = text.find("}", self.i)
