@@ -114,8 +114,8 @@ def translate_file(
     """Translate a document, keeping its formatting: Word (.docx), PowerPoint (.pptx), Excel (.xlsx), OpenDocument
     (.odt, .odp), subtitles (.srt, .vtt), message catalogues (.po, .pot, .xliff), Markdown, HTML,
     EPUB, plain text, the string files of apps (JSON, YAML, Flutter .arb, Android strings.xml, iOS .strings and
-    .stringsdict, Java .properties) and a column of a CSV file (--column). The format is the file's
-    extension (or --format); the output has the same.
+    .stringsdict, Java .properties), a column of a CSV file (--column), and PDF (pip install 'mtkit\\[pdf]').
+    The format is the file's extension (or --format); the output has the same.
 
     Paragraphs are translated sentence by sentence, and each run of formatting (bold, a link, a
     styled span) is put back around the target words aligned to its own; fields, code, footnote
@@ -146,9 +146,9 @@ def translate_file(
         if wanted != fmt:
             raise MtkitError(f"--output {output}: a .{fmt} file translates into a .{fmt} file, not .{wanted}")
     limits = FileLimits(max_chars=max_file_chars)
-    document = formats.read_document(
-        read_input(input), name, fmt, retranslate, limits, column
-    )  # before the model loads
+    document = formats.read_document(read_input(input), name, fmt, retranslate, limits, column)  # before the model
+    for note in document.notes():
+        console.warn(note)
     cfg = search_config(model_beam(beam, engine, model, checkpoint), lenpen, max_len_a, max_len_b, min_len, 1,
                         no_repeat_ngram, loop_ngram, loop_repeats)  # fmt: skip
     translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import PurePath
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents import catalogs, ooxml, opendocument, subtitles, web
+from mtkit.documents import catalogs, ooxml, opendocument, pdf, subtitles, web
 from mtkit.documents.inline import DEFAULT_LIMITS, Document, FileLimits
 from mtkit.documents.strings import android, apple, icu, tables, trees
 from mtkit.text.markup import plain_text
@@ -36,6 +36,7 @@ READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "stringsdict": apple.read_stringsdict,
     "properties": tables.read_properties,
     "csv": tables.read_csv,
+    "pdf": pdf.read_pdf,
 }
 INLINE_CODE = re.compile(r'<g id="\d+">|</g>|<x id="\d+"/>')  # InlineBuilder's codes (its text escapes "<")
 RETRANSLATABLE = {"po", "xliff", "csv"}  # formats whose messages may be translated already
@@ -62,6 +63,7 @@ MEDIA_TYPES = {
     "epub": "application/epub+zip", "txt": "text/plain", "json": "application/json", "android": "application/xml",
     "yaml": "application/yaml", "arb": "application/json", "strings": "text/plain",
     "stringsdict": "application/x-plist", "properties": "text/x-java-properties", "csv": "text/csv",
+    "pdf": "application/pdf",
 }  # fmt: skip
 
 

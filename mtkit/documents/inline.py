@@ -44,6 +44,10 @@ class Document(ABC):
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         """The file with each segment replaced by its translation (same order), marked as in target_lang."""
 
+    def notes(self) -> list[str]:
+        """What the reader left as it was and a user should hear of (one line each)."""
+        return []
+
     def check_target(self, target_lang: str | None) -> None:  # noqa: B027 - most formats take any target
         """An MtkitError, before anything is translated, where the file cannot be written in target_lang."""
 
@@ -292,6 +296,7 @@ class FileLimits:
     max_package_bytes: int = 512 << 20  # all parts, inflated
     max_ratio: int = 500  # inflated / compressed size of a part larger than RATIO_FLOOR
     max_plural_forms: int = 6  # gettext's nplurals (Arabic has 6, the most of any language)
+    max_pages: int = 10_000  # a PDF's pages
 
     def check_members(self, count: int) -> None:
         if count > self.max_members:
@@ -313,6 +318,10 @@ class FileLimits:
     def check_segments(self, count: int, what: str = "paragraphs") -> None:
         if count > self.max_segments:
             raise FileTooLarge(f"{count:,} {what}: the limit is {self.max_segments:,}")
+
+    def check_pages(self, count: int) -> None:
+        if count > self.max_pages:
+            raise FileTooLarge(f"{count:,} pages: the limit is {self.max_pages:,}")
 
     def check_chars(self, count: int) -> None:
         if count > self.max_chars:

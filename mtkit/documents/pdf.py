@@ -1,0 +1,260 @@
+"""PDF, through PyMuPDF (the pdf extra; PyMuPDF is AGPL-3.0 or Artifex's commercial licence). Each
+block of horizontal text is a segment: its lines joined (a word broken by a hyphen at a line's end
+joined again), spans whose bold, italic, colour or size differ from the block's own as runs. The
+translation is set back into the block's own box: the old text is redacted (images, vector graphics
+and links stay), the new one laid out by MuPDF's HTML engine in the block's font family, size and
+colour, shrunk where the target runs longer, with MuPDF's fallback fonts for scripts the base font
+lacks; the document's language is set to the target. Pages without a text layer (scans) are named;
+mtkit does not OCR them. Before any page is read, the file's compressed streams are inflated in
+chunks within FileLimits (a PDF bomb is refused as a zip bomb is), and its pages and objects counted."""
+
+from __future__ import annotations
+
+import html
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mtkit.core.errors import MtkitError
+from mtkit.documents.inline import Document, FileLimits, InlineBuilder, language_tag, pieces
+
+PDF_EXTRA = "pip install 'mtkit[pdf]'"
+BOLD, ITALIC, SERIF, MONO = 16, 2, 4, 8  # PyMuPDF's span flags
+CHUNK = 1 << 20
+LINE_HEIGHT = 1.15  # of the font size: about what a PDF's lines take (their boxes hold ascent and descent)
+
+
+def require_pymupdf():
+    try:
+        import pymupdf
+    except ImportError:
+        raise MtkitError(f"translating PDF needs PyMuPDF: {PDF_EXTRA}") from None
+    return pymupdf
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a span of text looks: what a run of the segment stands for."""
+
+    bold: bool
+    italic: bool
+    family: str  # "serif", "sans-serif" or "monospace"
+    color: int  # 0xRRGGBB
+    size: float  # points, to a tenth
+
+    @classmethod
+    def of(cls, span: dict) -> Style:
+        flags = span["flags"]
+        family = "monospace" if flags & MONO else "serif" if flags & SERIF else "sans-serif"
+        return cls(bool(flags & BOLD), bool(flags & ITALIC), family, span["color"], round(span["size"], 1))
+
+    def css(self, base: Style | None = None) -> str:
+        """The CSS that sets this style (only what differs from base, where given)."""
+        rules = []
+        if base is None or self.bold != base.bold:
+            rules.append(f"font-weight: {'bold' if self.bold else 'normal'}")
+        if base is None or self.italic != base.italic:
+            rules.append(f"font-style: {'italic' if self.italic else 'normal'}")
+        if base is None or self.family != base.family:
+            rules.append(f"font-family: {self.family}")
+        if base is None or self.color != base.color:
+            rules.append(f"color: #{self.color:06x}")
+        if base is None or self.size != base.size:
+            rules.append(f"font-size: {self.size}pt")
+        return "; ".join(rules)
+
+
+@dataclass
+class TextBlock:
+    page: int
+    rect: tuple[float, float, float, float]
+    lines: list[tuple[float, float, float, float]]  # each line's box: what is redacted
+    base: Style  # the style of most of its characters
+    builder: InlineBuilder
+
+
+class PdfDocument(Document):
+    def __init__(self, data: bytes, name: str, limits: FileLimits):
+        pymupdf = require_pymupdf()
+        self.name = name
+        try:
+            self.pdf = pymupdf.open(stream=data, filetype="pdf")
+        except Exception as err:  # MuPDF's own errors name no class worth telling apart
+            raise MtkitError(f"{name}: not a PDF MuPDF can read ({' '.join(str(err).split())})") from None
+        if self.pdf.needs_pass:
+            raise MtkitError(f"{name}: encrypted: it needs a password to open (decrypt it first, e.g. qpdf --decrypt)")
+        limits.check_segments(self.pdf.xref_length(), "objects")
+        limits.check_pages(self.pdf.page_count)
+        check_streams(self.pdf, limits)
+        self.blocks: list[TextBlock] = []
+        self.scans: list[int] = []  # pages with images and no text
+        self.images: list[list] = []  # each page's image boxes
+        for number, page in enumerate(self.pdf):
+            found = page.get_text(
+                "dict", flags=pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_IMAGES & ~pymupdf.TEXT_PRESERVE_LIGATURES
+            )["blocks"]
+            blocks = [block for block in found if block["type"] == 0 and _horizontal(block)]
+            self.images.append([pymupdf.Rect(image["bbox"]) for image in page.get_image_info()])
+            if not any(span["text"].strip() for b in blocks for line in b["lines"] for span in line["spans"]):
+                if page.get_images():
+                    self.scans.append(number + 1)
+                continue
+            self.blocks += [text_block(number, lines) for block in blocks for lines in paragraphs(block)]
+            limits.check_segments(len(self.blocks), "text blocks")
+        if self.scans and not self.blocks:
+            raise MtkitError(f"{name}: no page has a text layer (a scan? mtkit does not OCR: ocrmypdf can)")
+
+    def notes(self) -> list[str]:
+        if not self.scans:
+            return []
+        pages = ", ".join(map(str, self.scans[:20])) + (" ..." if len(self.scans) > 20 else "")
+        return [f"{self.name}: pages without a text layer (scans?) left as they are: {pages}"]
+
+    def segments(self) -> list[str]:
+        return [block.builder.markup() for block in self.blocks]
+
+    def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
+        pymupdf = require_pymupdf()
+        chosen = [(b, t) for b, t in zip(self.blocks, translations) if b.builder.has_words()]
+        for number in sorted({block.page for block, _ in chosen}):
+            page = self.pdf[number]
+            on_page = [(block, text) for block, text in chosen if block.page == number]
+            for block, _ in on_page:
+                for line in block.lines:
+                    page.add_redact_annot(_inner(pymupdf.Rect(line)))
+            page.apply_redactions(
+                images=pymupdf.PDF_REDACT_IMAGE_NONE,
+                graphics=pymupdf.PDF_REDACT_LINE_ART_NONE,
+                text=pymupdf.PDF_REDACT_TEXT_REMOVE,
+            )
+            boxes = [pymupdf.Rect(b.rect) for b in self.blocks if b.page == number] + self.images[number]
+            boxes += [drawing["rect"] for drawing in page.get_drawings()]
+            for block, translation in on_page:
+                rect = room(block, boxes, page.rect)
+                css = f"* {{margin: 0; padding: 0; line-height: {LINE_HEIGHT}; {block.base.css()}}}"
+                page.insert_htmlbox(rect, block_html(block, translation), css=css)
+        if target_lang:
+            self.pdf.set_language(language_tag(target_lang))
+        return self.pdf.tobytes(garbage=3, deflate=True)
+
+
+def room(block: TextBlock, boxes: list, page):
+    """Where a block's translation may go: its own box, lengthened down to the nearest box below it
+    (or the lowest text on the page); a block of one line also widened to the right, up to the
+    nearest box beside it or the right margin. boxes: the page's text blocks, images and drawings;
+    a drawing that holds the block (a frame, a table's cell) bounds it too."""
+    rect = type(page)(block.rect)
+    frames = [box for box in boxes if box.contains(rect) and box != rect]
+    others = [box for box in boxes if not box.intersects(rect) and box not in frames]
+    left = min([box.x0 for box in boxes] + [rect.x0])
+    right = rect.x1
+    if len(block.lines) == 1:
+        beside = [box.x0 for box in others if box.x0 >= rect.x1 and box.y0 < rect.y1 and box.y1 > rect.y0]
+        right = max(min(beside + [frame.x1 for frame in frames] + [page.x1 - left]), rect.x1)
+    lowest = max([box.y1 for box in boxes if not box.contains(rect)] + [rect.y1])
+    below = [box.y0 for box in others if box.y0 >= rect.y1 and box.x0 < right and box.x1 > rect.x0]
+    bottom = max(min(below + [frame.y1 for frame in frames] + [lowest]), rect.y1)
+    return type(page)(rect.x0, rect.y0, right, bottom) & page
+
+
+def check_streams(pdf, limits: FileLimits) -> None:
+    """Every Flate-compressed stream inflated in chunks within the limits (the bound of a zip's
+    part, the ratio, and the whole package's), before MuPDF inflates any of it for a page."""
+    total = 0
+    for xref in range(1, pdf.xref_length()):
+        if not pdf.xref_is_stream(xref) or "FlateDecode" not in pdf.xref_get_key(xref, "Filter")[1]:
+            continue
+        raw = pdf.xref_stream_raw(xref) or b""
+        inflater, size, pending = zlib.decompressobj(), 0, raw
+        while pending:
+            try:
+                size += len(inflater.decompress(pending, CHUNK))
+            except zlib.error:
+                break  # MuPDF reads what it can of a broken stream; so does the page reader
+            limits.check_member(f"stream {xref}", size, len(raw))
+            pending = inflater.unconsumed_tail
+        total += size
+        limits.check_package(total)
+
+
+def _horizontal(block: dict) -> bool:
+    return all(abs(line["dir"][0] - 1) < 1e-3 and abs(line["dir"][1]) < 1e-3 for line in block["lines"])
+
+
+def _inner(rect):
+    """A line's box less a sliver at top and bottom: what a redaction takes is this line's text, not
+    the descenders of the line above."""
+    shrink = rect.height * 0.15
+    return type(rect)(rect.x0, rect.y0 + shrink, rect.x1, rect.y1 - shrink)
+
+
+def paragraphs(block: dict) -> list[list[dict]]:
+    """A block's lines as paragraphs (MuPDF may put a heading and the paragraph under it in one
+    block, or a table's cells one after another): a new one where the font size changes, a gap
+    wider than half a line opens or a line stands beside the last rather than under it; those without
+    letters (a page number) left out."""
+    found: list[list[dict]] = []
+    for line in block["lines"]:
+        last = found[-1][-1] if found else None
+        (x0, y0, x1, _), (a0, _, a1, b1) = line["bbox"], last["bbox"] if last else (0, 0, 0, 0)
+        if last is None or _size(line) != _size(last) or y0 - b1 > 0.5 * _size(last) or x0 >= a1 or x1 <= a0:
+            found.append([line])
+        else:
+            found[-1].append(line)
+    return [lines for lines in found if any(c.isalpha() for line in lines for s in line["spans"] for c in s["text"])]
+
+
+def _size(line: dict) -> float:
+    """The size of most of a line's characters."""
+    sizes: dict[float, int] = {}
+    for span in line["spans"]:
+        sizes[round(span["size"])] = sizes.get(round(span["size"]), 0) + len(span["text"].strip())
+    return max(sizes, key=sizes.get) if sizes else 0.0
+
+
+def text_block(page: int, block_lines: list[dict]) -> TextBlock:
+    """A paragraph as a segment: its lines joined, runs where the style is not the paragraph's own."""
+    lines = [[(span["text"], Style.of(span)) for span in line["spans"] if span["text"]] for line in block_lines]
+    weights: dict[Style, int] = {}
+    for line in lines:
+        for text, style in line:
+            weights[style] = weights.get(style, 0) + len(text.strip())
+    base = max(weights, key=weights.get)
+    spans: list[tuple[str, Style]] = []
+    for line in lines:
+        if not line:
+            continue
+        if spans and spans[-1][0].endswith("-") and spans[-1][0][-2:-1].isalpha() and line[0][0][:1].islower():
+            spans[-1] = (spans[-1][0][:-1], spans[-1][1])  # a word broken at the line's end
+        elif spans and not spans[-1][0].endswith(" "):
+            spans.append((" ", base))
+        spans += line
+    builder, current = InlineBuilder(), None
+    for text, style in spans:
+        style = base if not text.strip() else style
+        if style != current and current not in (None, base):
+            builder.close()
+        if style != current and style != base:
+            builder.open(style)
+        builder.text(text)
+        current = style
+    if current not in (None, base):
+        builder.close()
+    boxes = [tuple(line["bbox"]) for line in block_lines]
+    rect = (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+    return TextBlock(page, rect, boxes, base, builder)
+
+
+def block_html(block: TextBlock, translation: str) -> str:
+    """A block's translation as the HTML MuPDF lays out: each run's words in a span of its style."""
+    out = []
+    for piece in pieces(translation, block.builder.separators):
+        text = html.escape(piece.text, quote=False)
+        for run in reversed(piece.within):
+            text = f'<span style="{block.builder.codes[run].css(block.base)}">{text}</span>'
+        out.append(text)
+    return "<div>" + "".join(out) + "</div>"
+
+
+def read_pdf(data: bytes, name: str, limits: FileLimits) -> Document:
+    return PdfDocument(data, name, limits)
