@@ -234,7 +234,7 @@ def main() -> None:
                 args.pictures.mkdir(parents=True, exist_ok=True)
                 for label, pdf in (("before", data), ("after", out)):
                     (Path(tmp) / f"{label}.pdf").write_bytes(pdf)
-                    subprocess.run(["pdftoppm", "-png", "-r", "60", "-f", "1", "-l", "1", "-singlefile",
+                    subprocess.run(["pdftoppm", "-png", "-scale-to", "560", "-f", "1", "-l", "1", "-singlefile",
                                     str(Path(tmp) / f"{label}.pdf"), str(args.pictures / f"pdf-{label}")], check=True)  # fmt: skip
         else:
             print("LibreOffice (soffice) is not installed: its PDF left out (apt-get install libreoffice-writer)")

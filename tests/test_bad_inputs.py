@@ -36,6 +36,8 @@ def bad(tmp_path_factory, corpus, tokenizer_path, data_dir, trained_run) -> dict
     (root / "fake.docx").write_text("not a Word file\n")
     (root / "page.rtf").write_text("{\\rtf1 a page}\n")
     (root / "doc.txt").write_text("A dog.\n")
+    (root / "t.csv").write_text("key,en\ngreeting,A dog.\n")
+    (root / "fake.pdf").write_bytes(b"%PDF-1.7 but nothing else")
     (root / "tagged.srt").write_text("1\n00:00:01,000 --> 00:00:02,000\n<i>A dog.</i>\n")
     (root / "not_a_run").mkdir()
     (root / "export_exists").mkdir()
@@ -194,7 +196,11 @@ CASES = {
     "tf-missing-input": ("translate-file {root}/none.docx -o {root}/o.docx -m {model}", "", "none.docx: no such file", 1),
     "tf-not-what-it-says": ("translate-file {root}/fake.docx -o {root}/o.docx -m {model}", "", "fake.docx: not a .docx file (not a readable zip archive", 1),
     "tf-unknown-format": ("translate-file {root}/page.rtf -o {root}/o.rtf -m {model}", "", "page.rtf: not a format mtkit translates (its extension .rtf", 1),
-    "tf-bad-format-option": ("translate-file {root}/doc.txt -o {root}/o.txt -m {model} --format pdf", "", "--format pdf: must be one of docx, epub", 1),
+    "tf-bad-format-option": ("translate-file {root}/doc.txt -o {root}/o.txt -m {model} --format rtf", "", "--format rtf: must be one of arb, csv, docx", 1),
+    "tf-column-not-csv": ("translate-file {root}/doc.txt -o {root}/o.txt -m {model} --column 2", "", "--column 2: only a CSV file has columns (", 1),
+    "tf-csv-without-column": ("translate-file {root}/t.csv -o {root}/o.csv -m {model}", "", "t.csv: which column is to be translated? Give --column", 1),
+    "tf-csv-no-such-column": ("translate-file {root}/t.csv -o {root}/o.csv -m {model} --column fr", "", "t.csv: --column fr: no such column (the first row names key, en)", 1),
+    "tf-not-a-pdf": ("translate-file {root}/fake.pdf -o {root}/o.pdf -m {model}", "", "fake.pdf: not a PDF MuPDF can read (", 1),
     "tf-output-other-format": ("translate-file {root}/doc.txt -o {root}/o.docx -m {model}", "", "o.docx: a .txt file translates into a .txt file, not .docx", 1),
     "tf-stdin-without-format": ("translate-file - -o {root}/o.txt -m {model}", "A dog.\n", "-: give --format for a file read from stdin", 1),
     "tf-output-is-dir": ("translate-file {root}/doc.txt -o {root}/dir -m {model}", "", "dir: is a directory", 1),

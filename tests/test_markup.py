@@ -290,7 +290,7 @@ def test_the_server_translates_markup_as_translate_does(trained_run, tmp_path):
     ("line", "translation", "expected"),
     [
         ('Delete "<x id="0"/>"?', 'Löschen ""?', 'Löschen "<x id="0"/>"?'),  # inside a word: split the same way
-        ("files in (<x id=\"0\"/>) now", "Dateien in () jetzt", 'Dateien in (<x id="0"/>) jetzt'),
+        ('files in (<x id="0"/>) now', "Dateien in () jetzt", 'Dateien in (<x id="0"/>) jetzt'),
         ('Hello <x id="0"/>!', "Hallo !", 'Hallo <x id="0"/>!'),  # glued to "!", which the target has
         ('Hello <x id="0"/>!', "Hallo Freund.", 'Hallo <x id="0"/> Freund.'),  # not glued to another word
         ('a man<x id="0"/>, here', "ein Mann hier", 'ein Mann<x id="0"/> hier'),

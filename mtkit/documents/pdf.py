@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import html
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from mtkit.core.errors import MtkitError
@@ -29,6 +30,8 @@ def require_pymupdf():
         import pymupdf
     except ImportError:
         raise MtkitError(f"translating PDF needs PyMuPDF: {PDF_EXTRA}") from None
+    pymupdf.TOOLS.mupdf_display_errors(False)  # its errors come back as exceptions, told in one line
+    pymupdf.TOOLS.mupdf_display_warnings(False)
     return pymupdf
 
 
@@ -77,22 +80,24 @@ class PdfDocument(Document):
     def __init__(self, data: bytes, name: str, limits: FileLimits):
         pymupdf = require_pymupdf()
         self.name = name
-        try:
+        with mupdf_errors(f"{name}: not a PDF MuPDF can read"):
             self.pdf = pymupdf.open(stream=data, filetype="pdf")
-        except Exception as err:  # MuPDF's own errors name no class worth telling apart
-            raise MtkitError(f"{name}: not a PDF MuPDF can read ({' '.join(str(err).split())})") from None
         if self.pdf.needs_pass:
             raise MtkitError(f"{name}: encrypted: it needs a password to open (decrypt it first, e.g. qpdf --decrypt)")
+        with mupdf_errors(f"{name}: cannot be read"):
+            self._read(pymupdf, limits)
+
+    def _read(self, pymupdf, limits: FileLimits) -> None:
         limits.check_segments(self.pdf.xref_length(), "objects")
         limits.check_pages(self.pdf.page_count)
         check_streams(self.pdf, limits)
+        flags = pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_IMAGES & ~pymupdf.TEXT_PRESERVE_LIGATURES
         self.blocks: list[TextBlock] = []
         self.scans: list[int] = []  # pages with images and no text
         self.images: list[list] = []  # each page's image boxes
         for number, page in enumerate(self.pdf):
-            found = page.get_text(
-                "dict", flags=pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_IMAGES & ~pymupdf.TEXT_PRESERVE_LIGATURES
-            )["blocks"]
+            with mupdf_errors(f"page {number + 1} cannot be read"):
+                found = page.get_text("dict", flags=flags)["blocks"]
             blocks = [block for block in found if block["type"] == 0 and _horizontal(block)]
             self.images.append([pymupdf.Rect(image["bbox"]) for image in page.get_image_info()])
             if not any(span["text"].strip() for b in blocks for line in b["lines"] for span in line["spans"]):
@@ -102,7 +107,7 @@ class PdfDocument(Document):
             self.blocks += [text_block(number, lines) for block in blocks for lines in paragraphs(block)]
             limits.check_segments(len(self.blocks), "text blocks")
         if self.scans and not self.blocks:
-            raise MtkitError(f"{name}: no page has a text layer (a scan? mtkit does not OCR: ocrmypdf can)")
+            raise MtkitError(f"{self.name}: no page has a text layer (a scan? mtkit does not OCR: ocrmypdf can)")
 
     def notes(self) -> list[str]:
         if not self.scans:
@@ -114,7 +119,10 @@ class PdfDocument(Document):
         return [block.builder.markup() for block in self.blocks]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
-        pymupdf = require_pymupdf()
+        with mupdf_errors(f"{self.name}: cannot be written again"):
+            return self._write(require_pymupdf(), translations, target_lang)
+
+    def _write(self, pymupdf, translations: Sequence[str], target_lang: str | None) -> bytes:
         chosen = [(b, t) for b, t in zip(self.blocks, translations) if b.builder.has_words()]
         for number in sorted({block.page for block, _ in chosen}):
             page = self.pdf[number]
@@ -122,11 +130,16 @@ class PdfDocument(Document):
             for block, _ in on_page:
                 for line in block.lines:
                     page.add_redact_annot(_inner(pymupdf.Rect(line)))
+            links = page.get_links()
             page.apply_redactions(
                 images=pymupdf.PDF_REDACT_IMAGE_NONE,
                 graphics=pymupdf.PDF_REDACT_LINE_ART_NONE,
                 text=pymupdf.PDF_REDACT_TEXT_REMOVE,
             )
+            kept = {(tuple(link["from"]), link.get("uri"), link.get("page")) for link in page.get_links()}
+            for link in links:  # a redaction takes the links it touches with it: they come back
+                if (tuple(link["from"]), link.get("uri"), link.get("page")) not in kept:
+                    page.insert_link(link)
             boxes = [pymupdf.Rect(b.rect) for b in self.blocks if b.page == number] + self.images[number]
             boxes += [drawing["rect"] for drawing in page.get_drawings()]
             for block, translation in on_page:
@@ -155,6 +168,17 @@ def room(block: TextBlock, boxes: list, page):
     below = [box.y0 for box in others if box.y0 >= rect.y1 and box.x0 < right and box.x1 > rect.x0]
     bottom = max(min(below + [frame.y1 for frame in frames] + [lowest]), rect.y1)
     return type(page)(rect.x0, rect.y0, right, bottom) & page
+
+
+@contextmanager
+def mupdf_errors(what: str) -> Iterator[None]:
+    """MuPDF's errors (on a broken or hostile file; their classes tell nothing apart) as one line."""
+    try:
+        yield
+    except MtkitError:
+        raise
+    except Exception as err:
+        raise MtkitError(f"{what} ({' '.join(str(err).split())})") from None
 
 
 def check_streams(pdf, limits: FileLimits) -> None:

@@ -90,11 +90,11 @@ class CsvColumn(Document):
         self.bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
         text = decode_text(data, name)
         self.newline = "\r\n" if "\r\n" in text[: text.find("\n") + 1] else "\n"
-        try:
-            self.dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t|")
+        try:  # the delimiter as the file has it; quoting as RFC 4180 has it (doubled quotes)
+            self.delimiter = csv.Sniffer().sniff(text[:65536], delimiters=",;\t|").delimiter
         except csv.Error:
-            self.dialect = csv.excel
-        reader = csv.reader(io.StringIO(text, newline=""), self.dialect)
+            self.delimiter = ","
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=self.delimiter)
         try:
             self.rows = []
             for row in reader:
@@ -135,7 +135,7 @@ class CsvColumn(Document):
                 row.extend([""] * (self.target + 1 - len(row)))
                 row[self.target] = builder.filled(translation)
         out = io.StringIO(newline="")
-        csv.writer(out, self.dialect, lineterminator=self.newline).writerows(self.rows)
+        csv.writer(out, delimiter=self.delimiter, lineterminator=self.newline).writerows(self.rows)
         return self.bom + out.getvalue().encode("utf-8")
 
 

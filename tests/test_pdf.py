@@ -1,0 +1,175 @@
+"""PDF (mtkit.documents.pdf), made here with PyMuPDF: a copying engine gives back the text of each
+page, a reversing one keeps each run's formatting on its words; images, links, drawings and page
+geometry stay; the output reopens with PyMuPDF, pypdf and poppler's pdftotext; scans, encrypted
+files and PDF bombs are one line within FileLimits."""
+
+import re
+import shutil
+import subprocess
+import sys
+import unicodedata
+import zlib
+
+import pymupdf
+import pytest
+from pypdf import PdfReader
+from test_documents import copy_engine, reverse_engine, translated
+
+from mtkit.core.errors import MtkitError
+from mtkit.documents.formats import read_document
+from mtkit.documents.inline import FileLimits, FileTooLarge
+
+PARAGRAPHS = [
+    "A man in a <b>blue shirt</b> rides a bike near the <i>red house</i>.",
+    'Two dogs run on the grass while a <span style="color:#ff0000">girl</span> watches them.',
+]
+
+
+def made_pdf(pages: int = 2, image: bool = True) -> bytes:
+    document = pymupdf.open()
+    for number in range(pages):
+        page = document.new_page(width=595, height=842)
+        page.insert_htmlbox(pymupdf.Rect(60, 60, 420, 160), f"<h2>Page {'one two three'.split()[number % 3]}</h2>")
+        page.insert_htmlbox(pymupdf.Rect(60, 180, 420, 400), "".join(f"<p>{p}</p>" for p in PARAGRAPHS))
+        page.draw_rect(pymupdf.Rect(50, 50, 430, 410), color=(0, 0, 1))
+        page.insert_link(
+            {"kind": pymupdf.LINK_URI, "from": pymupdf.Rect(60, 180, 120, 195), "uri": "https://example.com"}
+        )
+        if image:
+            page.insert_image(
+                pymupdf.Rect(60, 450, 160, 550), pixmap=pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 8, 8), 0)
+            )
+        page.insert_text((290, 800), str(number + 1))  # a page number: no words
+    return document.tobytes()
+
+
+def page_texts(data: bytes) -> list[str]:
+    return [
+        " ".join(unicodedata.normalize("NFKC", page.get_text(sort=True)).split()) for page in pymupdf.open(stream=data)
+    ]
+
+
+def test_a_copy_engine_gives_back_each_pages_text_and_what_is_not_text():
+    source = made_pdf()
+    out = translated(source, "doc.pdf", copy_engine)
+    assert page_texts(out) == page_texts(source)
+    before, after = pymupdf.open(stream=source), pymupdf.open(stream=out)
+    for old, new in zip(before, after):
+        assert new.rect == old.rect and len(new.get_images()) == len(old.get_images()) == 1
+        assert [link["uri"] for link in new.get_links()] == ["https://example.com"]
+        assert len(new.get_drawings()) == len(old.get_drawings())
+
+
+def styled_words(data: bytes) -> dict[str, list[str]]:
+    """The words set in bold, in italic and in red, in the order of the page."""
+    found: dict[str, list[str]] = {"bold": [], "italic": [], "red": []}
+    for page in pymupdf.open(stream=data):
+        for block in page.get_text("dict")["blocks"]:
+            for line in block.get("lines", []):
+                for span in line["spans"]:
+                    if span["size"] > 14:
+                        continue  # the heading
+                    words = span["text"].split()
+                    found["bold"] += words if span["flags"] & 16 else []
+                    found["italic"] += words if span["flags"] & 2 else []
+                    found["red"] += words if span["color"] == 0xFF0000 else []
+    return found
+
+
+def test_a_reversing_engine_keeps_each_runs_formatting_on_its_words():
+    source = made_pdf(pages=1)
+    out = translated(source, "doc.pdf", reverse_engine)
+    assert styled_words(source) == {"bold": ["blue", "shirt"], "italic": ["red", "house"], "red": ["girl"]}
+    assert styled_words(out) == {"bold": ["shirt", "blue"], "italic": ["house.", "red"], "red": ["girl"]}
+    assert "near bike a rides" in page_texts(out)[0]  # the full stop goes with its word
+
+
+def test_the_output_reopens_with_pypdf_and_says_its_language():
+    out = translated(made_pdf(), "doc.pdf", copy_engine, target="de")
+    reader = PdfReader(__import__("io").BytesIO(out))
+    assert len(reader.pages) == 2 and "rides a bike" in reader.pages[1].extract_text()
+    assert reader.trailer["/Root"]["/Lang"] == "de"
+
+
+@pytest.mark.skipif(
+    shutil.which("pdftotext") is None, reason="poppler's pdftotext is not installed (apt-get install poppler-utils)"
+)
+def test_pdftotext_reads_the_translation():
+    out = translated(made_pdf(), "doc.pdf", reverse_engine)
+    text = subprocess.run(["pdftotext", "-", "-"], input=out, capture_output=True, check=True).stdout.decode()
+    assert " ".join(unicodedata.normalize("NFKC", text).split()).count("bike a rides") == 2
+
+
+def test_a_block_runs_together_its_lines_and_a_word_broken_at_a_lines_end():
+    document = pymupdf.open()
+    page = document.new_page()
+    for k, line in enumerate(["A man in a blue shirt is rid-", "ing a bike near the house", "while two dogs run."]):
+        page.insert_text((72, 100 + 14 * k), line, fontsize=11)
+    segments = read_document(document.tobytes(), "doc.pdf", "pdf").segments()
+    assert segments == ["A man in a blue shirt is riding a bike near the house while two dogs run."]
+
+
+def test_a_scanned_page_is_named_and_a_scan_alone_is_one_line():
+    scan = pymupdf.open()
+    scan.new_page().insert_image(
+        pymupdf.Rect(0, 0, 595, 842), pixmap=pymupdf.Pixmap(pymupdf.csGRAY, pymupdf.IRect(0, 0, 8, 8), 0)
+    )
+    with pytest.raises(MtkitError, match=r"^scan\.pdf: no page has a text layer \(a scan\?"):
+        read_document(scan.tobytes(), "scan.pdf", "pdf")
+    mixed = pymupdf.open(stream=made_pdf(pages=1))
+    mixed.insert_pdf(scan)
+    document = read_document(mixed.tobytes(), "mixed.pdf", "pdf")
+    assert document.notes() == ["mixed.pdf: pages without a text layer (scans?) left as they are: 2"]
+
+
+def test_an_encrypted_pdf_is_one_line():
+    data = pymupdf.open(stream=made_pdf(pages=1)).tobytes(
+        encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="secret", owner_pw="owner"
+    )
+    with pytest.raises(MtkitError) as err:
+        read_document(data, "locked.pdf", "pdf")
+    assert str(err.value).startswith("locked.pdf: encrypted: it needs a password to open") and "\n" not in str(
+        err.value
+    )
+
+
+def pdf_with_stream(content: bytes, compressed: bool = True) -> bytes:
+    """A one-page PDF whose page draws a content stream (Flate-compressed where asked)."""
+    stream = zlib.compress(content, 9) if compressed else content
+    flate = b"/Filter /FlateDecode " if compressed else b""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< " + flate + b"/Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out, offsets = b"%PDF-1.7\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(
+        b"%010d 00000 n \n" % o for o in offsets
+    )
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+def test_a_stream_that_inflates_past_the_bounds_is_refused_before_any_page_is_read():
+    bomb = pdf_with_stream(b"q Q " * (50 << 20))  # 200 MiB of no-ops in about 200 KiB
+    with pytest.raises(FileTooLarge, match=r"^bomb\.pdf: stream 4 inflates"):
+        read_document(bomb, "bomb.pdf", "pdf")
+
+
+def test_pages_and_nesting_are_bounded():
+    with pytest.raises(FileTooLarge, match=r"^many\.pdf: 3 pages: the limit is 2"):
+        read_document(made_pdf(pages=3, image=False), "many.pdf", "pdf", limits=FileLimits(max_pages=2))
+    deep = pdf_with_stream(b"[" * 200_000 + b"]" * 200_000, compressed=False)
+    with pytest.raises(MtkitError) as err:  # MuPDF bounds its own nesting and says so
+        read_document(deep, "deep.pdf", "pdf")
+    assert str(err.value) == "deep.pdf: page 1 cannot be read (code=5: exception stack overflow!)"
+
+
+def test_without_pymupdf_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pymupdf", None)
+    with pytest.raises(MtkitError, match=re.escape("translating PDF needs PyMuPDF: pip install 'mtkit[pdf]'")):
+        read_document(b"%PDF-1.7", "doc.pdf", "pdf")
