@@ -100,6 +100,18 @@ def test_pdftotext_reads_the_translation():
     assert " ".join(unicodedata.normalize("NFKC", text).split()).count("bike a rides") == 2
 
 
+def test_a_target_in_other_scripts_is_set_in_fonts_that_have_them():
+    words = "Привет мир 你好世界 Γειά σου"
+
+    def other_scripts(texts):
+        return [(words, [(i, i) for i in range(len(words.split()))]) for _ in texts]
+
+    out = translated(made_pdf(pages=1), "doc.pdf", other_scripts, target="ru")
+    fonts = {span["font"] for block in pymupdf.open(stream=out)[0].get_text("dict")["blocks"]
+             for line in block.get("lines", []) for span in line["spans"] if "你" in span["text"]}  # fmt: skip
+    assert page_texts(out)[0].count(words) == 3 and fonts and "\ufffd" not in page_texts(out)[0]
+
+
 def test_a_block_runs_together_its_lines_and_a_word_broken_at_a_lines_end():
     document = pymupdf.open()
     page = document.new_page()

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import docx
 import httpx
+import pymupdf
 import pytest
 from conftest import run_mtkit
 from hostile import deep, hold_until, inflating_word_file, plural_po
@@ -58,6 +59,20 @@ def test_a_document_uploaded_with_a_key_downloads_as_translate_file_makes_it(key
     docx.Document(io.BytesIO(downloaded.content))  # python-docx opens it
 
 
+def test_a_csv_column_and_a_pdf_go_through(keyed_server):
+    answer = upload(keyed_server, "t.csv", b"key,en\ngreeting,A dog runs.\n", api_key=KEY, column="en:de")
+    table = httpx.get(keyed_server.url + answer.json()["translatedFileUrl"]).text.splitlines()
+    assert table[0] == "key,en,de" and table[1].startswith("greeting,A dog runs.,") and len(table[1]) > 22
+    refused = upload(keyed_server, "t.csv", b"key,en\ngreeting,A dog runs.\n", api_key=KEY)
+    assert refused.status_code == 400 and "the form field column" in refused.json()["error"]
+    small = pymupdf.open()
+    small.new_page().insert_text((72, 72), "A dog runs on the grass.")  # Helvetica, not embedded: a few KiB
+    answer = upload(keyed_server, "doc.pdf", small.tobytes(), api_key=KEY)
+    assert answer.status_code == 200, answer.text
+    pdf = pymupdf.open(stream=httpx.get(keyed_server.url + answer.json()["translatedFileUrl"]).content)
+    assert pdf.page_count == 1 and pdf.metadata["format"].startswith("PDF") and pdf[0].get_text().strip()
+
+
 def test_plain_text_files_go_through_too(keyed_server):
     answer = upload(keyed_server, "notes.txt", b"A dog runs.\n\nA cat sleeps.\n", api_key=KEY)
     text = httpx.get(keyed_server.url + answer.json()["translatedFileUrl"]).text
@@ -82,7 +97,9 @@ def test_what_is_refused_is_said(keyed_server, fields, name, data, status, messa
 def test_an_unknown_download_is_404_and_the_settings_list_the_file_types(keyed_server):
     assert httpx.get(f"{keyed_server.url}/download_file/nothing/a.docx").status_code == 404
     settings = httpx.get(f"{keyed_server.url}/frontend/settings").json()
-    assert settings["filesTranslation"] and {".docx", ".srt", ".po", ".epub"} <= set(settings["supportedFilesFormat"])
+    offered = set(settings["supportedFilesFormat"])
+    assert settings["filesTranslation"] and {".docx", ".srt", ".po", ".epub", ".pdf", ".arb", ".yml"} <= offered
+    assert ".csv" not in offered  # a LibreTranslate client cannot name the column
     assert settings["keyRequired"] is True and settings["language"]["target"]["code"] == "de"
 
 

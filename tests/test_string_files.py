@@ -232,6 +232,18 @@ def test_stringsdict_plural_rules_follow_the_target_and_reparse():
     assert out["files"]["NSStringLocalizedFormatKey"].count("%#@files@") == 1
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(messages(), min_size=1, max_size=4), ENGINES)
+def test_stringsdict_messages_keep_every_placeholder_and_parse(texts, engine):
+    rule = {"NSStringFormatSpecTypeKey": "NSStringPluralRuleType", "NSStringFormatValueTypeKey": "d"}
+    source = {f"m{i}": {"NSStringLocalizedFormatKey": f"{text} %#@n@", "n": rule | {"one": text, "other": text}}
+              for i, text in enumerate(texts)}  # fmt: skip
+    out = plistlib.loads(translated(plistlib.dumps(source), "x.stringsdict", engine, target="de"))
+    for key, entry in source.items():
+        assert kept(out[key]["NSStringLocalizedFormatKey"]) == kept(entry["NSStringLocalizedFormatKey"])
+        assert kept(out[key]["n"]["one"]) == kept(out[key]["n"]["other"]) == kept(entry["n"]["one"].strip())
+
+
 def test_stringsdict_copied_keeps_its_values():
     assert plistlib.loads(translated(STRINGSDICT.encode(), "x.stringsdict", copy_engine)) == plistlib.loads(
         STRINGSDICT.encode()
@@ -291,6 +303,17 @@ def test_csv_into_another_column_leaves_filled_cells_alone_unless_retranslated()
     assert again[2][2] == "ready is app the"
     made = csv_rows(translated(TABLE, "t.csv", copy_engine, column="en:fr"))
     assert made[0] == ["key", "en", "de", "fr"] and [row[3] for row in made[1:]] == [row[1] for row in made[1:]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(messages(), min_size=1, max_size=5), ENGINES)
+def test_csv_cells_keep_every_placeholder_and_parse(texts, engine):
+    out = io.StringIO()
+    csv.writer(out).writerows([["key", "en"], *([f"m{i}", text] for i, text in enumerate(texts))])
+    rows = csv_rows(translated(out.getvalue().encode(), "t.csv", engine, column="en:de"))
+    assert [row[0] for row in rows] == ["key"] + [f"m{i}" for i in range(len(texts))] and rows[0] == ["key", "en", "de"]
+    for row, text in zip(rows[1:], texts):
+        assert row[1] == text and kept(row[2]) == kept(text.strip())
 
 
 def test_csv_copied_in_place_is_the_same_bytes():

@@ -4,6 +4,7 @@ document keeps (mtkit.documents.inline), its characters counted once it is read.
 from __future__ import annotations
 
 import html
+import importlib.util
 import re
 from collections.abc import Callable
 from pathlib import PurePath
@@ -65,6 +66,13 @@ MEDIA_TYPES = {
     "stringsdict": "application/x-plist", "properties": "text/x-java-properties", "csv": "text/csv",
     "pdf": "application/pdf",
 }  # fmt: skip
+
+
+def uploadable() -> list[str]:
+    """The extensions a client that sends only the file can have translated here: not CSV (it needs
+    its column), and PDF only where PyMuPDF is installed."""
+    has_pdf = importlib.util.find_spec("pymupdf") is not None
+    return [ext for ext in EXTENSIONS if ext != "csv" and (ext != "pdf" or has_pdf)]
 
 
 def document_format(name: str, fmt: str | None = None, option: str = "--format") -> str:

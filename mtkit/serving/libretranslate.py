@@ -119,7 +119,8 @@ async def libretranslate_fields(request) -> dict[str, Any]:
 
 def frontend_settings(service: Service, keys_required: bool) -> dict[str, Any]:
     """LibreTranslate's /frontend/settings: its clients read the limits, the default languages and
-    the file types /translate_file takes (none where the documents extra is not installed)."""
+    the file types /translate_file takes (none where the documents extra is not installed; PDF where
+    PyMuPDF is; not CSV, whose column a LibreTranslate client cannot name)."""
     from mtkit.serving.files import document_formats
 
     formats = document_formats()
@@ -132,7 +133,7 @@ def frontend_settings(service: Service, keys_required: bool) -> dict[str, Any]:
         "keyRequired": keys_required,
         "suggestions": False,
         "filesTranslation": formats is not None,
-        "supportedFilesFormat": [f".{ext}" for ext in formats.EXTENSIONS] if formats else [],
+        "supportedFilesFormat": [f".{ext}" for ext in formats.uploadable()] if formats else [],
         "language": {
             "source": {"code": source, "name": LANGUAGE_NAMES.get(source, source)},
             "target": {"code": target, "name": LANGUAGE_NAMES.get(target, target)},

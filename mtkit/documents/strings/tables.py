@@ -131,9 +131,8 @@ class CsvColumn(Document):
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for row, builder, translation in zip(self.places, self.built, translations):
-            if builder.has_words():
-                row.extend([""] * (self.target + 1 - len(row)))
-                row[self.target] = builder.filled(translation)
+            row.extend([""] * (self.target + 1 - len(row)))
+            row[self.target] = builder.filled(translation) if builder.has_words() else row[self.source]
         out = io.StringIO(newline="")
         csv.writer(out, delimiter=self.delimiter, lineterminator=self.newline).writerows(self.rows)
         return self.bom + out.getvalue().encode("utf-8")
