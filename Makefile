@@ -48,14 +48,15 @@ browser:
 # LibreOffice (headless) and gettext, which read the translated documents in their tests (they skip,
 # saying so, without them).
 office:
-	@if command -v soffice >/dev/null && command -v msgfmt >/dev/null && [ -e /usr/lib/libreoffice/program/libsclo.so ]; then \
-		echo "office: LibreOffice and gettext are installed"; \
+	@if command -v soffice >/dev/null && command -v msgfmt >/dev/null && command -v pdftotext >/dev/null \
+		&& [ -e /usr/lib/libreoffice/program/libsclo.so ]; then \
+		echo "office: LibreOffice, gettext and poppler are installed"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			libreoffice-writer-nogui libreoffice-impress-nogui libreoffice-calc-nogui gettext >/dev/null \
-		&& echo "office: installed LibreOffice and gettext"; \
+			libreoffice-writer-nogui libreoffice-impress-nogui libreoffice-calc-nogui gettext poppler-utils >/dev/null \
+		&& echo "office: installed LibreOffice, gettext and poppler"; \
 	else \
-		echo "office: not installed (run: sudo apt-get install libreoffice-writer-nogui libreoffice-impress-nogui libreoffice-calc-nogui gettext); those tests will skip"; \
+		echo "office: not installed (run: sudo apt-get install libreoffice-writer-nogui libreoffice-impress-nogui libreoffice-calc-nogui gettext poppler-utils); those tests will skip"; \
 	fi
 
 demo: setup

@@ -1,10 +1,11 @@
 """PDF, through PyMuPDF (the pdf extra; PyMuPDF is AGPL-3.0 or Artifex's commercial licence). Each
-block of horizontal text is a segment: its lines joined (a word broken by a hyphen at a line's end
-joined again), spans whose bold, italic, colour or size differ from the block's own as runs. The
-translation is set back into the block's own box: the old text is redacted (images, vector graphics
-and links stay), the new one laid out by MuPDF's HTML engine in the block's font family, size and
-colour, shrunk where the target runs longer, with MuPDF's fallback fonts for scripts the base font
-lacks; the document's language is set to the target. Pages without a text layer (scans) are named;
+paragraph of horizontal text (MuPDF's blocks, parted where paragraphs or cells meet) is a segment:
+its lines joined (a word broken by a hyphen at a line's end joined again), spans whose bold, italic,
+colour or size differ from the paragraph's own as runs. The translation is set back into its box:
+the old text is redacted (images, vector graphics and links stay), the new one laid out by MuPDF's
+HTML engine in the paragraph's font family, size and colour, shrunk where the target runs longer,
+with MuPDF's fallback fonts for scripts the base font lacks; the document's language is set to the
+target. Pages without a text layer (scans) are named;
 mtkit does not OCR them. Before any page is read, the file's compressed streams are inflated in
 chunks within FileLimits (a PDF bomb is refused as a zip bomb is), and its pages and objects counted."""
 
