@@ -29,10 +29,13 @@ from mtkit.cli.options import (
     ModelBeamOption,
     ModelsOption,
     NoRepeatOption,
+    PivotOption,
     PrecisionOption,
     RecaseOption,
     SrcLangOption,
     TgtLangOption,
+    ThenOption,
+    chained,
     load_glossary,
     model_beam,
     report_pieces,
@@ -105,6 +108,8 @@ def translate_file(
         int, typer.Option(help="Most characters of text the file may hold (a bound on files from strangers).")
     ] = 5_000_000,
     glossary: GlossaryOption = None,
+    then: ThenOption = None,
+    pivot: PivotOption = None,
     case_sensitive_terms: CaseSensitiveTermsOption = False,
     engine: EngineOption = "pytorch",
     device: DeviceOption = "auto",
@@ -151,10 +156,16 @@ def translate_file(
         console.warn(note)
     cfg = search_config(model_beam(beam, engine, model, checkpoint), lenpen, max_len_a, max_len_b, min_len, 1,
                         no_repeat_ngram, loop_ngram, loop_repeats)  # fmt: skip
-    translator = make_translator(engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens,
-                                 cuda_graphs, False, max_source_len, tgt_lang, src_lang, None, keep_spans,
-                                 recase)  # fmt: skip
-    load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
+    if then and glossary:
+        raise MtkitError("--then: --glossary is of one model, not a chain (its source terms are not the next's)")
+
+    def make(models: list[Path], source: str | None, target: str | None):
+        return make_translator(engine, models, checkpoint, cfg, device, precision, batch_size, max_tokens,
+                               cuda_graphs, False, max_source_len, target, source, None, keep_spans, recase)  # fmt: skip
+
+    first = make(model, src_lang, pivot if then else tgt_lang)
+    load_glossary(first, glossary, src_lang, tgt_lang, case_sensitive_terms)
+    translator = chained(first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t))
     target = tgt_lang or translator.model_meta.get("tgt_lang")
     with console.progress(f"translating {input.name}") as bar:
         progress = lambda done, total: bar.set(done, f"of {total:,}")  # noqa: E731

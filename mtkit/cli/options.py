@@ -96,6 +96,18 @@ GlossaryOption = Annotated[
     Path | None,
     typer.Option(help="source term<TAB>target term lines: a sentence holding a source term gets its target term."),
 ]
+ThenOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--then",
+        help="Translate -m's output again with this model (repeat for more): a pivot, e.g. "
+        "-m de-en.pt --then en-fr.pt translates German into French through English.",
+    ),
+]
+PivotOption = Annotated[
+    str | None,
+    typer.Option(help="--then: the language between the models, where a model of several languages needs it."),
+]
 CaseSensitiveTermsOption = Annotated[
     bool, typer.Option("--case-sensitive-terms", help="--glossary's source terms match only as written.")
 ]
@@ -107,6 +119,18 @@ def load_glossary(translator, glossary: Path | None, src_lang: str | None, tgt_l
         from mtkit.translation.terminology import use_glossary
 
         use_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive)
+
+
+def chained(first, then: list[Path] | None, pivot: str | None, tgt_lang: str | None, models: list[Path], make):
+    """The translator, or (--then) a chain of it (made with --pivot as its target) and a translator of
+    each --then model: make(model, src_lang, tgt_lang) makes one, the last into tgt_lang."""
+    if not then:
+        return first
+    from mtkit.interop.engines import Chain, check_chain
+
+    legs = [first] + [make(model, pivot, pivot if k < len(then) else tgt_lang) for k, model in enumerate(then, 1)]
+    check_chain(legs, [", ".join(map(str, models))] + [str(model) for model in then])
+    return Chain(legs)
 
 
 def mbr_config(candidates: int, source: str, epsilon: float, utility: str, sample: bool = False):

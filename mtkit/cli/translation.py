@@ -35,10 +35,13 @@ from mtkit.cli.options import (
     ModelBeamOption,
     ModelsOption,
     NoRepeatOption,
+    PivotOption,
     PrecisionOption,
     RecaseOption,
     SrcLangOption,
     TgtLangOption,
+    ThenOption,
+    chained,
     check_markup_options,
     input_lines,
     load_glossary,
@@ -112,6 +115,8 @@ def translate(
     confidence: Annotated[
         bool, typer.Option("--confidence", help="Print CONFIDENCE<TAB>TRANSLATION: 0 to 1, low ones worth checking.")
     ] = False,
+    then: ThenOption = None,
+    pivot: PivotOption = None,
     calibration: Annotated[
         Path | None, typer.Option(help="--confidence's calibration (default: MODEL.confidence.json where it exists).")
     ] = None,
@@ -182,10 +187,19 @@ def translate(
         check_input_file(input)  # before the model loads
     if output:
         check_output_file(output)
-    translator = make_translator(
-        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-        split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg, keep_spans, recase,
-    )  # fmt: skip
+    if then and (glossary or confidence):
+        raise MtkitError(f"--then: {'--glossary' if glossary else '--confidence'} is of one model, not a chain")
+
+    def make(models: list[Path], source: str | None, target: str | None, mbr=None):
+        return make_translator(
+            engine, models, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
+            split_sentences and markup == "text", max_source_len, target, source, mbr, keep_spans, recase,
+        )  # fmt: skip
+
+    first = make(model, src_lang, pivot if then else tgt_lang, None if then else mbr_cfg)
+    translator = chained(
+        first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t, mbr_cfg if m == then[-1] else None)
+    )
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
     if markup != "text":  # it splits each segment's sentences itself, keeping count of the words
         translator = MarkupTranslator(translator, markup, split_sentences)

@@ -1,7 +1,9 @@
-"""The decoding engines: which translator `--engine` names, for one model or an ensemble."""
+"""The decoding engines: which translator `--engine` names, for one model or an ensemble, and a
+chain of them through a pivot language (`--then`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from mtkit.core.config import default_beam
@@ -80,3 +82,73 @@ def make_translator(
     translator.set_target(tgt_lang, src_lang)
     translator.set_segmenter(split_sentences, max_source_len, keep_spans, recase)
     return translator
+
+
+class Chain(TextTranslator):
+    """Translators one after another, each's best translation the next's source: a pivot (de -> en ->
+    fr). The n-best are the last leg's; a word alignment is the legs' composed (source word i goes with
+    target word k where i aligns to a pivot word j that aligns to k), so markup and documents keep
+    their formatting through the pivot."""
+
+    def __init__(self, legs: list[TextTranslator]):
+        first, last = legs[0], legs[-1]
+        self.legs, self.cfg = legs, last.cfg
+        self.src_tokenizer, self.tgt_tokenizer = first.src_tokenizer, last.tgt_tokenizer
+        self.model_meta = {**last.model_meta, "src_lang": first.model_meta.get("src_lang")}
+        self.source_tag = next((leg.source_tag for leg in legs if leg.source_tag is not None), None)
+        self._steps: dict[str, list] = {}  # a source line's (hypothesis, text) at each leg, for alignments
+
+    @property
+    def segmenter(self):
+        return self.legs[0].segmenter
+
+    @property
+    def lines_in_pieces(self) -> int:  # type: ignore[override]
+        return sum(leg.lines_in_pieces for leg in self.legs)
+
+    def keep_attention(self) -> None:
+        for leg in self.legs:
+            leg.keep_attention()
+
+    def translate_hypotheses(self, lines, first_line=1, prefixes=None, on_line=None, encoded=None, starts=None,
+                             terms=None):  # fmt: skip
+        """The last leg's n-best of each line (prefixes, starts and terms are the last leg's: they are in
+        its target language); the legs before it give their best translation on."""
+        texts, steps = list(lines), [[] for _ in lines]
+        for leg in self.legs[:-1]:
+            found = leg.translate_hypotheses(texts, first_line)
+            for step, nbest in zip(steps, found):
+                step.append(nbest[0] if nbest else None)
+            texts = [nbest[0][1] if nbest else "" for nbest in found]
+        out = self.legs[-1].translate_hypotheses(texts, first_line, prefixes, on_line, None, starts, terms)
+        self._steps = {line: step for line, step in zip(lines, steps)}
+        return out
+
+    def alignments(self, lines: Sequence[str], hypotheses: Sequence) -> list[str]:
+        """Each translation's word alignment to its source, through the pivots (translate_hypotheses
+        must have translated the lines)."""
+        whole = [i for i, line in enumerate(lines) if all(self._steps.get(line, [None]))]  # blank: no alignment
+        sources = [lines[i] for i in whole]
+        composed = [{(w, w) for w in range(len(line.split()))} for line in sources]
+        for index, leg in enumerate(self.legs):
+            if index < len(self.legs) - 1:
+                hyps, texts = zip(*(self._steps[lines[i]][index] for i in whole)) if whole else ((), ())
+            else:
+                hyps, texts = [hypotheses[i] for i in whole], []
+            found = [{tuple(map(int, p.split("-"))) for p in a.split()} for a in leg.alignments(sources, list(hyps))]
+            composed = [
+                {(i, k) for i, j in before for j2, k in after if j == j2} for before, after in zip(composed, found)
+            ]
+            sources = list(texts)
+        out = [""] * len(lines)
+        for i, pairs in zip(whole, composed):
+            out[i] = " ".join(f"{a}-{b}" for a, b in sorted(pairs))
+        return out
+
+
+def check_chain(translators: list[TextTranslator], names: list[str]) -> None:
+    """Each leg's target must be the next leg's source, where both models say their languages."""
+    for (before, name), (after, then) in zip(zip(translators, names), zip(translators[1:], names[1:])):
+        out, into = before.model_meta.get("tgt_lang"), after.model_meta.get("src_lang")
+        if out and into and out != into:
+            raise MtkitError(f"--then {then}: translates from {into}, but {name} translates into {out}")

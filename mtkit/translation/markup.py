@@ -35,6 +35,10 @@ def require_alignment(translator: TextTranslator, fmt: str, what: str | None = N
     """Markup is placed by the model's word alignment: one model, mtkit's own engine, no target tags.
     what: what needs it, in the error (default: --format FMT)."""
     what = what or f"--format {fmt}"
+    for leg in getattr(translator, "legs", []):  # a chain through a pivot (mtkit.interop.engines.Chain): each
+        require_alignment(leg, fmt, what)
+    if hasattr(translator, "legs"):
+        return
     if not isinstance(translator, Translator) or isinstance(translator.model, Ensemble):
         raise MtkitError(f"{what} needs one model and --engine pytorch (its elements follow the word alignment)")
     if translator.source_tag is not None:
