@@ -23,6 +23,7 @@ from mtkit.documents.inline import Document, FileLimits, InlineBuilder, language
 PDF_EXTRA = "pip install 'mtkit[pdf]'"
 BOLD, ITALIC, SERIF, MONO = 16, 2, 4, 8  # PyMuPDF's span flags
 CHUNK = 1 << 20
+MOST_COMPARED = 4_000_000  # a page's blocks x boxes where room() looks for space (linear in the page)
 LINE_HEIGHT = 1.15  # of the font size: about what a PDF's lines take (their boxes hold ascent and descent)
 
 
@@ -142,9 +143,11 @@ class PdfDocument(Document):
                 if (tuple(link["from"]), link.get("uri"), link.get("page")) not in kept:
                     page.insert_link(link)
             boxes = [pymupdf.Rect(b.rect) for b in self.blocks if b.page == number] + self.images[number]
-            boxes += [drawing["rect"] for drawing in page.get_drawings()]
+            if len(boxes) * len(on_page) <= MOST_COMPARED:
+                boxes += [drawing["rect"] for drawing in page.get_drawings()]
+            crowded = len(boxes) * len(on_page) > MOST_COMPARED  # no room looked for: the page would cost too much
             for block, translation in on_page:
-                rect = room(block, boxes, page.rect)
+                rect = pymupdf.Rect(block.rect) & page.rect if crowded else room(block, boxes, page.rect)
                 css = f"* {{margin: 0; padding: 0; line-height: {LINE_HEIGHT}; {block.base.css()}}}"
                 page.insert_htmlbox(rect, block_html(block, translation), css=css)
         if target_lang:

@@ -47,7 +47,9 @@ class Message:
     around it are kept outside, where they were (a YAML block's last line break, say)."""
 
     def __init__(self, text: str):
-        self.lead, core, self.trail = EDGES.fullmatch(text).groups()
+        core = text.strip()
+        start = len(text) - len(text.lstrip())
+        self.lead, self.trail = text[:start], text[start + len(core) :]
         self.builder = placeholders(core)
 
     def markup(self) -> str:
@@ -58,9 +60,6 @@ class Message:
 
     def filled(self, translation: str) -> str:
         return self.lead + fill_placeholders(translation, self.builder) + self.trail
-
-
-EDGES = re.compile(r"(\s*)(.*?)(\s*)", re.DOTALL)
 
 
 def placeholders(text: str) -> InlineBuilder:

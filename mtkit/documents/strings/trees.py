@@ -118,11 +118,16 @@ class YamlStrings(TreeStrings):
 
 
 def yaml_indents(text: str) -> dict[str, int]:
-    """How a YAML file indents: its mappings' step, and how far its list dashes stand in."""
-    keys = [len(m.group(1)) for m in re.finditer(r"^( +)[^\s#-]", text[:65536], re.MULTILINE)]
-    dash = re.search(r"^(.*)\n(?:[ \t]*(?:#.*)?\n)*( *)- ", text[:65536], re.MULTILINE)
-    offset = max(len(dash.group(2)) - (len(dash.group(1)) - len(dash.group(1).lstrip(" "))), 0) if dash else 0
-    return {"mapping": min(keys, default=2), "sequence": offset + 2, "offset": offset}
+    """How a YAML file indents: its mappings' step, and how far its list dashes stand in from the key
+    above them (read from its first lines with keys and its first list)."""
+    lines = [line for line in text[:65536].splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    steps = [len(line) - len(line.lstrip(" ")) for line in lines if not line.lstrip(" ").startswith("-")]
+    offset = 0
+    for above, line in zip(lines, lines[1:]):
+        if line.lstrip(" ").startswith("- "):
+            offset = max(0, (len(line) - len(line.lstrip(" "))) - (len(above) - len(above.lstrip(" "))))
+            break
+    return {"mapping": min([step for step in steps if step] or [2]), "sequence": offset + 2, "offset": offset}
 
 
 def read_json(data: bytes, name: str, limits: FileLimits) -> Document:
