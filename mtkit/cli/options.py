@@ -100,13 +100,14 @@ ThenOption = Annotated[
     list[Path] | None,
     typer.Option(
         "--then",
+        metavar="MODEL",
         help="Translate -m's output again with this model (repeat for more): a pivot, e.g. "
         "-m de-en.pt --then en-fr.pt translates German into French through English.",
     ),
 ]
 PivotOption = Annotated[
     str | None,
-    typer.Option(help="--then: the language between the models, where a model of several languages needs it."),
+    typer.Option(metavar="LANG", help="--then: the language between the models, where a model of several needs it."),
 ]
 CaseSensitiveTermsOption = Annotated[
     bool, typer.Option("--case-sensitive-terms", help="--glossary's source terms match only as written.")
