@@ -7,6 +7,7 @@ get its Plural-Forms."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from mtkit.documents.catalogs import fill_placeholders, read_placeholders
@@ -93,20 +94,26 @@ def category_groups(mapping: dict) -> Groups:
 def plurals_for(tree: Any, categories: tuple[str, ...], find_groups) -> None:
     """Each plural group of the tree given the target's categories in CLDR's order, where its first
     key was (new ones copies of `other`, those the target lacks left out)."""
+    for node in containers(tree):
+        if isinstance(node, dict):
+            for base, group in find_groups(node).items():
+                items = [(f"{base}_{c}" if base else c, node[group.get(c, group["other"])]) for c in categories]
+                _replace_keys(node, list(group.values()), items)
+
+
+def containers(tree: Any) -> Iterator[dict | list]:
+    """Each mapping and list of a tree, depth first in the file's order, its children looked at once
+    the caller is done with it (it may change them); one reached twice (a YAML alias) comes once, so
+    an alias bomb costs its size, not its expansion."""
     stack, seen = [tree], set()
     while stack:
         node = stack.pop()
-        if id(node) in seen:
+        if id(node) in seen or not isinstance(node, dict | list):
             continue
         seen.add(id(node))
-        if isinstance(node, list):
-            stack.extend(node)
-        if not isinstance(node, dict):
-            continue
-        for base, group in find_groups(node).items():
-            items = [(f"{base}_{c}" if base else c, node[group.get(c, group["other"])]) for c in categories]
-            _replace_keys(node, list(group.values()), items)
-        stack.extend(value for value in node.values() if isinstance(value, dict | list))
+        yield node
+        values = list(node.values() if isinstance(node, dict) else node)
+        stack.extend(value for value in reversed(values) if isinstance(value, dict | list))
 
 
 def _replace_keys(mapping: dict, keys: list, items: list[tuple[Any, Any]]) -> None:

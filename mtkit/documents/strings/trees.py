@@ -16,6 +16,7 @@ from mtkit.documents.inline import Document, FileLimits, decode_text, language_t
 from mtkit.documents.strings.common import (
     Message,
     category_groups,
+    containers,
     plural_categories,
     plurals_for,
     suffixed_groups,
@@ -23,21 +24,12 @@ from mtkit.documents.strings.common import (
 
 
 def message_places(tree: Any, limits: FileLimits) -> list[tuple[Any, Any]]:
-    """Each string value's container and key, depth first in the file's order; a container reached
-    twice (a YAML alias) is walked once, so an alias bomb costs its size, not its expansion."""
+    """Each string value's container and key, in the file's order (common.containers: an alias once)."""
     places: list[tuple[Any, Any]] = []
-    stack, seen = [tree], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        items = (
-            list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
-        )
+    for node in containers(tree):
+        items = node.items() if isinstance(node, dict) else enumerate(node)
         places += [(node, key) for key, value in items if isinstance(value, str)]
         limits.check_segments(len(places), "strings")
-        stack.extend(value for _, value in reversed(items) if isinstance(value, dict | list))
     return places
 
 
