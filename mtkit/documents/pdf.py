@@ -125,10 +125,14 @@ class PdfDocument(Document):
             return self._write(require_pymupdf(), translations, target_lang)
 
     def _write(self, pymupdf, translations: Sequence[str], target_lang: str | None) -> bytes:
-        chosen = [(b, t) for b, t in zip(self.blocks, translations) if b.builder.has_words()]
-        for number in sorted({block.page for block, _ in chosen}):
+        blocks: dict[int, list[TextBlock]] = {}  # by page, each page's found once
+        chosen: dict[int, list[tuple[TextBlock, str]]] = {}
+        for block, translation in zip(self.blocks, translations):
+            blocks.setdefault(block.page, []).append(block)
+            if block.builder.has_words():
+                chosen.setdefault(block.page, []).append((block, translation))
+        for number, on_page in sorted(chosen.items()):
             page = self.pdf[number]
-            on_page = [(block, text) for block, text in chosen if block.page == number]
             for block, _ in on_page:
                 for line in block.lines:
                     page.add_redact_annot(_inner(pymupdf.Rect(line)))
@@ -142,7 +146,7 @@ class PdfDocument(Document):
             for link in links:  # a redaction takes the links it touches with it: they come back
                 if (tuple(link["from"]), link.get("uri"), link.get("page")) not in kept:
                     page.insert_link(link)
-            boxes = [pymupdf.Rect(b.rect) for b in self.blocks if b.page == number] + self.images[number]
+            boxes = [pymupdf.Rect(b.rect) for b in blocks[number]] + self.images[number]
             if len(boxes) * len(on_page) <= MOST_COMPARED:
                 boxes += [drawing["rect"] for drawing in page.get_drawings()]
             crowded = len(boxes) * len(on_page) > MOST_COMPARED  # no room looked for: the page would cost too much
