@@ -6,7 +6,7 @@ of --requests single-sentence requests per API, each API measured --rounds times
     python bench/api_overhead.py -m runs/demo/model.pt [--requests 2000] [--rounds 3]
 
 /v1/translate (mtkit's own, JSON through pydantic) against /v2/translate (DeepL's, fields parsed
-by hand, mtkit.serving.deepl) and /translate (LibreTranslate's).
+by hand, mtkit.serving.apis.deepl) and /translate (LibreTranslate's).
 """
 
 from __future__ import annotations

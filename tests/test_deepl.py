@@ -1,4 +1,4 @@
-"""DeepL's API on `mtkit serve` (mtkit.serving.deepl), exercised with DeepL's own Python client
+"""DeepL's API on `mtkit serve` (mtkit.serving.apis.deepl), exercised with DeepL's own Python client
 library pointed at the server by its server_url, and with form posts as older plugins send them:
 its request shapes, answers and errors are the contract."""
 

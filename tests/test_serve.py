@@ -308,6 +308,8 @@ def test_unknown_paths_and_service_endpoints(server, trained_run):
     model_file = load_model_file(trained_run)
     assert model == {
         "id": path.name,
+        "state": "loaded",
+        "directions": [["en", "de"]],
         "engine": "pytorch",
         "source_language": "en",
         "target_language": "de",

@@ -28,7 +28,6 @@ from mtkit.cli.options import (
     MbrUtilityOption,
     MinLenOption,
     ModelBeamOption,
-    ModelOption,
     NoRepeatOption,
     PrecisionOption,
     RecaseOption,
@@ -47,7 +46,33 @@ MAX_AUTO_REPLICAS = 4  # serve's default engines on a CPU at most (measured on 2
 @app.command()
 @handle_errors
 def serve(
-    model: ModelOption,
+    model: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Model file or run directory; repeat it to serve several, each request routed by its languages.",
+            show_default=False,
+        ),
+    ] = None,
+    models_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--models",
+            metavar="FILE",
+            help="Models to serve, a line each: PATH [SOURCE TARGET] (languages where the file does not name them).",
+            show_default=False,
+        ),
+    ] = None,
+    pivot: Annotated[
+        str, typer.Option(metavar="LANG", help="Several models: a pair no model translates goes through this language.")
+    ] = "en",
+    max_loaded: Annotated[
+        int, typer.Option(help="Several models: most loaded at once, the least recently used unloaded (0: all).")
+    ] = 0,
+    load_timeout: Annotated[
+        float, typer.Option(help="Seconds a request waits for its model to load; beyond, 503.")
+    ] = 300.0,
     engine: EngineOption = "pytorch",
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
@@ -169,13 +194,18 @@ def serve(
     each key's requests per minute, or --req-limit limits each client address. Needs pip install
     'mtkit\\[serve]'.
 
+    Several models (-m A -m B ..., or --models FILE) are served as one: a request goes to a model that
+    translates its languages (with source auto, the language its text is in), or through --pivot
+    where none does; models load on first use, at most --max-loaded at once.
+
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
     [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
     """
+    from mtkit.cli.served_models import Loading, read_models_file, service_for, slots
     from mtkit.serving.access import AccessRules, Gate, KeyFile
+    from mtkit.serving.fleet import Fleet
     from mtkit.serving.http import _require_extra
     from mtkit.serving.http import serve as run_server
-    from mtkit.serving.service import Service
     from mtkit.serving.settings import ServeConfig
 
     _require_extra()
@@ -192,36 +222,46 @@ def serve(
         raise MtkitError("--confidence needs --engine pytorch: its signals come from the model")
     rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
     rules.validate()
-    beam = model_beam(beam, engine, [model], checkpoint)
+    models = [(path, src_lang, tgt_lang) for path in model or []] + (
+        read_models_file(models_file) if models_file else []
+    )
+    if not models:
+        raise MtkitError("give a model: -m MODEL (repeat it for several) or --models FILE")
+    several = len(models) > 1
+    if several:
+        _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded, load_timeout)
+    beam = model_beam(beam, engine, [path for path, _, _ in models], checkpoint)
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     if glossary is not None and cfg.beam == 1:
         raise MtkitError("--glossary needs beam search: --beam 2 or more")
-    make, tokenizers, info = _load(
-        engine, model, checkpoint, cfg, device, precision, serve_cfg.max_batch_tokens, cuda_graphs, tgt_lang,
-        engine_process, src_lang, mbr_cfg,
-    )  # fmt: skip
-    from mtkit.text.targets import LANGUAGE_TOKENS
-
-    calibrated = None
-    if engine == "pytorch":
-        from mtkit.translation.confidence import calibration_for
-
-        calibrated = calibration_for(calibration, info.path)
-    if confidence and info.meta.get(LANGUAGE_TOKENS):
-        raise MtkitError("--confidence: not for a model with language tokens (NLLB, M2M100)")
-    service = Service(make, tokenizers, cfg, info, serve_cfg, calibrated,
-                      _server_terms(tokenizers, info, glossary, case_sensitive_terms, engine != "pytorch" or mbr_cfg))  # fmt: skip
-    languages = f"{info.source_language or '?'}->{info.target_language or '?'}"
-    run_server(
-        service,
-        host,
-        port,
-        lambda bound: console.info(f"serving {info.name} ({languages}, {engine}) on http://{host}:{bound}"),
-        Gate(rules),
-        not no_page,
-    )
+    loading = Loading(engine, checkpoint, cfg, device, precision, cuda_graphs, engine_process, mbr_cfg, serve_cfg,
+                      calibration, glossary, case_sensitive_terms)  # fmt: skip
+    if several:
+        served = Fleet(slots(loading, models), serve_cfg, pivot, max_loaded, load_timeout)
+        names = ", ".join(slot.name for slot in served.slots if slot.error is None)
+        what = f"{len(served.slots)} models ({names}; at most {served.max_loaded} loaded)"
+    else:
+        service = service_for(loading, *models[0])
+        served, info = Fleet.single(service), service.info
+        served.load_timeout_s = load_timeout
+        what = f"{info.name} ({info.source_language or '?'}->{info.target_language or '?'}, {engine})"
+    run_server(served, host, port, lambda bound: console.info(f"serving {what} on http://{host}:{bound}"), Gate(rules),
+               not no_page)  # fmt: skip
     console.info("stopped")
+
+
+def _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded: int, load_timeout: float) -> None:
+    """Options that are of one model, or out of range, with several."""
+    for option, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang), ("--glossary", glossary),
+                          ("--calibration", calibration)):  # fmt: skip
+        if value is not None:
+            where = "give languages in --models FILE" if "lang" in option else "each model's own is used"
+            raise MtkitError(f"{option}: of one model, not of several ({where})")
+    if max_loaded < 0:
+        raise MtkitError(f"--max-loaded {max_loaded}: must be at least 0 (0: all)")
+    if load_timeout <= 0:
+        raise MtkitError(f"--load-timeout {load_timeout:g}: must be more than 0 seconds")
 
 
 def _layout(replicas: int | None, engine_process: bool | None, engine: str, device: str) -> tuple[int, bool]:
@@ -240,92 +280,3 @@ def _layout(replicas: int | None, engine_process: bool | None, engine: str, devi
     if engine_process is False and replicas > 1:
         raise MtkitError(f"--in-process runs one engine, in the server's process: not --replicas {replicas}")
     return replicas, engine_process if engine_process is not None else replicas > 1 or not on_cpu
-
-
-def _server_terms(tokenizers, info, glossary: Path | None, case_sensitive: bool, refused: bool):
-    """--glossary for every request, and whether requests may bring their own (mtkit.serving.terms)."""
-    from mtkit.serving.terms import ServerTerms
-    from mtkit.text.glossary import read_glossary
-
-    why = "terms need mtkit's own beam search: not --engine ctranslate2 or --mbr" if refused else None
-    if glossary is not None and why:
-        raise MtkitError(f"--glossary: {why}")
-    terms = read_glossary(glossary, info.source_language, info.target_language) if glossary else []
-    return ServerTerms(*tokenizers, terms, case_sensitive, why)
-
-
-def _load(
-    engine: str,
-    model: Path,
-    checkpoint: str,
-    cfg,
-    device: str,
-    precision: str,
-    max_tokens: int,
-    cuda_graphs: bool,
-    tgt_lang: str | None,
-    engine_processes: bool = False,
-    src_lang: str | None = None,
-    mbr=None,
-):
-    """What makes the engine's translator (on the server's worker thread, or in each replica's process:
-    then an EngineSpec that loads the model there), the tokenizers, and the model's name, languages
-    and the file /v1/models checksums. Bad models and options fail here."""
-    from mtkit.interop.engines import make_translator
-    from mtkit.serving.replicas import EngineSpec
-
-    if engine == "ctranslate2":
-        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs,
-                                     mbr=mbr)  # fmt: skip
-        info = _model_info(
-            model.name, model / "model.bin", engine, translator.meta.get("source", {}), src_lang, tgt_lang
-        )
-        tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
-        if engine_processes:
-            return EngineSpec(engine, model, cfg, device, precision, max_tokens, cuda_graphs), tokenizers, info
-        return (lambda: translator), tokenizers, info
-    if engine != "pytorch":
-        raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
-    from mtkit.core.device import resolve_device, resolve_precision
-    from mtkit.decoding.cuda_graphs import check_device
-    from mtkit.model.files import load_model_file, resolve_model_path
-    from mtkit.translation.mbr import MbrTranslator
-    from mtkit.translation.translate import Translator
-
-    resolved = resolve_device(device)
-    resolve_precision(precision, resolved)  # refuse bad values now, not on the worker
-    if cuda_graphs:
-        check_device(resolved)
-    path = resolve_model_path(model, checkpoint)
-    model_file = load_model_file(path)
-    info = _model_info(path.name, path, engine, model_file.meta, src_lang, tgt_lang)
-
-    tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
-    if engine_processes:
-        return EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs, mbr), tokenizers, info
-
-    def make() -> Translator:
-        if mbr is not None:
-            return MbrTranslator(model_file, cfg, mbr, device, precision, 128, max_tokens, cuda_graphs)
-        return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
-
-    return make, tokenizers, info
-
-
-def _model_info(name: str, path: Path, engine: str, meta: dict, src_lang: str | None, tgt_lang: str | None):
-    """The served model's information, with --src-lang and --tgt-lang as its default languages; wrong
-    ones fail now (the service frames each request's pieces itself: mtkit.serving.settings)."""
-    from mtkit.serving.settings import ModelInfo
-    from mtkit.text.targets import LANGUAGE_TOKENS, model_language, target_tag
-
-    source, target = src_lang or meta.get("src_lang"), tgt_lang or meta.get("tgt_lang")
-    if meta.get(LANGUAGE_TOKENS):
-        codes = list(meta[LANGUAGE_TOKENS])
-        source = model_language(codes, source, "--src-lang") if source else None
-        target = model_language(codes, target, "--tgt-lang") if target else None
-    else:
-        if tgt_lang is not None:
-            target_tag(meta, tgt_lang)
-        if src_lang is not None and meta.get("src_lang") not in (None, src_lang):
-            raise MtkitError(f"--src-lang {src_lang}: this model translates from {meta['src_lang']} only")
-    return ModelInfo(name, path, engine, source, target, meta)

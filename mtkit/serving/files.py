@@ -157,7 +157,7 @@ def download_url(request, public_url: str | None, file_id: str, name: str) -> st
 
 async def translate_upload(
     service: Service, request, data: bytes, name: str, target: str | None, workers, glossary=None,
-    column: str | None = None,
+    column: str | None = None, source: str | None = None,
 ) -> tuple[bytes, int]:  # fmt: skip
     """An uploaded document translated: read and written again in a worker process
     (mtkit.documents.worker), its texts through the service (with a request's glossary); the file
@@ -180,9 +180,9 @@ async def translate_upload(
     texts, options, translated = await _in_worker(workers, prepare, job), service.defaults(), []
     for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
         if service.can_align:
-            translated += await service.run_aligned(request, chunk, options, target, glossary)
+            translated += await service.run_aligned(request, chunk, options, target, glossary, source)
         else:  # plain text: any engine
-            translated += (await service.run(request, chunk, options, True, target, glossary=glossary))[0]
+            translated += (await service.run(request, chunk, options, True, target, source, glossary))[0]
     return await _in_worker(workers, finish, job, translated), sum(map(len, texts))
 
 
@@ -217,10 +217,10 @@ async def _in_worker(workers, work, *args):
         raise RequestError(400, str(err)) from None
 
 
-def add_file_routes(app, service: Service, admit, store: TranslatedFiles, workers) -> None:
+def add_file_routes(app, fleet, admit, store: TranslatedFiles, workers) -> None:
     """POST /translate_file (multipart: file, source, target, api_key; column for a CSV file), GET
-    /download_file/ID/NAME;
-    documents are read and written by workers (mtkit.documents.worker.Workers)."""
+    /download_file/ID/NAME, on the server's models (mtkit.serving.fleet); documents are read and
+    written by workers (mtkit.documents.worker.Workers)."""
     from fastapi import File, Form, Request, UploadFile
 
     @app.post("/translate_file")
@@ -233,20 +233,22 @@ def add_file_routes(app, service: Service, admit, store: TranslatedFiles, worker
         column: Annotated[str | None, Form(max_length=200)] = None,
     ):
         admit(request, api_key)
-        source = None if source == "auto" else source
-        try:
-            service.languages.check_source(source)
-        except LanguageError as err:
-            raise RequestError(400, str(err)) from None
-        service.framing(source, target)
-        name = safe_name(file.filename or "")
-        data = await file.read()
-        translated, _ = await translate_upload(service, request, data, name, target, workers, column=column)
+        given = None if source == "auto" else source
+        async with fleet.route(given, target, ()) as (service, source, target):
+            try:
+                service.languages.check_source(source)
+            except LanguageError as err:
+                raise RequestError(400, str(err)) from None
+            service.framing(source, target)
+            name = safe_name(file.filename or "")
+            data = await file.read()
+            translated, _ = await translate_upload(service, request, data, name, target, workers, column=column,
+                                                   source=source)  # fmt: skip
         try:
             file_id = await asyncio.to_thread(store.put, name, translated)
         except MtkitError as err:
             raise RequestError(413, str(err)) from None
-        return {"translatedFileUrl": download_url(request, service.cfg.public_url, file_id, name)}
+        return {"translatedFileUrl": download_url(request, fleet.cfg.public_url, file_id, name)}
 
     @app.get("/download_file/{file_id}/{name}")
     async def download_file(file_id: str, name: str):

@@ -20,7 +20,7 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /translate_file LibreTranslate's: a document (multipart file, source, target, api_key) translated
                       with its formatting (mtkit.documents; up to serve --max-file-bytes), answered
                       {"translatedFileUrl": ...}, downloadable there for serve --keep-files seconds
-  /v2/...             DeepL's API v2 (mtkit.serving.deepl): translate, languages, usage, glossaries,
+  /v2/...             DeepL's API v2 (mtkit.serving.apis.deepl): translate, languages, usage, glossaries,
                       documents, with DeepL-Auth-Key keys and character quotas; errors as {"message": "..."}
   GET  /frontend/settings LibreTranslate's: limits, languages and the file types /translate_file takes
   GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
@@ -48,9 +48,8 @@ from contextlib import asynccontextmanager
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
-from mtkit.serving.deepl import add_deepl_routes
-from mtkit.serving.files import DocumentJobs, TranslatedFiles, add_file_routes, add_page, document_workers
-from mtkit.serving.libretranslate import (
+from mtkit.serving.apis.deepl import add_deepl_routes
+from mtkit.serving.apis.libretranslate import (
     check_source,
     detect_languages,
     frontend_settings,
@@ -59,6 +58,8 @@ from mtkit.serving.libretranslate import (
     libretranslate_languages,
     texts_of,
 )
+from mtkit.serving.files import DocumentJobs, TranslatedFiles, add_file_routes, add_page, document_workers
+from mtkit.serving.fleet import Fleet
 from mtkit.serving.metrics import ObservedApp
 from mtkit.serving.service import RequestError, Service
 from mtkit.serving.terms import GlossaryStore
@@ -80,10 +81,12 @@ def _require_extra():
 CONNECTIONS = 1024  # open connections at most
 
 
-def create_app(service: Service, gate: Gate | None = None, page: bool = True, workers=None):
-    """The FastAPI application around a Service, behind a Gate (API keys and request limits), with
-    the translation page at / unless page is False; workers: the processes that read and write
-    documents (default: serve --file-processes of them, mtkit.documents.worker)."""
+def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = True, workers=None):
+    """The FastAPI application around a Service (one model) or a Fleet (several: mtkit.serving.fleet),
+    behind a Gate (API keys and request limits), with the translation page at / unless page is False;
+    workers: the processes that read and write documents (default: serve --file-processes of them,
+    mtkit.documents.worker)."""
+    fleet = served if isinstance(served, Fleet) else Fleet.single(served)
     gate = gate or Gate(AccessRules())
     fastapi, prom, _ = _require_extra()
     from fastapi import Request
@@ -115,15 +118,14 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True, wo
         alternatives: int = 0
         api_key: str | None = None
 
-    store = TranslatedFiles(service.cfg.keep_files_s, max_bytes=service.cfg.max_stored_bytes)
-    workers = workers or document_workers(service.cfg.file_processes)
+    store = TranslatedFiles(fleet.cfg.keep_files_s, max_bytes=fleet.cfg.max_stored_bytes)
+    workers = workers or document_workers(fleet.cfg.file_processes)
 
     @asynccontextmanager
     async def lifespan(app):
-        service.batcher.start()
-        service.warm_up()
+        fleet.start()
         yield
-        service.batcher.stop()
+        fleet.stop()
         store.close()
         if workers is not None:
             workers.close()
@@ -171,19 +173,20 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True, wo
     @app.post("/v1/translate")
     async def translate(body: TranslateRequest, request: Request):
         admit(request, body.api_key)
-        check_source(service, body.source)
-        options = service.options(body.beam, body.nbest, body.lenpen, body.alignment, body.confidence)
         texts = texts_of(body.text)
-        if body.format != "text":
-            if body.confidence:
-                raise RequestError(422, f"format {body.format}: confidence is for plain text")
-            translated = await service.run_markup(
-                request, texts, options, body.format, body.target, body.split_sentences, body.glossary
+        async with fleet.route(body.source, body.target, texts) as (service, source, target):
+            check_source(service, source)
+            options = service.options(body.beam, body.nbest, body.lenpen, body.alignment, body.confidence)
+            if body.format != "text":
+                if body.confidence:
+                    raise RequestError(422, f"format {body.format}: confidence is for plain text")
+                translated = await service.run_markup(
+                    request, texts, options, body.format, target, body.split_sentences, body.glossary, source=source
+                )
+                return {"translations": translated}
+            translated, scores = await service.run(
+                request, texts, options, body.split_sentences, target, source, body.glossary
             )
-            return {"translations": translated}
-        translated, scores = await service.run(
-            request, texts, options, body.split_sentences, body.target, body.source, body.glossary
-        )
         missed = getattr(request.state, "missed_terms", [])
         return {
             "translations": translated,
@@ -198,20 +201,20 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True, wo
         except ValidationError as err:
             raise RequestError(400, _describe(err.errors())) from None
         admit(request, body.api_key)
-        return await libretranslate(service, request, body)
+        return await libretranslate(fleet, request, body)
 
-    add_file_routes(app, service, admit, store, workers)
-    state = service.cfg.state_dir
+    add_file_routes(app, fleet, admit, store, workers)
+    state = fleet.cfg.state_dir
     glossaries = GlossaryStore(state / "glossaries" if state else None)
-    add_deepl_routes(app, service, admit, gate, DocumentJobs(store), glossaries, workers)
+    add_deepl_routes(app, fleet, admit, gate, DocumentJobs(store), glossaries, workers)
 
     @app.get("/frontend/settings")
     async def settings():
-        return frontend_settings(service, gate.rules.keys is not None)
+        return frontend_settings(fleet, gate.rules.keys is not None)
 
     @app.get("/languages")
     async def languages():
-        return libretranslate_languages(service.languages)
+        return libretranslate_languages(fleet.languages)
 
     @app.post("/detect")
     async def detect(request: Request):
@@ -230,46 +233,24 @@ def create_app(service: Service, gate: Gate | None = None, page: bool = True, wo
     @app.get("/ready")
     async def ready(request: Request):
         admit_status(request)
-        if not service.ready:
-            raise RequestError(503, "warming up", {"Retry-After": "1"})
-        if not service.engines_ready():
-            running = service.engines_running()
-            why = f"{running} starting" if running else "every engine replica has stopped (the server's log says why)"
-            raise RequestError(503, f"no engine is ready: {why}", {"Retry-After": "1"})
-        return {"status": "ready"}
+        if (why := fleet.unready()) is not None:
+            raise RequestError(503, why, {"Retry-After": "1"})
+        return {"status": "ready", **({"models": fleet.states()} if fleet.several else {})}
 
     @app.get("/v1/models")
     async def models():
-        info, tokenizers = service.info, service
-        default = service.defaults()
-        return {
-            "models": [
-                {
-                    "id": info.name,
-                    "engine": info.engine,
-                    "source_language": info.source_language,
-                    "target_language": info.target_language,
-                    "target_languages": service.languages.targets(),
-                    "source_vocab_size": tokenizers.src_tokenizer.vocab_size,
-                    "target_vocab_size": tokenizers.tgt_tokenizer.vocab_size,
-                    "sha256": service.checksum,
-                    "defaults": {"beam": default.beam, "lenpen": default.lenpen, "nbest": 1},
-                    "alignment": service.can_align,
-                    "confidence": default.confidence,
-                }
-            ]
-        }
+        return {"models": fleet.models()}
 
     @app.get("/metrics")
     async def metrics(request: Request):
         admit_status(request)
-        return PlainTextResponse(prom.generate_latest(service.metrics.registry), media_type=prom.CONTENT_TYPE_LATEST)
+        return PlainTextResponse(prom.generate_latest(fleet.metrics.registry), media_type=prom.CONTENT_TYPE_LATEST)
 
-    file_limit = service.cfg.max_file_bytes + (64 << 10)  # the file, and room for the form's other fields
-    limited = BodyLimit(app, max_body_bytes(service.cfg.max_chars), {"/translate_file": file_limit,
-                                                                      "/v2/document": file_limit})  # fmt: skip
+    file_limit = fleet.cfg.max_file_bytes + (64 << 10)  # the file, and room for the form's other fields
+    limited = BodyLimit(app, max_body_bytes(fleet.cfg.max_chars), {"/translate_file": file_limit,
+                                                                    "/v2/document": file_limit})  # fmt: skip
     translating = {"/v1/translate", "/translate", "/translate_file", "/v2/translate", "/v2/document"}
-    return ObservedApp(limited, service.metrics, routes, translating=translating)
+    return ObservedApp(limited, fleet.metrics, routes, translating=translating)
 
 
 def max_body_bytes(max_chars: int) -> int:
@@ -290,7 +271,7 @@ def _describe(errors: Sequence[dict]) -> str:
 
 
 def serve(
-    service: Service,
+    served: Service | Fleet,
     host: str,
     port: int,
     listening: Callable[[int], None] = lambda port: None,
@@ -312,7 +293,7 @@ def serve(
 
     gate = gate or Gate(AccessRules())
     # Many slow or idle connections cost a coroutine each, not a thread; beyond CONNECTIONS uvicorn answers 503.
-    config = uvicorn.Config(create_app(service, gate, page), host=host, port=port, log_level="warning", access_log=False,
+    config = uvicorn.Config(create_app(served, gate, page), host=host, port=port, log_level="warning", access_log=False,
                             limit_concurrency=CONNECTIONS, timeout_keep_alive=5)  # fmt: skip
     server = Server(config)
     # uvicorn re-raises the signal it stopped for once it is done: let SIGTERM then end us normally (exit 0).

@@ -5,7 +5,6 @@ model information and the warm-up; no HTTP here (mtkit.serving.http adds it)."""
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -18,17 +17,9 @@ from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFul
 from mtkit.serving.engine import Engine, Options, Result, Sentence, when_all
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.replicas import Replicas
-from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig
+from mtkit.serving.routes import RequestError, Runs
+from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig, aligns
 from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
-from mtkit.text.markup import FORMATS
-from mtkit.text.markup_placement import (
-    assemble,
-    markup_segments,
-    parse_alignment,
-    pending_texts,
-    rejoined,
-    sentences_of,
-)
 from mtkit.text.sentence_splitter import SentenceSplitter, require_splitter
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
@@ -40,13 +31,7 @@ MAX_BEAM = 16
 MAX_LENPEN = 10.0
 
 
-class RequestError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
-
-
-class Service:
+class Service(Runs):
     """The translator, its batcher and what the endpoints share."""
 
     def __init__(
@@ -58,18 +43,20 @@ class Service:
         cfg: ServeConfig,
         calibration: Calibration | None = None,
         terms: ServerTerms | None = None,
+        metrics: Metrics | None = None,
     ):
         """make_translator builds the translator on the thread that decodes (mtkit.serving.engine); with
         engine processes (cfg.replicas > 1 or not cfg.in_process), in each of them, so it must pickle
         (mtkit.serving.replicas.EngineSpec).
-        terms: the server's glossary (default: none, and requests' own where the engine places terms)."""
+        terms: the server's glossary (default: none, and requests' own where the engine places terms);
+        metrics: the server's, where it serves several models (default: this service's own)."""
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.base_cfg = base_cfg
         self.info = info
         refused = None if info.engine == "pytorch" else "terms need --engine pytorch"
         self.terms = terms or ServerTerms(*tokenizers, refused=refused)
         self.cfg = cfg
-        self.metrics = Metrics(lambda: self.batcher.depth, self.engines_running, self.engines_ready)
+        self.metrics = metrics or Metrics(lambda: self.batcher.depth, self.engines_running, self.engines_ready)
         self.engine = Engine(make_translator, calibration)  # unused where replicas translate
         self.batcher: Batcher | Replicas
         if cfg.replicas > 1 or not cfg.in_process:
@@ -108,7 +95,7 @@ class Service:
         except LanguageError as err:
             raise RequestError(400, str(err)) from None
 
-    def _check_chars(self, texts: Sequence[str]) -> None:  # a request over --max-chars is a 413
+    def check_chars(self, texts: Sequence[str]) -> None:  # a request over --max-chars is a 413
         if (chars := sum(len(t) for t in texts)) > (most := self.cfg.max_chars):
             raise RequestError(413, f"{chars:,} characters: the limit is {most:,} per request (--max-chars)")
 
@@ -155,8 +142,7 @@ class Service:
     @property
     def can_align(self) -> bool:
         """Whether requests may ask for word alignments (/v1/models says so)."""
-        meta = self.info.meta
-        return self.info.engine == "pytorch" and not meta.get("target_tags") and not meta.get(LANGUAGE_TOKENS)
+        return aligns(self.info)
 
     @staticmethod
     def _answer(options: Options, nbest_list: NbestList, alignments: list[str] | None) -> Any:
@@ -176,13 +162,15 @@ class Service:
         target: str | None = None,
         source: str | None = None,
         glossary: Any = None,
+        checked: bool = True,
     ) -> tuple[list[Job], list[Cut], int]:
         """A job per piece of each text (mtkit.translation.sentences: one, unless the text is long or sentences
         are split), each starting with its target's tag where the model has tags (so that requests for
         different targets share batches; `glossary`: the request's pairs); each text's pieces, and how
-        many texts were long."""
+        many texts were long. checked: the texts held to --max-chars (not a pivot's own translations)."""
         tag, given = self.framing(source, target)
-        self._check_chars(texts)
+        if checked:
+            self.check_chars(texts)
         if not texts:
             raise RequestError(422, "text: give at least one")
         if self.cfg.max_texts and len(texts) > self.cfg.max_texts:
@@ -221,13 +209,14 @@ class Service:
         target: str | None = None,
         source: str | None = None,
         glossary: Any = None,
+        checked: bool = True,
     ) -> tuple[list[Any], list[float] | None]:
         """Each text's answer (and with options.confidence, its least confident piece's confidence), its
         pieces queued and dropped if the client goes away; split_sentences, target, source: None: the defaults;
         glossary: the request's [source term, target term] pairs, used before the server's."""
         if split_sentences is None:  # an alignment is of one sentence: one asked for keeps its text whole
             split_sentences = self.cfg.split_sentences and not options.alignment
-        jobs, cuts, long = self.jobs(texts, options, split_sentences, target, source, glossary)
+        jobs, cuts, long = self.jobs(texts, options, split_sentences, target, source, glossary, checked)
         request.state.sentences, request.state.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
@@ -253,51 +242,7 @@ class Service:
         waiting.cancel()
         raise RequestError(499, "the client closed the connection")
 
-    async def run_markup(
-        self,
-        request,
-        texts: Sequence[str],
-        options: Options,
-        fmt: str,
-        target: str | None = None,
-        split_sentences: bool | None = None,
-        glossary: Any = None,
-        kept: frozenset[str] = frozenset(),
-    ) -> list[str]:
-        """Texts of markup (fmt html or xml): their segments translated (sentence by sentence, where
-        asked or by default), each with its word alignment, and the markup put back around the
-        aligned words (mtkit.text.markup_placement); a string per text. kept: more elements whose
-        text is not translated."""
-        if fmt not in FORMATS:
-            raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
-        if fmt == "text":
-            return (await self.run(request, texts, options, split_sentences, target, glossary=glossary))[0]
-        if options.nbest > 1 or options.alignment:
-            raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
-        if not self.can_align:
-            needs = "--engine pytorch and a model without target tags or language tokens"
-            raise RequestError(422, f"format {fmt} needs {needs}")
-        self._check_chars(texts)
-        split = self.cfg.split_sentences if split_sentences is None else split_sentences
-        try:
-            documents = markup_segments(texts, fmt, lambda i: f"text {i}", kept)
-        except MtkitError as err:
-            raise RequestError(400, str(err)) from None
-        cut = sentences_of(pending_texts(documents), self._sentence_splitter().split if split else lambda t: [t])
-        translated = await self.run_aligned(request, [s for parts in cut for s in parts], options, target, glossary)
-        return assemble(documents, rejoined(cut, translated))
-
-    async def run_aligned(
-        self, request, sentences: list[str], options: Options, target: str | None = None, glossary: Any = None
-    ) -> list[tuple[str, list[tuple[int, int]]]]:
-        """Each sentence's translation with its word alignment (one piece each)."""
-        options = replace(options, alignment=True, confidence=False)
-        answers = (
-            (await self.run(request, sentences, options, False, target, glossary=glossary))[0] if sentences else []
-        )
-        return [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
-
-    def _sentence_splitter(self) -> SentenceSplitter:
+    def sentence_splitter(self) -> SentenceSplitter:
         self.segmenter(True)  # 422 where the splitter is not installed
         if self._splitter is None:
             self._splitter = SentenceSplitter(self.info.source_language)

@@ -62,6 +62,12 @@ class ModelInfo:
     meta: dict[str, Any] = field(default_factory=dict)  # the model file's: languages, training lengths
 
 
+def aligns(info: ModelInfo) -> bool:
+    """Whether requests may ask the model for word alignments: the PyTorch engine, and no target tags or
+    language tokens."""
+    return info.engine == "pytorch" and not info.meta.get("target_tags") and not info.meta.get(LANGUAGE_TOKENS)
+
+
 # Languages
 
 
@@ -94,6 +100,16 @@ class Languages:
         if self.tokens:
             return [[s, t] for s in self.tokens for t in self.tokens if s != t]
         return self.meta.get("directions") or [[self.source, target] for target in self.targets()]
+
+    def covers(self, source: str, target: str) -> bool:
+        """Whether the model translates from source into target (a model with language tokens: between
+        any two of its languages, by their codes or ISO 639 codes)."""
+        if not self.tokens:
+            return [source, target] in self.directions()
+        try:
+            return self._code(source, "source") != self._code(target, "target")
+        except LanguageError:
+            return False
 
     def check_source(self, source: str | None) -> None:
         """A request's source, where it names one, must be one of the model's (where it says them)."""

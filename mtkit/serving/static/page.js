@@ -44,12 +44,13 @@ function showError(message) {
 
 async function loadLanguages() {
   const [languages, models] = await Promise.all([call("GET", "languages"), call("GET", "v1/models")]);
-  const model = models.models[0];
+  // One model, or several (each pair routed to its model, or two through a pivot): the menus follow /languages.
+  const model = models.models.find((m) => m.target_languages) || models.models[0];
   state.languages = languages;
   state.targets = model.target_languages.length ? model.target_languages : [model.target_language].filter(Boolean);
-  state.defaultTarget = model.target_language;
-  state.canAlign = model.alignment;
-  state.confidence = model.confidence;
+  state.defaultTarget = models.models.length === 1 ? model.target_language : null;
+  state.canAlign = models.models.some((m) => m.alignment);
+  state.confidence = models.models.some((m) => m.confidence);
   $("alignment-note").hidden = !state.canAlign;
   $("confidence-note").hidden = !state.confidence;
   try {  // /detect answers where the server has a language identifier (mtkit[langid])

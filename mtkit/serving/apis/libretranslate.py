@@ -15,12 +15,17 @@ def texts_of(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else value
 
 
-async def libretranslate(service: Service, request, body) -> dict[str, Any]:
+async def libretranslate(fleet, request, body) -> dict[str, Any]:
     """LibreTranslate's /translate: q (one text or a list) in, translatedText (and alternatives) out;
-    `body` is the validated request."""
-    source = None if body.source == "auto" else body.source
+    `body` is the validated request; fleet: the server's models (mtkit.serving.fleet)."""
+    given = None if body.source == "auto" else body.source
+    async with fleet.route(given, body.target, texts_of(body.q)) as (service, source, target):
+        return await _translated(service, request, body, source, target)
+
+
+async def _translated(service: Service, request, body, source: str | None, target: str | None) -> dict[str, Any]:
     check_source(service, source)
-    service.framing(source, body.target)  # an unknown language: 400 before anything else
+    service.framing(source, target)  # an unknown language: 400 before anything else
     if body.format not in ("text", "html"):
         raise RequestError(400, f"format {body.format}: must be text or html")
     if body.format == "html" and body.alternatives:
@@ -35,9 +40,9 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
         options = default
     scores = None
     if body.format == "html":
-        results = await service.run_markup(request, texts_of(body.q), options, "html", body.target)
+        results = await service.run_markup(request, texts_of(body.q), options, "html", target, source=source)
     else:
-        results, scores = await service.run(request, texts_of(body.q), options, target=body.target, source=source)
+        results, scores = await service.run(request, texts_of(body.q), options, target=target, source=source)
     if body.alternatives:
         best = [[h["text"] for h in hyps] or [""] for hyps in results]
         texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
@@ -48,7 +53,7 @@ async def libretranslate(service: Service, request, body) -> dict[str, Any]:
         answer["alternatives"] = alternatives[0] if isinstance(body.q, str) else alternatives
     if scores is not None:  # serve --confidence
         answer["confidence"] = scores[0] if isinstance(body.q, str) else scores
-    if body.source == "auto":  # translated all the same: this server has one source language
+    if body.source == "auto":  # (several models: the request was routed by its texts' language together)
         detected = detect_languages(texts_of(body.q))
         answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected
     return answer
@@ -117,17 +122,18 @@ async def libretranslate_fields(request) -> dict[str, Any]:
     return data
 
 
-def frontend_settings(service: Service, keys_required: bool) -> dict[str, Any]:
+def frontend_settings(fleet, keys_required: bool) -> dict[str, Any]:
     """LibreTranslate's /frontend/settings: its clients read the limits, the default languages and
     the file types /translate_file takes (none where the documents extra is not installed; PDF where
     PyMuPDF is; not CSV, whose column a LibreTranslate client cannot name)."""
     from mtkit.serving.files import document_formats
 
     formats = document_formats()
-    source = service.info.source_language or "auto"
-    target = service.info.target_language or next(iter(service.languages.targets()), "")
+    info = fleet.slots[0].info
+    source = (info.source_language if not fleet.several else None) or "auto"
+    target = info.target_language or next(iter(fleet.languages.targets()), "")
     return {
-        "charLimit": service.cfg.max_chars,
+        "charLimit": fleet.cfg.max_chars,
         "frontendTimeout": 500,
         "apiKeys": keys_required,
         "keyRequired": keys_required,

@@ -11,8 +11,8 @@ import re
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.serving.apis.libretranslate import LANGUAGE_NAMES, libretranslate_fields
 from mtkit.serving.files import Detached, DocumentJobs, document_formats, file_response, translate_upload
-from mtkit.serving.libretranslate import LANGUAGE_NAMES, libretranslate_fields
 from mtkit.serving.service import RequestError, Service
 from mtkit.serving.terms import GlossaryStore, TermsError, parse_entries
 
@@ -89,22 +89,23 @@ def check_options(fields: dict[str, Any], target: str) -> tuple[bool, str | None
     return split != "0", tags
 
 
-def target_languages(service: Service) -> list[dict[str, Any]]:
+def target_languages(languages) -> list[dict[str, Any]]:
     out = []
-    for lang in service.languages.targets():
+    for lang in languages.targets():
         for code in VARIANTS.get(deepl_code(lang).lower(), [deepl_code(lang)]):
             name = VARIANT_NAMES.get(code, LANGUAGE_NAMES.get(code.lower(), code))
             out.append({"language": code, "name": name, "supports_formality": False})
     return out
 
 
-def source_languages(service: Service) -> list[dict[str, Any]]:
-    codes = dict.fromkeys(deepl_code(lang) for lang in service.languages.sources() if lang)
+def source_languages(languages) -> list[dict[str, Any]]:
+    codes = dict.fromkeys(deepl_code(lang) for lang in languages.sources() if lang)
     return [{"language": code, "name": LANGUAGE_NAMES.get(code.lower(), code)} for code in codes]
 
 
-def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glossaries: GlossaryStore, workers):
-    """DeepL's routes on a FastAPI app; admit(request, key) checks a key and its limits and gives its ApiKey."""
+def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: GlossaryStore, workers):
+    """DeepL's routes on a FastAPI app, on the server's models (mtkit.serving.fleet); admit(request, key)
+    checks a key and its limits and gives its ApiKey."""
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
 
@@ -120,9 +121,9 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
             raise
 
     def pairs() -> set[tuple[str, str]]:
-        return {(deepl_code(s).lower(), deepl_code(t).lower()) for s, t in service.languages.directions() if s and t}
+        return {(deepl_code(s).lower(), deepl_code(t).lower()) for s, t in fleet.languages.directions() if s and t}
 
-    def glossary_of(fields: dict[str, Any], owner: str | None, source: str | None, target: str):
+    def glossary_of(service: Service, fields: dict[str, Any], owner: str | None, source: str | None, target: str):
         glossary_id = fields.get("glossary_id")
         if not glossary_id:
             return None
@@ -135,7 +136,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
             built[stored.glossary_id] = service.terms.stored(stored.entries)
         return built[stored.glossary_id]
 
-    def detected(source: str | None, text: str) -> str:
+    def detected(service: Service, source: str | None, text: str) -> str:
         if source or service.info.source_language:
             return deepl_code(source or service.info.source_language)
         try:
@@ -159,18 +160,18 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
         fields = await fields_of(request)
         key = authorized(request, fields)
         texts, target = texts_of(fields), model_language(fields, "target_lang", required=True)
-        source = model_language(fields, "source_lang")
         split, tags = check_options(fields, target)
-        service.framing(source, target)
-        glossary = glossary_of(fields, key and key.name, source, target)
-        options = service.defaults()
-        if tags:
-            kept = tag_list(fields.get("ignore_tags"))
-            work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept)  # noqa: E731
-        else:
-            work = lambda: _first(service.run(request, texts, options, split, target, source, glossary))  # noqa: E731
-        translated = await charged(key, sum(map(len, texts)), work)
-        return {"translations": [{"detected_source_language": detected(source, text), "text": out,
+        async with fleet.route(model_language(fields, "source_lang"), target, texts) as (service, source, target):
+            service.framing(source, target)
+            glossary = glossary_of(service, fields, key and key.name, source, target)
+            options = service.defaults()
+            if tags:
+                kept = tag_list(fields.get("ignore_tags"))
+                work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept, source)  # noqa: E731
+            else:
+                work = lambda: _first(service.run(request, texts, options, split, target, source, glossary))  # noqa: E731
+            translated = await charged(key, sum(map(len, texts)), work)
+        return {"translations": [{"detected_source_language": detected(service, source, text), "text": out,
                                   "billed_characters": len(text)} for text, out in zip(texts, translated)]}  # fmt: skip
 
     @app.api_route("/v2/languages", methods=["GET", "POST"])
@@ -180,7 +181,7 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
         kind = fields.get("type", "source")
         if kind not in ("source", "target"):
             raise RequestError(400, f"Value for 'type' not supported: {kind}.")
-        return target_languages(service) if kind == "target" else source_languages(service)
+        return target_languages(fleet.languages) if kind == "target" else source_languages(fleet.languages)
 
     @app.api_route("/v2/usage", methods=["GET", "POST"])
     async def usage(request: Request):
@@ -254,7 +255,9 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
             raise RequestError(400, "Parameter 'file' not specified.")
         target, source = model_language(fields, "target_lang", True), model_language(fields, "source_lang")
         check_options(fields, target)
-        service.framing(source, target)
+        async with fleet.route(source, target, ()) as (service, source, target):
+            service.framing(source, target)
+            glossary = glossary_of(service, fields, key and key.name, source, target)
         name = safe_name(fields.get("filename") or upload.filename or "")
         formats = document_formats()
         if formats is None:
@@ -265,11 +268,13 @@ def add_deepl_routes(app, service: Service, admit, gate, jobs: DocumentJobs, glo
                 raise MtkitError(f"output_format {fields['output_format']}: a .{fmt} file translates into a .{fmt}")
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
-        glossary, data = glossary_of(fields, key and key.name, source, target), await upload.read()
+        data = await upload.read()
         gate.charge(key, 1, count=False)  # a key whose quota is used up: 456 now
 
         async def work() -> tuple[bytes, int]:
-            translated, characters = await translate_upload(service, Detached(), data, name, target, workers, glossary)
+            async with fleet.route(source, target, ()) as (service, _, _):
+                translated, characters = await translate_upload(service, Detached(), data, name, target, workers,
+                                                                glossary, source=source)  # fmt: skip
             gate.charge(key, characters, check=False)  # the document's characters, once they are known
             return translated, characters
 

@@ -1,0 +1,311 @@
+"""The models behind one server (`mtkit serve -m A -m B ...`): each request's languages routed to a
+model that translates them, or through a pivot language to two (mtkit.serving.routes.Pivot), and the
+models loaded on first use within --max-loaded (the least recently used idle one unloaded first).
+
+A model's languages are read from its file when the server starts; the model itself (its engine
+thread or processes, mtkit.serving.service) is loaded in a thread of its own, so that a load never
+stalls the requests of models already loaded. A request waits for its models within --load-timeout;
+a model in use is never unloaded (the requests in flight finish; a request that needs it next loads
+it again). A model that fails to load is named in /ready, /v1/models and its requests' errors, and the
+others serve on. A request starts loading only when room for all its models can be made at once, so
+two requests never each hold one model of the two the other needs."""
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from mtkit.core.console import warn
+from mtkit.core.errors import MtkitError
+from mtkit.serving.metrics import Metrics
+from mtkit.serving.routes import Pivot, Reachable, RequestError, described
+from mtkit.serving.service import Service
+from mtkit.serving.settings import Languages, ModelInfo, ServeConfig
+
+STATES = ("unloaded", "loading", "loaded", "unloading", "failed")
+DETECTED_CHARS = 2000  # of a request's texts, for language identification
+
+
+@dataclass(eq=False)
+class Slot:
+    """A model the server serves: what its file said when the server started (its information and
+    languages; an error where it could not be read) and its Service while loaded."""
+
+    name: str
+    info: ModelInfo | None
+    languages: Languages | None
+    build: Callable[[Metrics], Service]
+    error: str | None = None
+    state: str = "unloaded"
+    service: Service | None = None
+    in_use: int = 0  # requests holding it (or waiting for it, having started its load)
+    last_used: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.error is not None:
+            self.state = "failed"
+
+
+class Fleet:
+    def __init__(
+        self,
+        slots: list[Slot],
+        cfg: ServeConfig,
+        pivot: str = "en",
+        max_loaded: int = 0,
+        load_timeout_s: float = 300.0,
+        metrics: Metrics | None = None,
+    ):
+        """max_loaded: models loaded at once at most (0: all); metrics: the server's (default: made here,
+        over the loaded models' queues and engines)."""
+        if not any(slot.error is None for slot in slots):
+            raise MtkitError(f"no model could be read: {'; '.join(f'{s.name}: {s.error}' for s in slots)}")
+        self.slots, self.cfg, self.pivot = slots, cfg, pivot
+        self.max_loaded = max_loaded or len(slots)
+        self.load_timeout_s, self.several = load_timeout_s, len(slots) > 1
+        self.metrics = metrics or Metrics(
+            lambda: sum(s.batcher.depth for s in self._services()),
+            lambda: sum(s.engines_running() for s in self._services()),
+            lambda: sum(s.engines_ready() for s in self._services()),
+        )
+        self._watch(self.metrics.registry)
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._preloading: list[Slot] = []
+        self._stopping = False
+
+    @classmethod
+    def single(cls, service: Service) -> "Fleet":
+        """A server of one model, made already (loaded and warmed up when the server starts)."""
+        slot = Slot(service.info.name, service.info, service.languages, lambda metrics: service)
+        return cls([slot], service.cfg, metrics=service.metrics)
+
+    def _services(self) -> list[Service]:
+        return [slot.service for slot in self.slots if slot.service is not None]
+
+    def _watch(self, registry) -> None:
+        import prometheus_client as prom
+
+        state = prom.Gauge("mtkit_model_state", "Each model's state (1: the one it is in).", ["model", "state"],
+                           registry=registry)  # fmt: skip
+        for slot in self.slots:
+            for name in STATES:
+                state.labels(slot.name, name).set_function(lambda slot=slot, name=name: float(slot.state == name))
+        self.loads = prom.Counter("mtkit_model_loads", "Models loaded, by model.", ["model"], registry=registry)
+        self.unloads = prom.Counter("mtkit_model_unloads", "Models unloaded, by model.", ["model"], registry=registry)
+        self.load_seconds = prom.Histogram(
+            "mtkit_model_load_seconds", "Time to load a model and translate its warm-up sentence.",
+            buckets=[0.25 * 2**i for i in range(12)], registry=registry,
+        )  # fmt: skip
+
+    # Starting and stopping
+
+    def start(self) -> None:
+        """Load the first --max-loaded models (every one by default); /ready waits for them."""
+        self._preloading = [slot for slot in self.slots if slot.state == "unloaded"][: self.max_loaded]
+        for slot in self._preloading:
+            self._begin_load(slot)
+
+    def stop(self) -> None:
+        self._stopping = True
+        for slot in self.slots:
+            if slot.service is not None:
+                slot.service.batcher.stop()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _begin_load(self, slot: Slot) -> None:
+        slot.state = "loading"
+        task = asyncio.get_running_loop().create_task(self._load(slot))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load(self, slot: Slot) -> None:
+        started, service = time.monotonic(), None
+        try:
+            service = await asyncio.to_thread(slot.build, self.metrics)
+            await asyncio.to_thread(service.batcher.start)
+            await asyncio.wrap_future(service.warm_up())
+        except Exception as err:  # noqa: BLE001 - any failure of one model is that model's, named
+            slot.state, slot.error = "failed", f"{type(err).__name__}: {err}" if not str(err) else str(err)
+            warn(
+                f"model {slot.name} could not be loaded: {slot.error}" + ("; the others serve" if self.several else "")
+            )
+            if service is not None:
+                await asyncio.to_thread(service.batcher.stop)
+        else:
+            slot.service, slot.state = service, "loaded"
+            self.loads.labels(slot.name).inc()
+            self.load_seconds.observe(time.monotonic() - started)
+            if self._stopping:
+                service.batcher.stop()
+        self._notify()
+
+    def _begin_unload(self, slot: Slot) -> None:
+        slot.state = "unloading"
+
+        async def unload() -> None:
+            service, slot.service = slot.service, None
+            await asyncio.to_thread(service.batcher.stop)  # its engine thread or processes end
+            slot.state = "unloaded"
+            self.unloads.labels(slot.name).inc()
+            self._notify()
+
+        task = asyncio.get_running_loop().create_task(unload())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # Routing
+
+    @asynccontextmanager
+    async def route(self, source: str | None, target: str | None, texts: Sequence[str] = ()):
+        """What translates a request from source into target (None: the server's default, or with
+        several models the language the texts are in): (its service or pivot, source, target), its
+        models loaded and held until the request is done."""
+        source, target, slots = self.plan(source, target, texts)
+        await self._acquire(slots)
+        try:
+            services = [slot.service for slot in slots]
+            yield (services[0] if len(slots) == 1 else Pivot(*services, self.pivot)), source, target
+        finally:
+            for slot in slots:
+                slot.in_use -= 1
+                slot.last_used = time.monotonic()
+            self._notify()
+
+    def plan(self, source: str | None, target: str | None, texts: Sequence[str]) -> tuple[Any, Any, list[Slot]]:
+        """The request's languages and the models that translate it: one, or two through the pivot."""
+        if not self.several:
+            return source, target, self.slots
+        source = source or self.detect(texts)
+        if target is None:
+            reachable = sorted({t for s, t in self.languages.directions() if s == source})
+            if len(reachable) != 1:
+                raise RequestError(400, f"target: give one of {', '.join(reachable) or 'none (see /languages)'}")
+            target = reachable[0]
+        if source == target:
+            raise RequestError(400, f"source and target are both {source}")
+        if direct := self._covering(source, target):
+            return source, target, [direct]
+        first, second = self._covering(source, self.pivot), self._covering(self.pivot, target)
+        if first and second and self.pivot not in (source, target):
+            return source, target, [first, second]
+        raise RequestError(
+            400, f"{source}->{target}: no model translates it, directly or through {self.pivot} (see /languages)"
+        )
+
+    def _covering(self, source: str, target: str) -> Slot | None:
+        """A model that translates source into target: a loaded one first, one that failed last."""
+        found = [slot for slot in self.slots if slot.languages is not None and slot.languages.covers(source, target)]
+        return min(found, key=lambda slot: (slot.state == "failed", slot.state != "loaded"), default=None)
+
+    def detect(self, texts: Sequence[str]) -> str:
+        """The texts' language, among those the server translates from."""
+        sources = self.languages.sources()
+        if len(sources) == 1:
+            return sources[0]
+        text = " ".join(texts)[:DETECTED_CHARS].strip()
+        from mtkit.text.langid import identify, require_langid
+
+        try:
+            require_langid("source auto")
+        except MtkitError as err:
+            raise RequestError(400, f"source: give one of {', '.join(sources)} ({err})") from None
+        if not text:
+            raise RequestError(400, f"source: give one of {', '.join(sources)} (no text to identify its language)")
+        try:
+            return identify(text, tuple(sources))[0]
+        except (ValueError, KeyError):  # a code py3langid does not know: among all it knows
+            return identify(text)[0]
+
+    async def _acquire(self, slots: list[Slot]) -> None:
+        """Wait until every one of the slots is loaded (starting their loads when room for all of them can
+        be made), then hold them; 503 if one fails or the wait passes --load-timeout."""
+        if len(slots) > self.max_loaded:
+            raise RequestError(
+                503, f"this pair needs {len(slots)} models loaded at once: --max-loaded is {self.max_loaded}"
+            )
+        deadline, reserved = time.monotonic() + self.load_timeout_s, False
+        try:
+            while True:
+                if failed := [slot for slot in slots if slot.state == "failed"]:
+                    raise RequestError(503, f"model {failed[0].name} could not be loaded: {failed[0].error}")
+                if all(slot.state == "loaded" for slot in slots):
+                    break
+                if not reserved and self._room_for(slots):
+                    for slot in slots:
+                        slot.in_use += 1
+                        if slot.state == "unloaded":
+                            self._begin_load(slot)
+                    reserved = True
+                changed, remaining = self._changed, deadline - time.monotonic()
+                if remaining <= 0:
+                    names = ", ".join(slot.name for slot in slots if slot.state != "loaded")
+                    raise RequestError(
+                        503, f"model {names} is not loaded yet (--load-timeout); retry", {"Retry-After": "5"}
+                    )
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except TimeoutError:
+                    pass
+        except BaseException:
+            if reserved:
+                for slot in slots:
+                    slot.in_use -= 1
+                self._notify()
+            raise
+        for slot in slots:
+            slot.in_use += 0 if reserved else 1
+            slot.last_used = time.monotonic()
+
+    def _room_for(self, slots: list[Slot]) -> bool:
+        """Whether the slots' loads can start now; where idle models must go first, their unloading
+        starts (the slots' loads wait for it: a model's memory is given back before another's is taken)."""
+        if any(slot.state == "unloading" for slot in slots):
+            return False
+        needed = sum(slot.state == "unloaded" for slot in slots)
+        free = self.max_loaded - sum(slot.state in ("loading", "loaded", "unloading") for slot in self.slots)
+        if needed <= free:
+            return True
+        idle = [s for s in self.slots if s.state == "loaded" and s.in_use == 0 and s not in slots]
+        if free + len(idle) >= needed:
+            for slot in sorted(idle, key=lambda s: s.last_used)[: needed - free]:
+                self._begin_unload(slot)
+        return False
+
+    # What the server says of its models
+
+    @property
+    def languages(self):
+        """Languages' listing: one model's own, or every pair the models reach (Reachable)."""
+        return Reachable(self) if self.several else self.slots[0].languages
+
+    def unready(self) -> str | None:
+        """Why /ready is 503 (None: ready)."""
+        if not self.several:
+            slot = self.slots[0]
+            if slot.state == "failed":
+                return f"the model could not be loaded: {slot.error}"
+            if slot.service is None or not slot.service.ready:
+                return "warming up"
+        if loading := [slot.name for slot in self._preloading if slot.state == "loading"]:
+            return f"loading {', '.join(loading)}"
+        for slot in self.slots:
+            if slot.service is not None and not slot.service.engines_ready():
+                running = slot.service.engines_running()
+                why = (
+                    f"{running} starting" if running else "every engine replica has stopped (the server's log says why)"
+                )
+                return f"no engine is ready: {why}" + (f" (model {slot.name})" if self.several else "")
+        return None
+
+    def states(self) -> dict[str, str]:
+        return {slot.name: slot.state for slot in self.slots}
+
+    def models(self) -> list[dict[str, Any]]:
+        """/v1/models: each model with its languages and state, and where loaded its details."""
+        return [described(slot) for slot in self.slots]

@@ -1,0 +1,213 @@
+"""What a request is translated by: one model's service (mtkit.serving.service), or two of them one
+after the other through a pivot language (Pivot: de -> en -> fr where no model translates de -> fr).
+Both translate markup the same way (Runs: segments with word alignments, the markup put back)."""
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from mtkit.core.errors import MtkitError
+from mtkit.serving.engine import Options
+from mtkit.serving.settings import LanguageError, ModelInfo, aligns
+from mtkit.text.markup import FORMATS
+from mtkit.text.markup_placement import (
+    assemble,
+    markup_segments,
+    parse_alignment,
+    pending_texts,
+    rejoined,
+    sentences_of,
+)
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+class Runs:
+    """Markup translated through a route's run(): its segments, sentence by sentence where asked, each
+    with its word alignment, and the markup put back around the aligned words
+    (mtkit.text.markup_placement). A route has run, can_align, cfg, check_chars and sentence_splitter."""
+
+    async def run_markup(
+        self,
+        request,
+        texts: Sequence[str],
+        options: Options,
+        fmt: str,
+        target: str | None = None,
+        split_sentences: bool | None = None,
+        glossary: Any = None,
+        kept: frozenset[str] = frozenset(),
+        source: str | None = None,
+    ) -> list[str]:
+        """Texts of markup (fmt html or xml), a string per text; kept: more elements whose text is not
+        translated."""
+        if fmt not in FORMATS:
+            raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
+        if fmt == "text":
+            return (await self.run(request, texts, options, split_sentences, target, source, glossary))[0]
+        if options.nbest > 1 or options.alignment:
+            raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
+        if not self.can_align:
+            needs = "--engine pytorch and a model without target tags or language tokens"
+            raise RequestError(422, f"format {fmt} needs {needs}")
+        self.check_chars(texts)
+        split = self.cfg.split_sentences if split_sentences is None else split_sentences
+        try:
+            documents = markup_segments(texts, fmt, lambda i: f"text {i}", kept)
+        except MtkitError as err:
+            raise RequestError(400, str(err)) from None
+        cut = sentences_of(pending_texts(documents), self.sentence_splitter().split if split else lambda t: [t])
+        sentences = [s for parts in cut for s in parts]
+        translated = await self.run_aligned(request, sentences, options, target, glossary, source)
+        return assemble(documents, rejoined(cut, translated))
+
+    async def run_aligned(
+        self,
+        request,
+        sentences: list[str],
+        options: Options,
+        target: str | None = None,
+        glossary: Any = None,
+        source: str | None = None,
+    ) -> list[tuple[str, list[tuple[int, int]]]]:
+        """Each sentence's translation with its word alignment (one piece each)."""
+        if not sentences:
+            return []
+        options = replace(options, alignment=True, confidence=False)
+        answers = (await self.run(request, sentences, options, False, target, source, glossary))[0]
+        return [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
+
+
+class Pivot(Runs):
+    """Two services one after the other: the first's best translation into the pivot language is the
+    second's source, as `mtkit translate -m A --then B` does (each leg cuts its own text into
+    sentences). The n-best are the second's; an alignment is the two composed; a confidence the
+    product of both legs'. A glossary is refused: its source terms are not in the second leg's
+    source language."""
+
+    def __init__(self, first, second, pivot: str):
+        self.first, self.second, self.pivot = first, second, pivot
+        self.cfg, self.languages = first.cfg, first.languages
+        source, target = first.info.source_language, second.info.target_language
+        self.info = ModelInfo(f"{first.info.name}+{second.info.name}", second.info.path, second.info.engine,
+                              source, target, {"src_lang": source, "tgt_lang": target})  # fmt: skip
+
+    @property
+    def can_align(self) -> bool:
+        return self.first.can_align and self.second.can_align
+
+    @property
+    def terms(self):
+        raise RequestError(422, f"glossary: not for a pair translated through {self.pivot} (two models)")
+
+    def check_chars(self, texts: Sequence[str]) -> None:
+        self.first.check_chars(texts)
+
+    def sentence_splitter(self):
+        return self.first.sentence_splitter()
+
+    def segmenter(self, split_sentences: bool):
+        return self.first.segmenter(split_sentences)
+
+    def defaults(self) -> Options:
+        return self.second.defaults()
+
+    def options(self, beam, nbest, lenpen, alignment: bool, confidence: bool | None = None) -> Options:
+        self.first.options(beam, 1, lenpen, alignment, confidence)
+        return self.second.options(beam, nbest, lenpen, alignment, confidence)
+
+    def framing(self, source: str | None, target: str | None):
+        self.first.framing(source, self.pivot)
+        return self.second.framing(self.pivot, target)
+
+    async def run(
+        self,
+        request,
+        texts: Sequence[str],
+        options: Options,
+        split_sentences: bool | None = None,
+        target: str | None = None,
+        source: str | None = None,
+        glossary: Any = None,
+        checked: bool = True,
+    ) -> tuple[list[Any], list[float] | None]:
+        """Each text's answer, as Service.run gives it, through both legs."""
+        if glossary:
+            self.terms  # noqa: B018 - refuses
+        first = replace(options, nbest=1)
+        middle, first_scores = await self.first.run(request, texts, first, split_sentences, self.pivot, source,
+                                                     checked=checked)  # fmt: skip
+        sentences = request.state.sentences
+        pivoted = [(m[0]["text"] if m else "") for m in middle] if options.alignment else middle
+        answers, scores = await self.second.run(request, pivoted, options, split_sentences, target, self.pivot,
+                                                checked=False)  # fmt: skip
+        request.state.sentences += sentences
+        if options.alignment:
+            for before, after in zip(middle, answers):
+                for hypothesis in after:
+                    hypothesis["alignment"] = composed(before[0]["alignment"], hypothesis["alignment"])
+        if scores is not None and first_scores is not None:
+            scores = [a * b for a, b in zip(first_scores, scores)]
+        return answers, scores
+
+
+def composed(first: str, second: str) -> str:
+    """Two Pharaoh alignments one after the other: source word i goes with target word k where i goes
+    with a pivot word j that goes with k."""
+    after: dict[int, set[int]] = {}
+    for j, k in parse_alignment(second):
+        after.setdefault(j, set()).add(k)
+    pairs = {(i, k) for i, j in parse_alignment(first) for k in after.get(j, ())}
+    return " ".join(f"{i}-{k}" for i, k in sorted(pairs))
+
+
+class Reachable:
+    """The languages of a server of several models: each pair a model translates, and each pair two
+    translate through the pivot language."""
+
+    def __init__(self, fleet):
+        direct = {tuple(d) for s in fleet.slots if s.languages is not None for d in s.languages.directions()}
+        direct = {(s, t) for s, t in direct if s and t}
+        pivot = fleet.pivot
+        through = {(s, t) for s, p in direct if p == pivot for p2, t in direct if p2 == pivot and t != s}
+        self.pairs = sorted(direct | through)
+
+    def directions(self) -> list[list[str]]:
+        return [list(pair) for pair in self.pairs]
+
+    def sources(self) -> list[str]:
+        return sorted({s for s, _ in self.pairs})
+
+    def targets(self) -> list[str]:
+        return sorted({t for _, t in self.pairs})
+
+    def check_source(self, source: str | None) -> None:
+        if source is not None and source not in self.sources():
+            raise LanguageError(f"source {source}: this server translates from {', '.join(self.sources())}")
+
+
+def described(slot) -> dict[str, Any]:
+    """A model as /v1/models describes it: its languages and state (its error where it failed), and
+    while loaded its engine, vocabularies, checksum and defaults."""
+    info, languages = slot.service.info if slot.service else slot.info, slot.languages
+    entry: dict[str, Any] = {"id": slot.name, "state": slot.state}
+    if slot.error:
+        entry["error"] = slot.error
+    if info is not None and languages is not None:
+        entry |= {"engine": info.engine, "source_language": info.source_language,
+                  "target_language": info.target_language, "target_languages": languages.targets(),
+                  "directions": languages.directions(), "alignment": aligns(info)}  # fmt: skip
+    if (service := slot.service) is not None:
+        default = service.defaults()
+        entry |= {
+            "source_vocab_size": service.src_tokenizer.vocab_size,
+            "target_vocab_size": service.tgt_tokenizer.vocab_size,
+            "sha256": service.checksum,
+            "defaults": {"beam": default.beam, "lenpen": default.lenpen, "nbest": 1},
+            "confidence": default.confidence,
+        }
+    return entry

@@ -1,0 +1,209 @@
+"""The models behind one server (mtkit.serving.fleet), with stand-in services: routing by language and
+through the pivot, loading on first use within --max-loaded, the least recently used idle model
+unloaded, a model in use never, a model that fails named while the others serve, and no two requests
+each holding a model the other waits for."""
+
+import asyncio
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from mtkit.serving.fleet import Fleet, Slot  # noqa: E402
+from mtkit.serving.routes import Pivot, RequestError, described  # noqa: E402
+from mtkit.serving.settings import Languages, ModelInfo, ServeConfig  # noqa: E402
+
+
+class Batcher:
+    def __init__(self, log: list, name: str):
+        self.log, self.name, self.depth = log, name, 0
+
+    def start(self) -> None:
+        self.log.append(("start", self.name))
+
+    def stop(self) -> None:
+        self.log.append(("stop", self.name))
+
+
+class StandIn:
+    """What the fleet asks of a service: its batcher, a warm-up and its engines."""
+
+    def __init__(self, name: str, log: list, source: str, target: str):
+        self.name, self.batcher, self.ready = name, Batcher(log, name), True
+        self.cfg, self.languages = ServeConfig(), None
+        self.info = ModelInfo(name, Path(name), "pytorch", source, target)
+
+    def warm_up(self) -> Future:
+        done: Future = Future()
+        done.set_result(None)
+        return done
+
+    def engines_running(self) -> int:
+        return 1
+
+    def engines_ready(self) -> int:
+        return 1
+
+
+def slot(name: str, source: str, target: str, log: list, fails: str | None = None, gate=None) -> Slot:
+    def build(metrics):
+        if gate is not None:
+            assert gate.wait(60), "the test never let the model load"
+        if fails:
+            raise RuntimeError(fails)
+        return StandIn(name, log, source, target)
+
+    return Slot(name, None, Languages({}, source, target, None), build)
+
+
+def fleet_of(*slots: Slot, max_loaded: int = 0, load_timeout_s: float = 60.0) -> Fleet:
+    return Fleet(list(slots), ServeConfig(), "en", max_loaded, load_timeout_s)
+
+
+async def translated_by(fleet: Fleet, source, target, texts=()) -> tuple:
+    async with fleet.route(source, target, texts) as (service, src, tgt):
+        if isinstance(service, Pivot):
+            return (service.first.name, service.second.name), src, tgt
+        return service.name, src, tgt
+
+
+async def until(condition) -> None:
+    """Let the event loop run until the condition holds (each turn gives the loads' threads a chance)."""
+    for _ in range(100_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+        await asyncio.to_thread(lambda: None)
+    raise AssertionError("never happened")
+
+
+def test_a_pair_goes_to_its_model_and_a_pair_no_model_has_through_the_pivot():
+    log = []
+    fleet = fleet_of(slot("de-en", "de", "en", log), slot("en-fr", "en", "fr", log), slot("en-cs", "en", "cs", log))
+
+    async def main():
+        fleet.start()
+        assert await translated_by(fleet, "de", "en") == ("de-en", "de", "en")
+        assert await translated_by(fleet, "de", "fr") == (("de-en", "en-fr"), "de", "fr")
+        with pytest.raises(RequestError, match=r"^target: give one of cs, en, fr$"):
+            await translated_by(fleet, "de", None)
+        with pytest.raises(RequestError, match=r"^fr->de: no model translates it, directly or through en"):
+            await translated_by(fleet, "fr", "de")
+        with pytest.raises(RequestError, match=r"^target: give one of cs, fr$"):
+            await translated_by(fleet, "en", None)
+        fleet.stop()
+
+    asyncio.run(main())
+    assert fleet.languages.directions() == [["de", "cs"], ["de", "en"], ["de", "fr"], ["en", "cs"], ["en", "fr"]]
+
+
+def test_the_least_recently_used_idle_model_is_unloaded_and_one_in_use_never():
+    log = []
+    a, b, c = slot("a", "de", "en", log), slot("b", "en", "fr", log), slot("c", "en", "cs", log)
+    fleet = fleet_of(a, b, c, max_loaded=2)
+
+    async def main():
+        fleet.start()  # a and b load
+        await until(lambda: fleet.unready() is None)
+        assert fleet.states() == {"a": "loaded", "b": "loaded", "c": "unloaded"}
+        async with fleet.route("de", "en") as _:  # a is in use, and the least recently used
+            await translated_by(fleet, "en", "fr")  # b used after a
+            await translated_by(fleet, "en", "cs")  # room for c: b goes, a is in use
+            assert fleet.states() == {"a": "loaded", "b": "unloaded", "c": "loaded"}
+        await translated_by(fleet, "en", "fr")  # b again: c, used before a was done with, goes
+        assert fleet.states() == {"a": "loaded", "b": "loaded", "c": "unloaded"}
+        fleet.stop()
+
+    asyncio.run(main())
+    assert log.index(("stop", "b")) < log.index(("start", "c"))  # a model's memory back before another's
+    assert log[:2] == [("start", "a"), ("start", "b")] and ("stop", "a") not in log[:-3]
+
+
+def test_a_request_for_a_model_without_room_waits_for_the_one_in_use_to_finish():
+    log = []
+    fleet = fleet_of(slot("a", "de", "en", log), slot("b", "en", "fr", log), max_loaded=1)
+
+    async def main():
+        fleet.start()
+        await until(lambda: fleet.unready() is None)
+        holding = fleet.route("de", "en")
+        await holding.__aenter__()
+        waiting = asyncio.ensure_future(translated_by(fleet, "en", "fr"))
+        await until(lambda: not waiting.done() and fleet.states() == {"a": "loaded", "b": "unloaded"})
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert not waiting.done() and ("stop", "a") not in log  # the request in flight keeps its model
+        await holding.__aexit__(None, None, None)
+        assert await waiting == ("b", "en", "fr")
+        assert fleet.states() == {"a": "unloaded", "b": "loaded"}
+        with pytest.raises(RequestError, match=r"^this pair needs 2 models loaded at once: --max-loaded is 1$"):
+            await translated_by(fleet, "de", "fr")
+        fleet.stop()
+
+    asyncio.run(main())
+
+
+def test_two_pivots_that_need_all_the_room_both_finish():
+    """Each needs two of four models with room for two: neither holds one while waiting for the other's."""
+    log = []
+    slots = [slot("de-en", "de", "en", log), slot("en-fr", "en", "fr", log), slot("cs-en", "cs", "en", log),
+             slot("en-uk", "en", "uk", log)]  # fmt: skip
+    fleet = fleet_of(*slots, max_loaded=2)
+
+    async def main():
+        fleet.start()
+        answers = await asyncio.gather(*[translated_by(fleet, s, t) for s, t in [("de", "fr"), ("cs", "uk")] * 5])
+        fleet.stop()
+        return answers
+
+    answers = asyncio.run(main())
+    assert answers == [(("de-en", "en-fr"), "de", "fr"), (("cs-en", "en-uk"), "cs", "uk")] * 5
+
+
+def test_a_model_that_fails_to_load_is_named_and_the_others_serve():
+    log = []
+    fleet = fleet_of(slot("de-en", "de", "en", log), slot("en-fr", "en", "fr", log, fails="bad weights"))
+
+    async def main():
+        fleet.start()
+        await until(lambda: fleet.unready() is None)
+        assert fleet.states() == {"de-en": "loaded", "en-fr": "failed"}
+        assert await translated_by(fleet, "de", "en") == ("de-en", "de", "en")
+        with pytest.raises(RequestError, match=r"^model en-fr could not be loaded: bad weights$") as failed:
+            await translated_by(fleet, "en", "fr")
+        assert failed.value.status == 503
+        fleet.stop()
+
+    asyncio.run(main())
+    assert described(fleet.slots[1]) == {"id": "en-fr", "state": "failed", "error": "bad weights"}
+
+
+def test_a_model_still_loading_past_the_timeout_is_a_503_to_retry():
+    log, gate = [], threading.Event()
+    fleet = fleet_of(slot("de-en", "de", "en", log), slot("en-fr", "en", "fr", log, gate=gate), load_timeout_s=0.05)
+
+    async def main():
+        fleet.start()
+        with pytest.raises(RequestError, match=r"^model en-fr is not loaded yet \(--load-timeout\); retry$") as late:
+            await translated_by(fleet, "en", "fr")
+        assert late.value.status == 503 and late.value.headers == {"Retry-After": "5"}
+        assert fleet.unready() == "loading en-fr"
+        gate.set()
+        await until(lambda: fleet.unready() is None)
+        fleet.load_timeout_s = 60
+        assert await translated_by(fleet, "en", "fr") == ("en-fr", "en", "fr")
+        fleet.stop()
+
+    asyncio.run(main())
+
+
+def test_a_server_whose_every_model_is_unreadable_does_not_start():
+    from mtkit.core.errors import MtkitError
+
+    bad = [Slot("x", None, None, lambda metrics: None, error="no such file"), Slot("y", None, None, lambda m: None,
+                                                                                   error="not a model")]  # fmt: skip
+    with pytest.raises(MtkitError, match=r"^no model could be read: x: no such file; y: not a model$"):
+        fleet_of(*bad)
