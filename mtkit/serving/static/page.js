@@ -47,6 +47,7 @@ async function loadLanguages() {
   // One model, or several (each pair routed to its model, or two through a pivot): the menus follow /languages.
   const model = models.models.find((m) => m.target_languages) || models.models[0];
   state.languages = languages;
+  state.models = models.models;
   state.targets = model.target_languages.length ? model.target_languages : [model.target_language].filter(Boolean);
   state.defaultTarget = models.models.length === 1 ? model.target_language : null;
   state.canAlign = models.models.some((m) => m.alignment);
@@ -63,6 +64,17 @@ async function loadLanguages() {
   const options = (state.canDetect && sources.length > 1 ? ["auto"] : []).concat(sources);
   fill($("source"), options.length ? options : ["?"], (code) => (code === "auto" ? "detect" : nameOf(code)));
   fillTargets();
+}
+
+// Whether a pair's translation comes with word alignments: its model's, or where two translate it
+// through a pivot, every model from the source and into the target aligns.
+function alignsPair(source, target) {
+  if (state.models.length === 1) return state.models[0].alignment;
+  const has = (model, test) => (model.directions || []).some(test);
+  const direct = state.models.find((m) => m.state !== "failed" && has(m, ([s, t]) => s === source && t === target));
+  if (direct) return direct.alignment;
+  const legs = state.models.filter((m) => has(m, ([s, t]) => s === source || t === target));
+  return legs.length > 0 && legs.every((m) => m.alignment);
 }
 
 function nameOf(code) {
@@ -111,7 +123,8 @@ async function translateText() {
   try {
     let source = $("source").value;
     if (source === "auto") source = await detect($("input").value, controller.signal);
-    const body = { text: lines, target: $("target").value || undefined, alignment: state.canAlign };
+    const target = $("target").value || undefined;
+    const body = { text: lines, target, alignment: state.canAlign && alignsPair(source, target) };
     if (source && source !== "?") body.source = source;
     if ($("alternatives").checked) body.nbest = ALTERNATIVES;
     const glossary = glossaryPairs();
