@@ -110,6 +110,14 @@ def test_every_pair_languages_lists_translates_as_offline(server, models, lines,
     assert [f"{hyps[0]['text']}\t{hyps[0]['alignment']}" for hyps in aligned.json()["translations"]] == aligned_offline(
         models, lines
     )  # the legs' alignments composed, as the offline chain composes them
+    legs, into = [], lines
+    for source, target in (("de", "en"), ("en", "fr")):
+        leg = server.post("/v1/translate", json={"text": into, "source": source, "target": target, "confidence": True})
+        legs.append(leg.json()["confidences"])
+        into = leg.json()["translations"]
+    both = server.post("/v1/translate", json={"text": lines, "source": "de", "target": "fr", "confidence": True}).json()
+    assert both["translations"] == into == expected["de", "fr"]
+    assert both["confidences"] == pytest.approx([a * b for a, b in zip(*legs)])  # from both legs
     unknown = translated(server, "fr", "de", lines)
     assert unknown.status_code == 400
     assert unknown.json() == {"error": "fr->de: no model translates it, directly or through en (see /languages)"}
