@@ -118,6 +118,8 @@ def test_every_pair_languages_lists_translates_as_offline(server, models, lines,
     both = server.post("/v1/translate", json={"text": lines, "source": "de", "target": "fr", "confidence": True}).json()
     assert both["translations"] == into == expected["de", "fr"]
     assert both["confidences"] == pytest.approx([a * b for a, b in zip(*legs)])  # from both legs
+    deepl = server.post("/v2/translate", data={"text": lines, "source_lang": "DE", "target_lang": "FR"}).json()
+    assert [entry["text"] for entry in deepl["translations"]] == expected["de", "fr"]  # DeepL's API routes alike
     unknown = translated(server, "fr", "de", lines)
     assert unknown.status_code == 400
     assert unknown.json() == {"error": "fr->de: no model translates it, directly or through en (see /languages)"}

@@ -75,6 +75,7 @@ class Fleet:
         self._tasks: set[asyncio.Task] = set()
         self._preloading: list[Slot] = []
         self._stopping = False
+        self._reachable: Reachable | None = None
 
     @classmethod
     def single(cls, service: Service) -> "Fleet":
@@ -250,7 +251,7 @@ class Fleet:
                     )
                 try:
                     await asyncio.wait_for(changed.wait(), remaining)
-                except TimeoutError:
+                except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11)
                     pass
         except BaseException:
             if reserved:
@@ -282,7 +283,11 @@ class Fleet:
     @property
     def languages(self):
         """Languages' listing: one model's own, or every pair the models reach (Reachable)."""
-        return Reachable(self) if self.several else self.slots[0].languages
+        if not self.several:
+            return self.slots[0].languages
+        if self._reachable is None:  # the models' languages are read once, when the server starts
+            self._reachable = Reachable(self)
+        return self._reachable
 
     def unready(self) -> str | None:
         """Why /ready is 503 (None: ready)."""

@@ -172,8 +172,8 @@ class Reachable:
     def __init__(self, fleet):
         direct = {tuple(d) for s in fleet.slots if s.languages is not None for d in s.languages.directions()}
         direct = {(s, t) for s, t in direct if s and t}
-        pivot = fleet.pivot
-        through = {(s, t) for s, p in direct if p == pivot for p2, t in direct if p2 == pivot and t != s}
+        into, out = {s for s, t in direct if t == fleet.pivot}, {t for s, t in direct if s == fleet.pivot}
+        through = {(s, t) for s in into for t in out if s != t}
         self.pairs = sorted(direct | through)
 
     def directions(self) -> list[list[str]]:
