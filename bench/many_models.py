@@ -8,7 +8,8 @@ clients over a mix of the six pairs against one pair alone.
 DIR/S-T/model.pt for each pair (--train trains what is missing with the Multi30k recipe's quick mode,
 as bench/pivot.py does). Each request is one test2016 sentence of its source language through
 LibreTranslate's /translate, beam 5. Runs, one after the other, each a server of its own:
-- all six loaded (--max-loaded 0): one pair (en->de) for --seconds, then the mix of six;
+- all six loaded (--max-loaded 0): one pair (en->de) for --seconds, one pair through the pivot (de->fr:
+  de-en, then en-fr), then the mix of six;
 - --max-loaded N: the mix of six (requests wait while their model loads, and push others out), then
   --cold requests in turn for models that are not loaded (each loads its model; the least recently
   used goes), against warm requests of a loaded one.
@@ -174,7 +175,9 @@ def main() -> None:
         server = Server(models, ["--max-loaded", str(loaded), *layout])
         try:
             label = "all six loaded" if loaded == 0 else f"--max-loaded {loaded}"
-            workloads = [("en->de alone", PAIRS[:1]), ("mix of six", PAIRS)] if loaded == 0 else [("mix of six", PAIRS)]
+            workloads = [("mix of six", PAIRS)]
+            if loaded == 0:
+                workloads = [("en->de alone", PAIRS[:1]), ("de->fr through en", [("de", "fr")]), *workloads]
             for name, pairs in workloads:
                 rate, latencies = load(server.port, pairs, texts, args.clients, args.seconds)
                 rows.append([label, name, f"{rate:.2f}", f"{percentile(latencies, 0.5):.2f}",

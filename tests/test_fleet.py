@@ -172,13 +172,15 @@ def test_a_model_that_fails_to_load_is_named_and_the_others_serve():
         await until(lambda: fleet.unready() is None)
         assert fleet.states() == {"de-en": "loaded", "en-fr": "failed"}
         assert await translated_by(fleet, "de", "en") == ("de-en", "de", "en")
-        with pytest.raises(RequestError, match=r"^model en-fr could not be loaded: bad weights$") as failed:
+        with pytest.raises(
+            RequestError, match=r"^model en-fr could not be loaded: RuntimeError: bad weights$"
+        ) as failed:
             await translated_by(fleet, "en", "fr")
         assert failed.value.status == 503
         fleet.stop()
 
     asyncio.run(main())
-    assert described(fleet.slots[1]) == {"id": "en-fr", "state": "failed", "error": "bad weights"}
+    assert described(fleet.slots[1]) == {"id": "en-fr", "state": "failed", "error": "RuntimeError: bad weights"}
 
 
 def test_a_model_still_loading_past_the_timeout_is_a_503_to_retry():

@@ -132,7 +132,10 @@ class Fleet:
             await asyncio.to_thread(service.batcher.start)
             await asyncio.wrap_future(service.warm_up())
         except Exception as err:  # noqa: BLE001 - any failure of one model is that model's, named
-            slot.state, slot.error = "failed", f"{type(err).__name__}: {err}" if not str(err) else str(err)
+            slot.state, slot.error = (
+                "failed",
+                str(err) if isinstance(err, MtkitError) else f"{type(err).__name__}: {err}",
+            )
             warn(
                 f"model {slot.name} could not be loaded: {slot.error}" + ("; the others serve" if self.several else "")
             )

@@ -101,8 +101,11 @@ class Pivot(Runs):
         return self.first.can_align and self.second.can_align
 
     @property
-    def terms(self):
-        raise RequestError(422, f"glossary: not for a pair translated through {self.pivot} (two models)")
+    def terms(self):  # what a stored glossary (DeepL's) is built with
+        raise self._glossary_refused()
+
+    def _glossary_refused(self) -> RequestError:
+        return RequestError(422, f"glossary: not for a pair translated through {self.pivot} (two models)")
 
     def check_chars(self, texts: Sequence[str]) -> None:
         self.first.check_chars(texts)
@@ -137,15 +140,15 @@ class Pivot(Runs):
     ) -> tuple[list[Any], list[float] | None]:
         """Each text's answer, as Service.run gives it, through both legs."""
         if glossary:
-            self.terms  # noqa: B018 - refuses
+            raise self._glossary_refused()
         first = replace(options, nbest=1)
         middle, first_scores = await self.first.run(request, texts, first, split_sentences, self.pivot, source,
                                                      checked=checked)  # fmt: skip
-        sentences = request.state.sentences
+        sentences, long = request.state.sentences, request.state.long  # the log line's: the request's texts
         pivoted = [(m[0]["text"] if m else "") for m in middle] if options.alignment else middle
         answers, scores = await self.second.run(request, pivoted, options, split_sentences, target, self.pivot,
                                                 checked=False)  # fmt: skip
-        request.state.sentences += sentences
+        request.state.sentences, request.state.long = request.state.sentences + sentences, long
         if options.alignment:
             for before, after in zip(middle, answers):
                 for hypothesis in after:
