@@ -4,6 +4,7 @@ engine it translates with made, its service built (mtkit.serving.service); and f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +31,14 @@ class Loading:
     calibration: Path | None = None
     glossary: Path | None = None
     case_sensitive_terms: bool = False
+    each_beam: bool = False  # cfg's beam replaced by each model's default (no --beam with several models)
 
 
 def service_for(loading: Loading, model: Path, src_lang: str | None, tgt_lang: str | None, metrics=None):
     """The Service of a model (metrics: the server's, where it serves several); bad models fail here."""
     from mtkit.serving.service import Service
 
-    make, tokenizers, info = read_model(loading, model, src_lang, tgt_lang)
+    make, tokenizers, info, search = read_model(loading, model, src_lang, tgt_lang)
     calibrated = None
     if loading.engine == "pytorch":
         from mtkit.translation.confidence import calibration_for
@@ -44,21 +46,26 @@ def service_for(loading: Loading, model: Path, src_lang: str | None, tgt_lang: s
         calibrated = calibration_for(loading.calibration, info.path)
     refused = loading.engine != "pytorch" or loading.mbr is not None
     terms = server_terms(tokenizers, info, loading.glossary, loading.case_sensitive_terms, refused)
-    return Service(make, tokenizers, loading.cfg, info, loading.serve_cfg, calibrated, terms, metrics)
+    return Service(make, tokenizers, search, info, loading.serve_cfg, calibrated, terms, metrics)
 
 
 def read_model(loading: Loading, model: Path, src_lang: str | None, tgt_lang: str | None):
-    """load() with serve's options, and the model checked against them."""
+    """load() with serve's options, and the model checked against them; and its search settings."""
     from mtkit.text.targets import LANGUAGE_TOKENS
 
+    cfg = loading.cfg
+    if loading.each_beam:
+        from mtkit.cli.options import model_beam
+
+        cfg = dataclasses.replace(cfg, beam=model_beam(None, loading.engine, [model], loading.checkpoint))
     make, tokenizers, info = load(
-        loading.engine, model, loading.checkpoint, loading.cfg, loading.device, loading.precision,
+        loading.engine, model, loading.checkpoint, cfg, loading.device, loading.precision,
         loading.serve_cfg.max_batch_tokens, loading.cuda_graphs, tgt_lang, loading.engine_processes, src_lang,
         loading.mbr,
     )  # fmt: skip
     if loading.serve_cfg.confidence and info.meta.get(LANGUAGE_TOKENS):
         raise MtkitError("--confidence: not for a model with language tokens (NLLB, M2M100)")
-    return make, tokenizers, info
+    return make, tokenizers, info, cfg
 
 
 def read_models_file(path: Path) -> list[tuple[Path, str | None, str | None]]:
@@ -101,7 +108,7 @@ def slots(loading: Loading, models: list[tuple[Path, str | None, str | None]]) -
     for model, src_lang, tgt_lang in models:
         name, build = served_name(model, taken), functools.partial(service_for, loading, model, src_lang, tgt_lang)
         try:
-            _, tokenizers, info = read_model(loading, model, src_lang, tgt_lang)
+            _, tokenizers, info, _ = read_model(loading, model, src_lang, tgt_lang)
             languages = Languages(info.meta, info.source_language, info.target_language, tokenizers[0])
             if not [pair for pair in languages.directions() if all(pair)]:
                 raise MtkitError(

@@ -230,13 +230,14 @@ def serve(
     several = len(models) > 1
     if several:
         _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded, load_timeout)
-    beam = model_beam(beam, engine, [path for path, _, _ in models], checkpoint)
+    each_beam = several and beam is None  # each model's own default (a model that cannot be read fails alone)
+    beam = 5 if each_beam else model_beam(beam, engine, [models[0][0]], checkpoint)
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
     mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     if glossary is not None and cfg.beam == 1:
         raise MtkitError("--glossary needs beam search: --beam 2 or more")
     loading = Loading(engine, checkpoint, cfg, device, precision, cuda_graphs, engine_process, mbr_cfg, serve_cfg,
-                      calibration, glossary, case_sensitive_terms)  # fmt: skip
+                      calibration, glossary, case_sensitive_terms, each_beam)  # fmt: skip
     if several:
         served = Fleet(slots(loading, models), serve_cfg, pivot, max_loaded, load_timeout)
         names = ", ".join(slot.name for slot in served.slots if slot.error is None)
