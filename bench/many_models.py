@@ -3,7 +3,7 @@
 clients over a mix of the six pairs against one pair alone.
 
     python bench/many_models.py [--dir runs/pivot] [--data ../shared/data/multi30k] [--train]
-        [--max-loaded 2] [--clients 32] [--seconds 30] [--cold 8] [--layout default|in-process]
+        [--max-loaded 2] [--clients 32] [--seconds 30] [--cold 8] [--layout default|engine-processes]
 
 DIR/S-T/model.pt for each pair (--train trains what is missing with the Multi30k recipe's quick mode,
 as bench/pivot.py does). Each request is one test2016 sentence of its source language through
@@ -12,11 +12,13 @@ LibreTranslate's /translate, beam 5. Runs, one after the other, each a server of
   de-en, then en-fr), then the mix of six;
 - --max-loaded N: the mix of six (requests wait while their model loads, and push others out), then
   --cold requests in turn for models that are not loaded (each loads its model; the least recently
-  used goes), against warm requests of a loaded one.
+  used goes), against warm requests of the model just loaded, and the requests one client sends
+  meanwhile, one after another, to the model that stays loaded (what a load costs the others).
 Memory: the proportional set size (PSS: shared pages split among the processes that share them) of the
 server and its engine processes, sampled every 0.2 s: at rest once ready, and the peak over the run.
---layout in-process runs each model's engine on a thread of the server (--in-process), default is
-serve's default (here: engine processes). Needs pip install 'mtkit[serve]'.
+--layout engine-processes gives each model serve's engine processes (--engine-process: one per decoding
+thread, at most 4); default is serve's default for several models on a CPU, each model's engine on a
+thread of the server. Needs pip install 'mtkit[serve]'.
 """
 
 from __future__ import annotations
@@ -126,22 +128,44 @@ def load(port: int, pairs: list[tuple[str, str]], texts: dict[str, list[str]], c
     return len(latencies) / (time.monotonic() - started), latencies
 
 
-def cold_requests(server: Server, texts: dict[str, list[str]], count: int) -> tuple[list[float], list[float]]:
-    """Seconds of `count` requests each for a model not loaded (the pairs in turn), and of as many
-    requests for the model just loaded (warm)."""
-    cold, warm = [], []
+def cold_requests(server: Server, texts: dict[str, list[str]], count: int):
+    """Seconds of `count` requests each for a model not loaded (the pairs in turn), of as many requests
+    for the model just loaded (warm), and of the requests a client sent meanwhile, one after another,
+    to a model that stayed loaded (beside the loads)."""
+    cold, warm, beside = [], [], []
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
     names = list(server.states())
     for pair in itertools.islice(itertools.cycle(PAIRS), len(PAIRS) * 4):
+        states = server.states()
         if len(cold) == count:
             break
-        name = names[PAIRS.index(pair)]
-        if server.states()[name] != "unloaded":
+        if states[names[PAIRS.index(pair)]] != "unloaded":
             continue
+        loaded = sorted(states, key=lambda name: states[name] != "loaded")[0]
+        done, answered = threading.Event(), threading.Event()
+        neighbour = threading.Thread(target=steady, args=(server.port, PAIRS[names.index(loaded)], texts, done,
+                                                          answered, beside))  # fmt: skip
+        neighbour.start()
+        answered.wait()  # its model the most recently used: the other one goes
         cold.append(translate(connection, *pair, texts[pair[0]][len(cold)]))
+        done.set()
+        neighbour.join()
         warm.append(translate(connection, *pair, texts[pair[0]][len(cold) + 1]))
     connection.close()
-    return cold, warm
+    return cold, warm, beside
+
+
+def steady(
+    port: int, pair, texts: dict[str, list[str]], done: threading.Event, answered: threading.Event, seconds: list
+):
+    """The seconds of each request one client sends for the pair, one after another, until done (the
+    first not counted: it says the model is in use)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    translate(connection, *pair, texts[pair[0]][0])
+    answered.set()
+    while not done.is_set():
+        seconds.append(translate(connection, *pair, texts[pair[0]][1 + len(seconds) % 100]))
+    connection.close()
 
 
 def main() -> None:
@@ -153,7 +177,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--cold", type=int, default=8, help="requests that load their model")
-    parser.add_argument("--layout", choices=["default", "in-process"], default="default")
+    parser.add_argument("--layout", choices=["default", "engine-processes"], default="default")
     args = parser.parse_args()
     models = []
     for source, target in PAIRS:
@@ -165,7 +189,7 @@ def main() -> None:
         models.append(path)
     texts = {lang: (args.data / f"test2016.{lang}").read_text(encoding="utf-8").splitlines() for lang in
              ("en", "de", "fr", "cs")}  # fmt: skip
-    layout = ["--in-process"] if args.layout == "in-process" else []
+    layout = ["--engine-process"] if args.layout == "engine-processes" else []
     print(f"conditions: {conditions()}")
     print(f"six models ({args.dir}/S-T/model.pt), one test2016 sentence a request (/translate), beam 5, "
           f"{args.clients} clients x {args.seconds:g} s, layout: {args.layout}, OMP_NUM_THREADS="
@@ -183,10 +207,12 @@ def main() -> None:
                 rows.append([label, name, f"{rate:.2f}", f"{percentile(latencies, 0.5):.2f}",
                              f"{percentile(latencies, 0.95):.2f}", f"{server.at_rest:,.0f}", f"{server.peak:,.0f}"])  # fmt: skip
             if loaded:
-                cold, warm = cold_requests(server, texts, args.cold)
+                cold, warm, beside = cold_requests(server, texts, args.cold)
                 rows.append([label, f"{len(cold)} cold requests", "", f"{percentile(cold, 0.5):.2f}",
                              f"{max(cold):.2f}", "", f"{server.peak:,.0f}"])  # fmt: skip
                 rows.append([label, "the same, warm", "", f"{percentile(warm, 0.5):.2f}", f"{max(warm):.2f}", "", ""])
+                rows.append([label, f"{len(beside)} to a loaded model beside the loads", "",
+                             f"{percentile(beside, 0.5):.2f}", f"{max(beside):.2f}", "", ""])  # fmt: skip
         finally:
             server.stop()
     print_table(["server", "requests", "requests/s", "p50 s", "p95 s (cold: max)", "PSS at rest MiB",

@@ -211,7 +211,13 @@ def serve(
     _require_extra()
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port {port}: must be between 0 and 65535")
-    replicas, engine_process = _layout(replicas, engine_process, engine, device)
+    models = [(path, src_lang, tgt_lang) for path in model or []] + (
+        read_models_file(models_file) if models_file else []
+    )
+    if not models:
+        raise MtkitError("give a model: -m MODEL (repeat it for several) or --models FILE")
+    several = len(models) > 1
+    replicas, engine_process = _layout(replicas, engine_process, engine, device, several)
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
         confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase, max_file_chars,
@@ -222,12 +228,6 @@ def serve(
         raise MtkitError("--confidence needs --engine pytorch: its signals come from the model")
     rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
     rules.validate()
-    models = [(path, src_lang, tgt_lang) for path in model or []] + (
-        read_models_file(models_file) if models_file else []
-    )
-    if not models:
-        raise MtkitError("give a model: -m MODEL (repeat it for several) or --models FILE")
-    several = len(models) > 1
     if several:
         _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded, load_timeout)
     each_beam = several and beam is None  # each model's own default (a model that cannot be read fails alone)
@@ -265,16 +265,22 @@ def _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded: int, l
         raise MtkitError(f"--load-timeout {load_timeout:g}: must be more than 0 seconds")
 
 
-def _layout(replicas: int | None, engine_process: bool | None, engine: str, device: str) -> tuple[int, bool]:
+def _layout(
+    replicas: int | None, engine_process: bool | None, engine: str, device: str, several: bool = False
+) -> tuple[int, bool]:
     """How many engines, and whether in processes of their own: as asked; by default, with the PyTorch
     engine on a CPU, one per decoding thread (at most MAX_AUTO_REPLICAS; on 2 cores two single-threaded
     engines served beam 5 at 32 clients 1.3x as fast as one with both threads: docs/RESULTS.md), and
-    in processes of their own where there are several or on a GPU."""
+    in processes of their own where there are several or on a GPU. Several models on a CPU: each
+    model's engine on a thread of the server (six quick models: a fifth of the memory of two engine
+    processes each, a cold load in 0.6 s instead of 7 s, a mix of pairs as fast: docs/results/serving.md)."""
     import torch
 
     from mtkit.core.device import resolve_device
 
     on_cpu = resolve_device(device).type == "cpu"
+    if several and on_cpu and replicas is None and engine_process is None:
+        engine_process = False
     if replicas is None:
         alone = engine_process is False or engine != "pytorch" or not on_cpu
         replicas = 1 if alone else max(1, min(torch.get_num_threads(), MAX_AUTO_REPLICAS))
