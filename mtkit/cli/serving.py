@@ -273,7 +273,7 @@ def _layout(
     engines served beam 5 at 32 clients 1.3x as fast as one with both threads: docs/RESULTS.md), and
     in processes of their own where there are several or on a GPU. Several models on a CPU: each
     model's engine on a thread of the server (six quick models: a fifth of the memory of two engine
-    processes each, a cold load in 0.6 s instead of 7 s, a mix of pairs as fast: docs/results/serving.md)."""
+    processes each, a cold load in 0.5 s instead of 8 s, a mix of pairs at 0.83x: docs/results/serving.md)."""
     import torch
 
     from mtkit.core.device import resolve_device
