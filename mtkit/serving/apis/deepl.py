@@ -109,7 +109,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
 
-    built: dict[str, Any] = {}  # each stored glossary as a request's glossary, made once
+    built: dict[tuple[str, str], Any] = {}  # each stored glossary as a request's glossary, made once per model
 
     def authorized(request, fields: dict[str, Any]):
         """The request's key (None without --api-keys); 403 naming DeepL's ways of giving one."""
@@ -132,9 +132,10 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
             raise RequestError(404, "Glossary not found")
         if source is None or (stored.source_lang.lower(), stored.target_lang.lower()) != (source, target):
             raise RequestError(400, "the glossary's languages must be source_lang and target_lang")
-        if stored.glossary_id not in built:
-            built[stored.glossary_id] = service.terms.stored(stored.entries)
-        return built[stored.glossary_id]
+        made = (stored.glossary_id, service.info.name)  # in the model's own subwords
+        if made not in built:
+            built[made] = service.terms.stored(stored.entries)
+        return built[made]
 
     def detected(service: Service, source: str | None, text: str) -> str:
         if source or service.info.source_language:
@@ -240,7 +241,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         key = authorized(request, await fields_of(request))
         if not glossaries.delete(key and key.name, glossary_id):
             raise RequestError(404, "Glossary not found")
-        built.pop(glossary_id, None)
+        for made in [made for made in built if made[0] == glossary_id]:
+            del built[made]
         return Response(status_code=204)
 
     @app.post("/v2/document")
