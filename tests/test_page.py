@@ -63,9 +63,9 @@ def by_id(driver, name):
 
 
 def output_lines(driver) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [line.get_attribute("textContent") for line in driver.find_elements(By.CSS_SELECTOR, "#output .line")]
+    """The output's lines, read in one step of the page (a render between finding them and reading them
+    would leave stale elements)."""
+    return driver.execute_script("return [...document.querySelectorAll('#output .line')].map((l) => l.textContent)")
 
 
 def open_page(driver, url: str) -> None:
