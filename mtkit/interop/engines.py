@@ -9,7 +9,10 @@ from pathlib import Path
 from mtkit.core.config import default_beam
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import SearchConfig
+from mtkit.text.markup_placement import parse_alignment
 from mtkit.text.sentence_splitter import require_splitter
+from mtkit.translation.alignment import composed as compose
+from mtkit.translation.alignment import pharaoh
 from mtkit.translation.mbr import MbrConfig, MbrTranslator
 from mtkit.translation.translate import TextTranslator, Translator
 
@@ -135,14 +138,12 @@ class Chain(TextTranslator):
                 hyps, texts = zip(*(self._steps[lines[i]][index] for i in whole)) if whole else ((), ())
             else:
                 hyps, texts = [hypotheses[i] for i in whole], []
-            found = [{tuple(map(int, p.split("-"))) for p in a.split()} for a in leg.alignments(sources, list(hyps))]
-            composed = [
-                {(i, k) for i, j in before for j2, k in after if j == j2} for before, after in zip(composed, found)
-            ]
+            found = [parse_alignment(a) for a in leg.alignments(sources, list(hyps))]
+            composed = [compose(before, after) for before, after in zip(composed, found)]
             sources = list(texts)
         out = [""] * len(lines)
         for i, pairs in zip(whole, composed):
-            out[i] = " ".join(f"{a}-{b}" for a, b in sorted(pairs))
+            out[i] = pharaoh(sorted(pairs))
         return out
 
 

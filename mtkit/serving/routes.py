@@ -18,6 +18,8 @@ from mtkit.text.markup_placement import (
     rejoined,
     sentences_of,
 )
+from mtkit.translation.alignment import composed as compose
+from mtkit.translation.alignment import pharaoh
 
 
 class RequestError(Exception):
@@ -159,13 +161,8 @@ class Pivot(Runs):
 
 
 def composed(first: str, second: str) -> str:
-    """Two Pharaoh alignments one after the other: source word i goes with target word k where i goes
-    with a pivot word j that goes with k."""
-    after: dict[int, set[int]] = {}
-    for j, k in parse_alignment(second):
-        after.setdefault(j, set()).add(k)
-    pairs = {(i, k) for i, j in parse_alignment(first) for k in after.get(j, ())}
-    return " ".join(f"{i}-{k}" for i, k in sorted(pairs))
+    """Two Pharaoh alignments one after the other (mtkit.translation.alignment.composed)."""
+    return pharaoh(sorted(compose(parse_alignment(first), parse_alignment(second))))
 
 
 class Reachable:

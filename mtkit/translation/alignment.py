@@ -7,7 +7,7 @@ softmax; training and translation do not keep them. `mtkit translate --alignment
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy
@@ -139,3 +139,12 @@ def word_alignment(
 
 def pharaoh(links: Sequence[tuple[int, int]]) -> str:
     return " ".join(f"{i}-{j}" for i, j in links)
+
+
+def composed(first: Iterable[tuple[int, int]], second: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Two word alignments one after the other (through a pivot): source word i goes with target word k
+    where i goes with a pivot word j that goes with k."""
+    after: dict[int, set[int]] = {}
+    for j, k in second:
+        after.setdefault(j, set()).add(k)
+    return {(i, k) for i, j in first for k in after.get(j, ())}
