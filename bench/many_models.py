@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_MULTI30K, conditions, mtkit_command, print_table  # noqa: E402
-from pivot import train  # noqa: E402
+from pivot import models_of  # noqa: E402
 from serve_load import free_port, percentile  # noqa: E402
 
 PAIRS = [("en", "de"), ("de", "en"), ("en", "fr"), ("fr", "en"), ("en", "cs"), ("cs", "en")]
@@ -179,14 +179,7 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=8, help="requests that load their model")
     parser.add_argument("--layout", choices=["default", "engine-processes"], default="default")
     args = parser.parse_args()
-    models = []
-    for source, target in PAIRS:
-        path = args.dir / f"{source}-{target}" / "model.pt"
-        if not path.exists():
-            if not args.train:
-                sys.exit(f"{path}: no such model (give --train to train it)")
-            train(path.parent, source, target, args.data)
-        models.append(path)
+    models = list(models_of(args.dir, PAIRS, args.data, args.train).values())
     texts = {lang: (args.data / f"test2016.{lang}").read_text(encoding="utf-8").splitlines() for lang in
              ("en", "de", "fr", "cs")}  # fmt: skip
     layout = ["--engine-process"] if args.layout == "engine-processes" else []

@@ -36,6 +36,17 @@ def train(out: Path, src: str, tgt: str, data: Path) -> None:
                    stdout=subprocess.DEVNULL)  # fmt: skip
 
 
+def models_of(directory: Path, pairs, data: Path, train_missing: bool) -> dict[tuple[str, str], Path]:
+    """DIRECTORY/S-T/model.pt of each pair; one that is missing trained first (train_missing), else an exit."""
+    models = {pair: directory / f"{pair[0]}-{pair[1]}" / "model.pt" for pair in pairs}
+    for (src, tgt), path in models.items():
+        if not path.exists():
+            if not train_missing:
+                sys.exit(f"{path}: no such model (give --train to train it)")
+            train(path.parent, src, tgt, data)
+    return models
+
+
 def translated(models: list[str], source: Path, out: Path, beam: int, lenpen: float) -> float:
     """Seconds `mtkit translate` took over the source file (model loading included), written to out."""
     started = time.perf_counter()
@@ -53,12 +64,7 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--lenpen", type=float, default=1.0)
     args = parser.parse_args()
-    model = {pair: args.dir / f"{pair[0]}-{pair[1]}" / "model.pt" for pair in PAIRS}
-    for (src, tgt), path in model.items():
-        if not path.exists():
-            if not args.train:
-                sys.exit(f"{path}: no such model (give --train to train it)")
-            train(path.parent, src, tgt, args.data)
+    model = models_of(args.dir, PAIRS, args.data, args.train)
     print(f"conditions: {conditions()}")
     print(f"test2016, beam {args.beam}, lenpen {args.lenpen}; models: {args.dir}/{{de-en,en-fr,de-fr}}/model.pt\n")
     runs = {

@@ -88,8 +88,12 @@ def read_models_file(path: Path) -> list[tuple[Path, str | None, str | None]]:
 def served_name(model: Path, taken: set[str]) -> str:
     """A model's name in /v1/models and the metrics: its file's stem, or its folder's name where the file
     is a run's generic model.pt or the model is a folder; -2, -3 ... after a name already taken."""
-    name = model.parent.name if model.suffix == ".pt" and model.stem in ("model", "checkpoint_best") else model.stem
-    name = model.name if model.is_dir() else name
+    if model.is_dir():
+        name = model.name
+    elif model.suffix == ".pt" and model.stem in ("model", "checkpoint_best"):
+        name = model.parent.name
+    else:
+        name = model.stem
     unique, n = name, 1
     while unique in taken:
         n += 1

@@ -228,8 +228,10 @@ def serve(
         raise MtkitError("--confidence needs --engine pytorch: its signals come from the model")
     rules = AccessRules(KeyFile(api_keys) if api_keys else None, req_limit, private_status)
     rules.validate()
+    if load_timeout <= 0:
+        raise MtkitError(f"--load-timeout {load_timeout:g}: must be more than 0 seconds")
     if several:
-        _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded, load_timeout)
+        _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded)
     each_beam = several and beam is None  # each model's own default (a model that cannot be read fails alone)
     beam = 5 if each_beam else model_beam(beam, engine, [models[0][0]], checkpoint)
     cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
@@ -244,15 +246,14 @@ def serve(
         what = f"{len(served.slots)} models ({names}; at most {served.max_loaded} loaded)"
     else:
         service = service_for(loading, *models[0])
-        served, info = Fleet.single(service), service.info
-        served.load_timeout_s = load_timeout
+        served, info = Fleet.single(service, load_timeout), service.info
         what = f"{info.name} ({info.source_language or '?'}->{info.target_language or '?'}, {engine})"
     run_server(served, host, port, lambda bound: console.info(f"serving {what} on http://{host}:{bound}"), Gate(rules),
                not no_page)  # fmt: skip
     console.info("stopped")
 
 
-def _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded: int, load_timeout: float) -> None:
+def _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded: int) -> None:
     """Options that are of one model, or out of range, with several."""
     for option, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang), ("--glossary", glossary),
                           ("--calibration", calibration)):  # fmt: skip
@@ -261,8 +262,6 @@ def _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded: int, l
             raise MtkitError(f"{option}: of one model, not of several ({where})")
     if max_loaded < 0:
         raise MtkitError(f"--max-loaded {max_loaded}: must be at least 0 (0: all)")
-    if load_timeout <= 0:
-        raise MtkitError(f"--load-timeout {load_timeout:g}: must be more than 0 seconds")
 
 
 def _layout(

@@ -78,10 +78,10 @@ class Fleet:
         self._reachable: Reachable | None = None
 
     @classmethod
-    def single(cls, service: Service) -> "Fleet":
+    def single(cls, service: Service, load_timeout_s: float = 300.0) -> "Fleet":
         """A server of one model, made already (loaded and warmed up when the server starts)."""
         slot = Slot(service.info.name, service.info, service.languages, lambda metrics: service)
-        return cls([slot], service.cfg, metrics=service.metrics)
+        return cls([slot], service.cfg, load_timeout_s=load_timeout_s, metrics=service.metrics)
 
     def _services(self) -> list[Service]:
         return [slot.service for slot in self.slots if slot.service is not None]
