@@ -133,7 +133,8 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
     app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
     routes = {"/v1/translate", "/translate", "/translate_file", "/frontend/settings", "/languages", "/detect",
               "/health", "/ready", "/v1/models", "/metrics", "/v2/translate", "/v2/languages", "/v2/usage",
-              "/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document"}  # fmt: skip
+              "/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document", "/v3/languages",
+              "/v3/glossaries"}  # fmt: skip
 
     def admit(request: Request, body_key: str | None = None):
         """The request's key (None without --api-keys): 403 without a valid one, 429 over its limit."""
@@ -148,7 +149,8 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
             admit(request)
 
     def error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        field = "message" if request.url.path.startswith("/v2/") else "error"  # DeepL's shape on its routes
+        deepl = request.url.path.startswith(("/v2/", "/v3/"))
+        field = "message" if deepl else "error"  # DeepL's shape on its routes
         return JSONResponse({field: message}, status_code=status, headers=headers)
 
     @app.exception_handler(RequestError)

@@ -62,7 +62,9 @@ class Runs:
             documents = markup_segments(texts, fmt, lambda i: f"text {i}", kept)
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
-        cut = sentences_of(pending_texts(documents), self.sentence_splitter().split if split else lambda t: [t])
+        cut = sentences_of(
+            pending_texts(documents, lines=True), self.sentence_splitter().split if split else lambda t: [t]
+        )
         sentences = [s for parts in cut for s in parts]
         translated = await self.run_aligned(request, sentences, options, target, glossary, source)
         return assemble(documents, rejoined(cut, translated))

@@ -20,6 +20,7 @@ from mtkit.serving.replicas import Replicas
 from mtkit.serving.routes import RequestError, Runs
 from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig, aligns
 from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
+from mtkit.text.lines import split_lines
 from mtkit.text.sentence_splitter import SentenceSplitter, require_splitter
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
@@ -182,8 +183,8 @@ class Service(Runs):
         stripped = [t.strip() for t in texts]
         encoded = self.src_tokenizer.encode_batch(stripped)
         wanted = [i for i, text in enumerate(stripped) if text]
-        cut = dict(zip(wanted, segmenter.pieces([stripped[i] for i in wanted], [encoded[i] for i in wanted])))
-        pieces = [cut.get(i) or Cut([ids], [Prepared(text)], [1]) for i, (text, ids) in enumerate(zip(texts, encoded))]
+        cut = dict(zip(wanted, segmenter.pieces([texts[i] for i in wanted], [encoded[i] for i in wanted])))
+        pieces = [cut.get(i) or blank(text, ids) for i, (text, ids) in enumerate(zip(texts, encoded))]
         if options.alignment and any(len(p) > 1 for p in pieces):
             n = next(i for i, p in enumerate(pieces) if len(p) > 1)
             why = f"text {n} is translated in {len(pieces[n])} pieces; an alignment is of one"
@@ -256,7 +257,9 @@ class Service(Runs):
             parts = results[start : start + len(cut)]
             start += len(cut)
             alignments = parts[0][1] if len(cut) == 1 else None
-            answers.append(self._answer(options, segmenter.join([nbest for nbest, _, _ in parts], cut), alignments))
+            joined = segmenter.join([nbest for nbest, _, _ in parts], cut)
+            answer = self._answer(options, joined, alignments)
+            answers.append(cut.lines.lead if not joined and answer == "" else answer)  # a blank text's line breaks
             scores.append(min((score for _, _, score in parts if score is not None), default=1.0))
         return answers, scores if options.confidence else None
 
@@ -277,6 +280,11 @@ class Service(Runs):
         self.ready = error is None
         if error is not None:
             warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
+
+
+def blank(text: str, ids: list[int]) -> Cut:
+    """A blank text's one piece (translated as nothing), its line breaks kept."""
+    return Cut([ids], [Prepared(text)], [1], split_lines(text))
 
 
 async def _disconnect(request) -> None:

@@ -13,7 +13,7 @@ import json
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,9 @@ def missed_terms(results: Sequence[tuple[NbestList, Any, Any]], counts: list[int
     return sorted({n for n, (nbest, _, _) in zip(owners, results) if nbest and nbest[0][0].missed_constraints})
 
 
-MAX_STORED_ENTRIES = 100_000  # a stored glossary's entries at most
+MAX_STORED_ENTRIES = 100_000  # a stored glossary's entries at most (all its dictionaries')
+MAX_DICTIONARIES = 100  # a multilingual glossary's language pairs at most
+Dictionary = tuple[str, str, list[tuple[str, str]]]  # source, target, entries
 MAX_GLOSSARIES = 1000  # stored glossaries at most (each key's and without keys, together)
 
 
@@ -125,6 +127,22 @@ class StoredGlossary:
     creation_time: str
     entries: list[tuple[str, str]]
     owner: str | None = None
+    more: list[Dictionary] = field(default_factory=list)  # a multilingual glossary's other dictionaries
+    multilingual: bool = False  # made through DeepL's /v3/glossaries
+    revision: int = 0  # one more at each change of its entries
+
+    def dictionaries(self) -> list[Dictionary]:
+        """Its dictionaries, each (source, target, entries); the first is source_lang to target_lang."""
+        return [(self.source_lang, self.target_lang, self.entries), *(tuple(d) for d in self.more)]
+
+    def entries_for(self, source: str, target: str) -> list[tuple[str, str]] | None:
+        return next((e for s, t, e in self.dictionaries() if (s.lower(), t.lower()) == (source, target)), None)
+
+    def v3_info(self) -> dict[str, Any]:
+        """DeepL's multilingual glossary information."""
+        dictionaries = [{"source_lang": s, "target_lang": t, "entry_count": len(e)} for s, t, e in self.dictionaries()]
+        return {"glossary_id": self.glossary_id, "name": self.name, "dictionaries": dictionaries,
+                "creation_time": self.creation_time}  # fmt: skip
 
     def info(self) -> dict[str, Any]:
         """DeepL's glossary information."""
@@ -169,6 +187,7 @@ class GlossaryStore:
                 try:
                     data = json.loads(path.read_text(encoding="utf-8"))
                     data["entries"] = [tuple(pair) for pair in data["entries"]]
+                    data["more"] = [(s, t, [tuple(pair) for pair in e]) for s, t, e in data.get("more", [])]
                     self.glossaries[data["glossary_id"]] = StoredGlossary(**data)
                 except (ValueError, KeyError, TypeError) as err:
                     raise MtkitError(f"{path}: not a glossary mtkit stored ({type(err).__name__}: {err})") from None
@@ -179,11 +198,55 @@ class GlossaryStore:
                 raise TermsError(f"this server keeps {MAX_GLOSSARIES:,} glossaries at most: delete one first")
             created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             glossary = StoredGlossary(str(uuid.uuid4()), name, source, target, created, entries, owner)
-            if self.folder is not None:
-                with atomic_path(self.folder / f"{glossary.glossary_id}.json") as tmp:
-                    tmp.write_text(json.dumps(dataclasses.asdict(glossary), ensure_ascii=False), encoding="utf-8")
-            self.glossaries[glossary.glossary_id] = glossary
+            self._save(glossary)
             return glossary
+
+    def create_multilingual(self, owner: str | None, name: str, dictionaries: list[Dictionary]) -> StoredGlossary:
+        """A glossary of several language pairs (DeepL's /v3/glossaries)."""
+        _check_dictionaries(dictionaries)
+        (source, target, entries), *more = dictionaries
+        glossary = self.create(owner, name, source, target, entries)
+        with self._lock:
+            return self._save(dataclasses.replace(glossary, more=more, multilingual=True))
+
+    def change(
+        self,
+        owner: str | None,
+        glossary_id: str,
+        name: str | None = None,
+        dictionaries: list[Dictionary] = (),
+        merge: bool = True,
+        drop: tuple[str, str] | None = None,
+    ) -> StoredGlossary | None:
+        """The glossary renamed, each given dictionary merged into its pair's (merge: entries of the same
+        source term replaced) or put in its place, or one pair's dropped; None where the owner has no such glossary."""  # fmt: skip
+        with self._lock:
+            glossary = self.get(owner, glossary_id)
+            if glossary is None:
+                return None
+            current = {(s.lower(), t.lower()): (s, t, e) for s, t, e in glossary.dictionaries()}
+            for source, target, entries in dictionaries:
+                pair = (source.lower(), target.lower())
+                kept = dict(current[pair][2]) if merge and pair in current else {}
+                current[pair] = (source, target, list({**kept, **dict(entries)}.items()))
+            if drop is not None:
+                current.pop(drop, None)
+            if not current:
+                raise TermsError("a glossary keeps one dictionary at least: delete the glossary instead")
+            _check_dictionaries(list(current.values()))
+            (source, target, entries), *more = current.values()
+            return self._save(dataclasses.replace(
+                glossary, name=name or glossary.name, source_lang=source, target_lang=target, entries=entries,
+                more=more, revision=glossary.revision + 1,
+            ))  # fmt: skip
+
+    def _save(self, glossary: StoredGlossary) -> StoredGlossary:
+        """Kept (written to a temporary file, synced and renamed where there is a folder); under the lock."""
+        if self.folder is not None:
+            with atomic_path(self.folder / f"{glossary.glossary_id}.json") as tmp:
+                tmp.write_text(json.dumps(dataclasses.asdict(glossary), ensure_ascii=False), encoding="utf-8")
+        self.glossaries[glossary.glossary_id] = glossary
+        return glossary
 
     def get(self, owner: str | None, glossary_id: str) -> StoredGlossary | None:
         glossary = self.glossaries.get(glossary_id)
@@ -200,3 +263,12 @@ class GlossaryStore:
             if self.folder is not None:
                 (self.folder / f"{glossary_id}.json").unlink(missing_ok=True)
             return True
+
+
+def _check_dictionaries(dictionaries: list[Dictionary]) -> None:
+    if not dictionaries or len(dictionaries) > MAX_DICTIONARIES:
+        raise TermsError(f"dictionaries: {len(dictionaries):,}; give between 1 and {MAX_DICTIONARIES}")
+    if len({(s.lower(), t.lower()) for s, t, _ in dictionaries}) < len(dictionaries):
+        raise TermsError("dictionaries: each language pair once")
+    if (total := sum(len(e) for _, _, e in dictionaries)) > MAX_STORED_ENTRIES:
+        raise TermsError(f"entries: {total:,} in all; give at most {MAX_STORED_ENTRIES:,}")

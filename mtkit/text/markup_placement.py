@@ -12,11 +12,13 @@ before it, spaced as it was. Words are encoded as markup text again (`&` is `&am
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.text.lines import has_line_break, split_lines
 from mtkit.text.markup import Node, Segment, is_element, is_text, parse, plain, segments
 
 
@@ -115,14 +117,20 @@ def _nest(nodes: list[_Placed], begin: int, end: int) -> None:
 
 
 def render(segment: Segment, translation: str, alignment: Sequence[tuple[int, int]]) -> str:
-    """The segment's translation with its markup put back, as markup text."""
+    """The segment's translation with its markup put back, as markup text; a line break between two
+    of its words stays where it is."""
     words = translation.split()
-    tokens: list[tuple[str, Any]] = []  # (kind, text): word, open, close; or kept, a node kept whole
+    breaks = _line_breaks(translation)
+    tokens: list[tuple[str, Any]] = []  # (kind, text): word, break, open, close; or kept, a node kept whole
+
+    def add_words(begin: int, end: int) -> None:
+        for k in range(begin, end):
+            tokens.extend([("break", breaks[k]), ("word", words[k])] if k in breaks else [("word", words[k])])
 
     def emit(nodes: list[_Placed], begin: int, end: int) -> None:
         cursor = begin
         for placed in _in_order(nodes):
-            tokens.extend(("word", w) for w in words[cursor : placed.begin])
+            add_words(cursor, placed.begin)
             if is_element(placed.node):
                 tokens.append(("open", placed.node.start))
                 emit(placed.children, placed.begin, placed.end)
@@ -130,10 +138,20 @@ def render(segment: Segment, translation: str, alignment: Sequence[tuple[int, in
             else:
                 tokens.append(("kept", placed.node))
             cursor = max(cursor, placed.end)
-        tokens.extend(("word", w) for w in words[cursor:end])
+        add_words(cursor, end)
 
     emit(place(segment, len(words), alignment), 0, len(words))
-    return segment.lead + _join(_split_glued(tokens)) + segment.trail
+    return segment.lead + _join(_split_glued(tokens)) + breaks.get(len(words), "") + segment.trail
+
+
+def _line_breaks(translation: str) -> dict[int, str]:
+    """Before word k (k = the number of words: after the last), the whitespace there, where it breaks the line."""
+    breaks, k = {}, 0
+    for run in re.finditer(r"\s+", translation):
+        k += run.start() > 0
+        if has_line_break(run.group()):
+            breaks[k] = run.group()
+    return breaks
 
 
 def _split_glued(tokens: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -167,6 +185,10 @@ def _join(tokens: list[tuple[str, Any]]) -> str:
             space = kind in ("word", "open") and (
                 previous in ("word", "close", "glued") or previous == "kept" and space_after
             )
+        if kind == "break":
+            out.append(item)
+            previous, space_after = kind, False
+            continue
         out.append(" " if space else "")
         out.append(
             html.escape(item, quote=False) if kind in ("word", "glued") else item.source() if kind == "kept" else item
@@ -230,28 +252,52 @@ def translate_markup(
 Aligned = list[tuple[str, list[tuple[int, int]]]]  # translations, each with its (source i, target j) pairs
 
 
-def sentences_of(texts: Sequence[str], split: Callable[[str], list[str]]) -> list[list[str]]:
-    """Each text's sentences, by split; a text whose sentences do not hold exactly its words stays whole."""
+class Sentences(list):
+    """A text's sentences, with the whitespace before each: "" before the first, a line break run
+    where a line ends before it, a space within a line."""
+
+    def __init__(self, sentences: list[str], joints: list[str]):
+        super().__init__(sentences)
+        self.joints = joints
+
+
+def sentences_of(texts: Sequence[str], split: Callable[[str], list[str]]) -> list[Sentences]:
+    """Each text's sentences, line by line (mtkit.text.lines: no sentence spans two lines), each line by
+    split; a line whose sentences do not hold exactly its words stays whole."""
     cut = []
     for text in texts:
-        sentences = split(text)
-        cut.append(sentences if " ".join(sentences).split() == text.split() else [text])
+        layout = split_lines(text)
+        if not layout.lines:
+            cut.append(Sentences([text], [""]))
+            continue
+        sentences, joints = [], []
+        for k, line in enumerate(layout.lines):
+            parts = split(line)
+            parts = parts if " ".join(parts).split() == line.split() else [line]
+            sentences += parts
+            joints += [layout.breaks[k - 1] if k else ""] + [" "] * (len(parts) - 1)
+        cut.append(Sentences(sentences, joints))
     return cut
 
 
-def rejoined(cut: list[list[str]], translated: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> Aligned:
+def rejoined(cut: list[Sentences], translated: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> Aligned:
     """Each text's sentences' translations (in order, as sentences_of cut them) put together again:
-    one space apart, their alignments counted across the sentences."""
+    one space apart within a line, the lines with their line breaks, their alignments counted across
+    the sentences."""
     results = iter(translated)
     out = []
     for sentences in cut:
-        translations, pairs, source_words, target_words = [], [], 0, 0
-        for sentence in sentences:
+        text, pairs, source_words, target_words = "", [], 0, 0
+        for sentence, joint in zip(sentences, sentences.joints):
             translation, alignment = next(results)
             pairs += [(i + source_words, j + target_words) for i, j in alignment]
             source_words, target_words = source_words + len(sentence.split()), target_words + len(translation.split())
-            translations.append(translation)
-        out.append((" ".join(t for t in translations if t.strip()), pairs))
+            if has_line_break(joint):
+                text += joint
+            elif text and not text[-1].isspace() and translation.strip():
+                text += " "
+            text += translation if translation.strip() else ""
+        out.append((text, pairs))
     return out
 
 
@@ -261,9 +307,13 @@ def by_sentences(texts: Sequence[str], split: Callable[[str], list[str]], transl
     return rejoined(cut, translate([sentence for sentences in cut for sentence in sentences]))
 
 
-def pending_texts(documents: list[list[str | Segment]]) -> list[str]:
-    """The plain text of every segment to translate, in order."""
-    return [part.text for parts in documents for part in parts if isinstance(part, Segment)]
+def pending_texts(documents: list[list[str | Segment]], lines: bool = False) -> list[str]:
+    """The plain text of every segment to translate, in order; with lines, its line breaks kept (a
+    request's text, where each line is translated on its own; a document's segment is one paragraph
+    however its source wraps it)."""
+    return [
+        part.lined_text if lines else part.text for parts in documents for part in parts if isinstance(part, Segment)
+    ]
 
 
 def parse_alignment(text: str) -> list[tuple[int, int]]:

@@ -1,7 +1,10 @@
 """Spans of a text that a translation keeps character for character: numbers (with their separators),
 dates, times, prices, phone numbers, URLs, e-mail addresses, file paths, code in backticks,
-placeholders of software strings (`%s`, `%1$d`, `{name}`, `{{name}}`, `%(n)d`, `%{name}`,
-`${name}`) and emoji.
+placeholders of software strings and of the tools that translate them (`%s`, `%1$d`, Qt's `%1`,
+`{name}`, `{0}`, ICU's `{count, number}`, `{{name}}`, `%(n)d`, `%{name}`, `${name}`, Weblate's
+`[X7X]`, numbered tags as OmegaT, Okapi and memoQ write them: `<1>`, `</g2>`, `<x3/>`), character
+entities (`&amp;`, `&lt;b&gt;`), identifiers that mix letters and digits (flight LH1234, gate B12,
+model A320, part XJ-9000) and emoji.
 
 A model learns from sentences where such spans are rare, and garbles them ("7:45" as "8855555").
 So before translation each span is replaced by a stand-in (a single digit, one the text does not
@@ -30,20 +33,27 @@ KINDS: dict[str, str] = {
     "path": r"(?<![\w/])(?:(?:~|\.{1,2})/[\w.-]+(?:/[\w.-]+)*/?|/[\w.-]+(?:/[\w.-]+)+/?)"
     r"|\b[A-Za-z]:\\(?:[\w.-]+\\)*[\w.-]+",
     "placeholder": r"%\(\w+\)[-+ #0]*\d*(?:\.\d+)?[sdifgexXcr]|%\d+\$[-+ #0]*\d*[sdif@]|%[sdif@]|%\{\w+\}|\$\{\w+\}"
-    r"|\{\{\s*[\w.]+\s*\}\}|\{[\w.]*\}",
+    r"|\{\{\s*[\w.]+\s*\}\}|\{[\w.]*\}|\{\w+,\s*\w+(?:,\s*\w+)?\}|\[X\d+X\]|</?[A-Za-z]{0,3}\d+\s?/?>"
+    r"|(?<![\w%])%\d{1,2}(?![\d$])",
+    "entity": r"&lt;/?\w{1,20}(?:\s[^&<>\n]{0,80})?/?&gt;|&(?:[A-Za-z]{2,10}|#\d{1,7}|#[xX][0-9A-Fa-f]{1,6});",
     "emoji": _EMOJI,
     "date": r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[./]\d{1,2}[./]\d{2,4}\b",
     "time": r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?(?!\w))?",
     "phone": r"(?<![\w+])(?:\+\d{1,3}[ -]?)?(?:\(\d{1,5}\)[ -]?)?\d{2,5}(?:[ -]\d{2,8}){1,4}(?![\w,.]\d)",
     "price": rf"[$€£¥₹]\s?{_NUMBER}(?:\s?(?:[kKmM]|bn)\b)?|\b{_NUMBER}\s?[€£¥₹]",
-    "number": rf"(?<![\w]){_NUMBER}(?:\s?%)?(?![^\W\d_])",
+    "number": rf"(?<![\w]){_NUMBER}(?:\s?%)?(?![^\W_])",  # not the start of a longer number or word ("21st")
+    "identifier": r"(?<![\w-])(?:[A-Za-z]+-?\d|\d+-?[A-Za-z])[A-Za-z0-9]*(?:-[A-Za-z0-9]+)*(?![\w-])",
 }
+# Ordinals and the like ("2nd", "21st", "3e") are words to translate, not identifiers.
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th|e|er|re|ème|º|ª)", re.IGNORECASE)
+_IDENTIFIER_MAX = 40
 _PATTERN = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in KINDS.items()))
 # A character that every span holds one of: a text without any has none (most sentences; cheap to rule out).
-_MAYBE = re.compile(rf"[\d`@/\\%{{$€£¥₹]|www\.|{_PICTOGRAPH}|[\U0001f1e6-\U0001f1ff]")
+_MAYBE = re.compile(rf"[\d`@/\\%{{$€£¥₹&]|www\.|{_PICTOGRAPH}|[\U0001f1e6-\U0001f1ff]")
 _TRAILING = ".,;:!?)]}'\""  # closes a sentence or a bracket, not a URL or a path
 # Stand-ins, in the order they are taken: digits, then capital letters where a sentence has more than nine spans.
 STAND_INS = "123456789XYZQWKJV"
+_MARKS = 0xF0000  # the stand-ins' marks while they become spans (a private use plane, that a model does not write)
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,8 @@ def find_spans(text: str) -> list[Span]:
             value = _trimmed(value)
         if kind == "phone" and sum(c.isdigit() for c in value) < 7:  # "10 20" is two numbers
             out.extend(find_spans_of_kind("number", value, start))
+            continue
+        if kind == "identifier" and (_ORDINAL.fullmatch(value) or len(value) > _IDENTIFIER_MAX):
             continue
         if value:
             out.append(Span(kind, start, start + len(value), value))
@@ -90,6 +102,7 @@ class Masked:
 
     text: str
     stand_ins: list[tuple[str, str]]  # (stand-in, span), in the order of the source
+    glued: frozenset[tuple[str, str]] = frozenset()  # (stand-in, "before" or "after"): its span touched a word there
 
     def restore(self, translation: str) -> str:
         """The translation with each stand-in replaced by its span. Numbers the model made of stand-ins
@@ -108,13 +121,18 @@ class Masked:
                 rest = re.sub(rf"[\s,;]*{_word_match(stand_in).pattern}", "", translation[first.end() :])
                 translation = translation[: first.end()] + rest
         found = [
-            (match.span(), span)
-            for stand_in, span in self.stand_ins
+            (match.span(), k) for k, (stand_in, _) in enumerate(self.stand_ins)
             if (match := _word_match(stand_in).search(translation))
-        ]
-        for (start, end), span in sorted(found, reverse=True):
-            translation = translation[:start] + span + translation[end:]
-        return translation
+        ]  # fmt: skip
+        for (start, end), k in sorted(found, reverse=True):  # first each to a mark, glued where its span was
+            translation = translation[:start] + chr(_MARKS + k) + translation[end:]
+        for k, (stand_in, _) in enumerate(self.stand_ins):
+            if (stand_in, "before") in self.glued:
+                translation = re.sub(rf"(?<=[^\W_]) +(?={chr(_MARKS + k)})", "", translation)
+            if (stand_in, "after") in self.glued:
+                translation = re.sub(rf"(?<={chr(_MARKS + k)}) +(?=[^\W_])", "", translation)
+        return re.sub(f"[{chr(_MARKS)}-{chr(_MARKS + len(STAND_INS))}]", lambda m: self.stand_ins[ord(m[0]) - _MARKS][1],
+                      translation)  # fmt: skip
 
     def _without_invented(self, translation: str) -> str:
         """The translation without the numbers the model made of the stand-ins' digits ("10" beside the
@@ -128,11 +146,18 @@ class Masked:
         found = _NUMBER_WORD.sub(kept, translation)
         return translation if found == translation else " ".join(found.split())
 
+    def unmasked(self) -> str:
+        """The text with each stand-in its span again (as written, but for the spaces around a glued one)."""
+        spans = dict(self.stand_ins)
+        if not spans:
+            return self.text
+        stand_ins = "|".join(map(re.escape, spans))
+        return re.sub(rf"(?<![^\W_])(?:{stand_ins})(?![^\W_])", lambda m: spans[m[0]], self.text)
+
     def within(self, part: str) -> Masked:
         """The stand-ins of one part of the masked text (a sentence of it), with that part."""
-        return Masked(
-            part, [(stand_in, span) for stand_in, span in self.stand_ins if _word_match(stand_in).search(part)]
-        )
+        stand_ins = [(stand_in, span) for stand_in, span in self.stand_ins if _word_match(stand_in).search(part)]
+        return Masked(part, stand_ins, self.glued)
 
 
 _NUMBER_WORD = re.compile(r"\s*(?<![^\W_])\d+(?![^\W_])")  # a run of digits, with the space before it
@@ -156,12 +181,14 @@ def _insert_at_share(text: str, span: str, share: float) -> str:
 
 def mask(text: str, spans: list[Span] | None = None) -> Masked:
     """`text` with each span (default: find_spans) replaced by a stand-in the text does not hold; where
-    the stand-ins run out (more than 17 spans in one text), the rest stay as they are."""
+    the stand-ins run out (more than 17 spans in one text), the rest stay as they are. A span written
+    against a letter or digit ("[X2X]black") gets its stand-in a space apart, so that the model sees
+    a word of its own, and is glued back to its neighbour in the translation."""
     spans = find_spans(text) if spans is None else spans
     if not spans:
         return Masked(text, [])
     free = [stand_in for stand_in in STAND_INS if not _word_match(stand_in).search(text)]
-    pieces, stand_ins, at = [], [], 0
+    pieces, stand_ins, glued, at = [], [], set(), 0
     for span in spans:
         if stand_ins and span.start == at:  # spans that touch are one: two stand-ins would run together
             stand_ins[-1] = (stand_ins[-1][0], stand_ins[-1][1] + span.text)
@@ -170,8 +197,40 @@ def mask(text: str, spans: list[Span] | None = None) -> Masked:
         if not free:
             continue
         stand_in = free.pop(0)
-        pieces += [text[at : span.start], stand_in]
+        before = " " if _is_word_char(text[span.start - 1 : span.start]) else ""
+        after = " " if _is_word_char(text[span.end : span.end + 1]) else ""
+        pieces += [text[at : span.start], before, stand_in, after]
+        glued |= {(stand_in, "before")} if before else set()
+        glued |= {(stand_in, "after")} if after else set()
         stand_ins.append((stand_in, span.text))
         at = span.end
     pieces.append(text[at:])
-    return Masked("".join(pieces), stand_ins)
+    return Masked("".join(pieces), stand_ins, frozenset(glued))
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def invented_spans(translation: str, source: str) -> list[Span]:
+    """The spans of a translation that its source does not hold (each looked for as a whole token)."""
+    return [span for span in find_spans(translation) if not _token_match(span.text).search(source)]
+
+
+def without_invented(translation: str, source: str) -> str:
+    """The translation without the spans its source does not hold: a number, link, address, price,
+    placeholder, code or identifier that no one wrote is worse than a missing word. The words around
+    a span taken out close up, without a space before the punctuation that followed it."""
+    for span in reversed(invented_spans(translation, source)):
+        before, after = translation[: span.start].rstrip(" \t"), translation[span.end :].lstrip(" \t")
+        glue = "" if not before or not after or after[0] in _TRAILING else " "
+        translation = before + glue + after
+    return translation
+
+
+def _token_match(text: str) -> re.Pattern:
+    """A span as a whole token: where it begins or ends with a letter or digit, not a part of a longer
+    number or word there."""
+    before = r"(?<![^\W_])" if _is_word_char(text[:1]) else ""
+    after = r"(?![^\W_])" if _is_word_char(text[-1:]) else ""
+    return re.compile(before + re.escape(text) + after)

@@ -138,7 +138,7 @@ def translate_document(
     markup = MarkupTranslator(translator, document.markup, split_sentences, splitter)  # type: ignore[arg-type]
     documents = markup_segments(texts, document.markup, lambda i: f"segment {i + 1}")
     pending = pending_texts(documents)
-    cut = sentences_of(pending, splitter.split) if splitter else [[text] for text in pending]
+    cut = sentences_of(pending, splitter.split if splitter else lambda text: [text])
     sentences = [sentence for parts in cut for sentence in parts]
     # a segment without codes (a paragraph in one formatting) needs no alignment: no second pass for it
     coded = [has_codes(part) for parts in documents for part in parts if isinstance(part, Segment)]

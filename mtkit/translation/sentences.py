@@ -14,9 +14,13 @@ defaults): numbers, links, addresses, paths, code, placeholders and emoji replac
 put back after (mtkit.text.spans: masked in the whole line, before the splitter sees it), and a
 sentence in ALL CAPS or Title Case translated in sentence case and cased as it was after
 (mtkit.text.casing).
+A text of several lines (mtkit.text.lines) is cut at its line breaks first: a sentence never spans
+two lines, and the line breaks come back exactly as they were.
 Each piece is translated alone; a line's translations are joined with a space, or with nothing for
 a target language written without spaces. A line of one sentence, within max_len, with nothing to
-make ready, stays as it is.
+make ready, stays as it is. With keep_spans, a translation holds no span (mtkit.text.spans: a number,
+link, address, price, placeholder, code or identifier) that its sentence does not: one the model
+made up is taken out.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from dataclasses import dataclass, field
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import MAX_SOURCE_TOKENS, Hypothesis
 from mtkit.text.casing import casing_of, recase, sentence_case
+from mtkit.text.lines import Lines, split_lines
 from mtkit.text.sentence_splitter import SentenceSplitter, default_splitter
-from mtkit.text.spans import Masked, mask
+from mtkit.text.spans import Masked, mask, without_invented
 from mtkit.text.tokenizer import Tokenizer
 
 # The fewest subwords a piece may be limited to: a character unseen in training is up to 4 byte tokens.
@@ -64,24 +69,37 @@ class Prepared:
     text: str
     masked: Masked | None = None  # its spans, replaced by stand-ins
     casing: str | None = None  # mtkit.text.casing: UPPER or TITLE, where the source was written so
+    source: str | None = None  # the sentence as written, where a translation may hold no span it lacks
 
     def restore(self, translation: str) -> str:
         translation = recase(translation, self.casing)
-        return self.masked.restore(translation) if self.masked else translation
+        translation = self.masked.restore(translation) if self.masked else translation
+        return translation if self.source is None else without_invented(translation, self.source)
 
 
 class Cut(list):
-    """A line's pieces (subword ids, a list of them), with its sentences as prepared and how many
-    pieces each sentence has: what Segmenter.join needs to make the line's translation."""
+    """A text's pieces (subword ids, a list of them), with its sentences as prepared, how many pieces
+    each sentence has, and its lines (how many sentences each has, and the line breaks between them):
+    what Segmenter.join needs to make the text's translation."""
 
-    def __init__(self, pieces: list[list[int]], sentences: list[Prepared], counts: list[int]):
+    def __init__(
+        self,
+        pieces: list[list[int]],
+        sentences: list[Prepared],
+        counts: list[int],
+        lines: Lines | None = None,
+        per_line: list[int] | None = None,
+    ):
         super().__init__(pieces)
         self.sentences, self.counts = sentences, counts
+        self.lines = lines or Lines([""])
+        self.per_line = per_line or [len(sentences)]
 
     @property
     def as_is(self) -> bool:
-        """Whether the line is one piece whose translation is the reader's as it is."""
-        return len(self) == 1 and not self.sentences[0].masked and not self.sentences[0].casing
+        """Whether the text is one piece of one line whose translation is the reader's as it is."""
+        first = self.sentences[0]
+        return len(self) == 1 and not first.masked and not first.casing and first.source is None and self.lines.single
 
 
 @dataclass
@@ -116,32 +134,45 @@ class Segmenter:
         """A sentence as the model translates it, where `masked` is its line with spans replaced by
         stand-ins (keep_spans): in sentence case where written in ALL CAPS or Title Case (recase)."""
         masked = masked.within(sentence) if masked else None
+        source = (masked.unmasked() if masked else sentence) if self.keep_spans else None
         casing = casing_of(sentence, self.src_lang) if self.recase else None
         if casing:
             keep = frozenset(stand_in for stand_in, _ in masked.stand_ins) if masked else frozenset()
             sentence = sentence_case(sentence, casing, self.src_lang, keep)
-        return Prepared(sentence, masked if masked and masked.stand_ins else None, casing)
+        return Prepared(sentence, masked if masked and masked.stand_ins else None, casing, source)
 
-    def pieces(self, lines: Sequence[str], ids: Sequence[list[int]]) -> list[Cut]:
-        """Each (stripped, non-blank) line's pieces, as subword ids; `ids`: the lines' own encodings.
-        Spans are masked in the whole line, before the sentence splitter sees it ("a?b=1" is no end)."""
+    def pieces(self, texts: Sequence[str], ids: Sequence[list[int]]) -> list[Cut]:
+        """Each non-blank text's pieces, as subword ids; `ids`: the stripped texts' own encodings. A
+        text is cut into its lines first (mtkit.text.lines), and spans are masked in a whole line,
+        before the sentence splitter sees it ("a?b=1" is no end)."""
         out = []
-        for line, row in zip(lines, ids):
-            masked = mask(line) if self.keep_spans else None
-            text = masked.text if masked else line
-            sentences = self._splitter.split(text) if self.split_sentences else [text]
-            if len(sentences) == 1 and len(row) > self.max_len:
-                if self._splitter is None:
-                    self._splitter = default_splitter(self.src_lang)
-                sentences = self._splitter.split(text)
-            prepared = [self.prepare(sentence, masked) for sentence in sentences]
-            if len(prepared) == 1 and prepared[0].text == line:
+        for text, row in zip(texts, ids):
+            layout = split_lines(text)
+            rows = [row] if layout.single else self.tokenizer.encode_batch(layout.lines)
+            prepared, per_line = [], []
+            for line, line_row in zip(layout.lines, rows):
+                sentences = self._line_sentences(line, line_row)
+                prepared += sentences
+                per_line.append(len(sentences))
+            if len(prepared) == 1 and layout.single and prepared[0].text == layout.lines[0]:
                 encoded = [row]
             else:
                 encoded = self.tokenizer.encode_batch([sentence.text for sentence in prepared])
             groups = [self._within_max_len(sentence) for sentence in encoded]
-            out.append(Cut([piece for group in groups for piece in group], prepared, [len(g) for g in groups]))
+            pieces = [piece for group in groups for piece in group]
+            out.append(Cut(pieces, prepared, [len(g) for g in groups], layout, per_line))
         return out
+
+    def _line_sentences(self, line: str, row: list[int]) -> list[Prepared]:
+        """A line's sentences, made ready (`row`: the line's subword ids, which say whether it is long)."""
+        masked = mask(line) if self.keep_spans else None
+        text = masked.text if masked else line
+        sentences = self._splitter.split(text) if self.split_sentences else [text]
+        if len(sentences) == 1 and len(row) > self.max_len:
+            if self._splitter is None:
+                self._splitter = default_splitter(self.src_lang)
+            sentences = self._splitter.split(text)
+        return [self.prepare(sentence, masked) for sentence in sentences]
 
     def _within_max_len(self, row: list[int]) -> list[list[int]]:
         """A sentence's ids in pieces of at most max_len, each cut before the last word start that fits,
@@ -163,9 +194,9 @@ class Segmenter:
         return pieces + [row[start:]]
 
     def join(self, nbest_lists: Sequence[NbestList], cut: Cut | None = None) -> NbestList:
-        """One line's n-best from its pieces' (`cut`: the line's pieces as pieces() gave them; none: each
+        """One text's n-best from its pieces' (`cut`: the text's pieces as pieces() gave them; none: each
         piece a sentence as it is): each sentence's translations made the reader's (Prepared.restore),
-        then joined as _joined says."""
+        joined within a line as _joined says, and the lines with the text's line breaks."""
         if cut is None or cut.as_is:
             return self._joined(nbest_lists)
         sentences, start = [], 0
@@ -173,12 +204,17 @@ class Segmenter:
             joined = self._joined(nbest_lists[start : start + count])
             sentences.append([(hypothesis, prepared.restore(text)) for hypothesis, text in joined])
             start += count
-        return self._joined(sentences)
+        lines, start = [], 0
+        for count in cut.per_line:
+            lines.append(self._joined(sentences[start : start + count]))
+            start += count
+        return lines[0] if cut.lines.single else self._joined(lines, cut.lines)
 
-    def _joined(self, nbest_lists: Sequence[NbestList]) -> NbestList:
+    def _joined(self, nbest_lists: Sequence[NbestList], layout: Lines | None = None) -> NbestList:
         """The k-th joins every piece's k-th (or its last, where a piece has fewer); its tokens are the
-        pieces' in order, its score and log-probability their sums."""
-        if len(nbest_lists) == 1:
+        pieces' in order, its score and log-probability their sums. Its text: the pieces' texts
+        separated as the language writes sentences, or (`layout`: they are lines) by the line breaks."""
+        if len(nbest_lists) == 1 and layout is None:
             return list(nbest_lists[0])
         joined = []
         for rank in range(max(len(n) for n in nbest_lists)):
@@ -190,7 +226,9 @@ class Segmenter:
                 ended=all(h.ended for h, _ in chosen),
                 missed_constraints=sum(h.missed_constraints for h, _ in chosen),
             )
-            joined.append((hypothesis, self.separator.join(text for _, text in chosen if text)))
+            texts = [text for _, text in chosen]
+            text = layout.join(texts) if layout else self.separator.join(text for text in texts if text)
+            joined.append((hypothesis, text))
         return joined
 
 

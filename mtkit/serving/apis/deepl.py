@@ -5,12 +5,13 @@ be set (DeepL's client libraries take `server_url`) works with an mtkit server u
 (`Authorization: DeepL-Auth-Key KEY`, or the older `auth_key` field) and is one of serve
 --api-keys', with its requests per minute and its character quota; errors are {"message": ...} with
 DeepL's status codes (400, 403 a key, 404, 413, 429, 456 the quota). Fields come form-encoded (repeated
-`text`) or as JSON, as DeepL takes them."""
+`text`) or as JSON, as DeepL takes them. DeepL's v3 routes: mtkit.serving.apis.deepl_v3."""
 
 import re
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.serving.apis.deepl_v3 import add_v3_routes
 from mtkit.serving.apis.libretranslate import LANGUAGE_NAMES, libretranslate_fields
 from mtkit.serving.files import Detached, DocumentJobs, document_formats, file_response, translate_upload
 from mtkit.serving.service import RequestError, Service
@@ -130,12 +131,18 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         stored = glossaries.get(owner, str(glossary_id))
         if stored is None:
             raise RequestError(404, "Glossary not found")
-        if source is None or (stored.source_lang.lower(), stored.target_lang.lower()) != (source, target):
-            raise RequestError(400, "the glossary's languages must be source_lang and target_lang")
-        made = (stored.glossary_id, service.info.name)  # in the model's own subwords
+        entries = stored.entries_for(source, target) if source is not None else None
+        if entries is None:
+            raise RequestError(400, "the glossary has no dictionary from source_lang into target_lang")
+        made = (stored.glossary_id, stored.revision, source, target, service.info.name)  # in the model's own subwords
         if made not in built:
-            built[made] = service.terms.stored(stored.entries)
+            built[made] = service.terms.stored(entries)
         return built[made]
+
+    def forget(glossary_id: str) -> None:
+        """Drop what was built of a glossary that changed or went."""
+        for made in [made for made in built if made[0] == glossary_id]:
+            del built[made]
 
     def detected(service: Service, source: str | None, text: str) -> str:
         if source or service.info.source_language:
@@ -217,7 +224,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
     @app.get("/v2/glossaries")
     async def list_glossaries(request: Request):
         key = authorized(request, await fields_of(request))
-        return {"glossaries": [stored.info() for stored in glossaries.owned(key and key.name)]}
+        owned = glossaries.owned(key and key.name)  # v2 lists those of one language pair
+        return {"glossaries": [stored.info() for stored in owned if not stored.more]}
 
     def found_glossary(key, glossary_id: str):
         stored = glossaries.get(key and key.name, glossary_id)
@@ -241,8 +249,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         key = authorized(request, await fields_of(request))
         if not glossaries.delete(key and key.name, glossary_id):
             raise RequestError(404, "Glossary not found")
-        for made in [made for made in built if made[0] == glossary_id]:
-            del built[made]
+        forget(glossary_id)
         return Response(status_code=204)
 
     @app.post("/v2/document")
@@ -306,6 +313,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         if job.status != "done":
             raise RequestError(503, "Document not ready" if job.status != "error" else job.error or "error")
         return file_response(*jobs.take(document_id, job))
+
+    add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries, forget)
 
 
 async def _first(answer):
