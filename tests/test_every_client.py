@@ -245,15 +245,11 @@ def test_deepls_v3_languages_and_multilingual_glossaries_through_its_client(toke
         assert glossary.glossary_id in [g.glossary_id for g in client.list_multilingual_glossaries()]
         entries = client.get_multilingual_glossary_entries(glossary, "EN", "DE").dictionaries[0].entries
         assert entries == "dog\tKöter\ngate\tFlugsteig\n"  # TSV, as DeepL answers it
-        replaced = client.replace_multilingual_glossary_dictionary(
-            glossary, Dictionary("EN", "DE", {"cat": "Mieze"})
-        )
+        replaced = client.replace_multilingual_glossary_dictionary(glossary, Dictionary("EN", "DE", {"cat": "Mieze"}))
         assert replaced.entry_count == 1
         renamed = client.update_multilingual_glossary_name(glossary, "app strings")
         assert renamed.name == "app strings"
-        merged = client.update_multilingual_glossary_dictionary(
-            glossary, Dictionary("EN", "DE", {"dog": "Hund"})
-        )
+        merged = client.update_multilingual_glossary_dictionary(glossary, Dictionary("EN", "DE", {"dog": "Hund"}))
         assert merged.dictionaries[0].entry_count == 2
         fields = {
             "text": ["A cat runs."],
@@ -268,3 +264,19 @@ def test_deepls_v3_languages_and_multilingual_glossaries_through_its_client(toke
             client.get_multilingual_glossary(glossary.glossary_id)
         gone = httpx.post(f"{url}/v2/translate", json=fields, headers=headers)
         assert (gone.status_code, gone.json()) == (404, {"message": "Glossary not found"})
+
+
+def test_weblates_deepl_requests_keep_its_placeholders_and_line_breaks(mirrored):
+    """Weblate's DeepL backend sends its placeholders as empty <x id="N"></x> elements, tag_handling xml
+    and ignore_tags x, several texts in one JSON request."""
+    rule, url = mirrored
+    texts = ['Hello <x id="6"></x>, you have <x id="19"></x> new messages.\nSee <x id="40"></x>.',
+             'A <x id="2"></x>black<x id="10"></x> dog.', "Two lines\r\nand one more."]  # fmt: skip
+    fields = {"text": texts, "source_lang": "EN", "target_lang": "DE", "tag_handling": "xml", "ignore_tags": ["x"]}
+    answer = httpx.post(f"{url}/v2/translate", json=fields, timeout=60)
+    outs = [entry["text"] for entry in answer.json()["translations"]]
+    for text, out in zip(texts, outs):
+        assert sorted(re.findall(r'<x id="\d+"></x>', out)) == sorted(re.findall(r'<x id="\d+"></x>', text)), out
+        assert break_runs(out) == break_runs(text), out
+    if rule == "copy":
+        assert outs == texts

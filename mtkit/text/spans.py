@@ -146,14 +146,6 @@ class Masked:
         found = _NUMBER_WORD.sub(kept, translation)
         return translation if found == translation else " ".join(found.split())
 
-    def unmasked(self) -> str:
-        """The text with each stand-in its span again (as written, but for the spaces around a glued one)."""
-        spans = dict(self.stand_ins)
-        if not spans:
-            return self.text
-        stand_ins = "|".join(map(re.escape, spans))
-        return re.sub(rf"(?<![^\W_])(?:{stand_ins})(?![^\W_])", lambda m: spans[m[0]], self.text)
-
     def within(self, part: str) -> Masked:
         """The stand-ins of one part of the masked text (a sentence of it), with that part."""
         stand_ins = [(stand_in, span) for stand_in, span in self.stand_ins if _word_match(stand_in).search(part)]

@@ -69,12 +69,15 @@ class Prepared:
     text: str
     masked: Masked | None = None  # its spans, replaced by stand-ins
     casing: str | None = None  # mtkit.text.casing: UPPER or TITLE, where the source was written so
-    source: str | None = None  # the sentence as written, where a translation may hold no span it lacks
+    source: str | None = None  # the sentence with its stand-ins, where a translation may hold no span it lacks
 
     def restore(self, translation: str) -> str:
+        """The translation as the reader's: cased as the source was, without the spans the model made up
+        (looked for before the stand-ins become spans, which then cannot run together with them), the
+        stand-ins' spans put back."""
         translation = recase(translation, self.casing)
-        translation = self.masked.restore(translation) if self.masked else translation
-        return translation if self.source is None else without_invented(translation, self.source)
+        translation = translation if self.source is None else without_invented(translation, self.source)
+        return self.masked.restore(translation) if self.masked else translation
 
 
 class Cut(list):
@@ -134,7 +137,7 @@ class Segmenter:
         """A sentence as the model translates it, where `masked` is its line with spans replaced by
         stand-ins (keep_spans): in sentence case where written in ALL CAPS or Title Case (recase)."""
         masked = masked.within(sentence) if masked else None
-        source = (masked.unmasked() if masked else sentence) if self.keep_spans else None
+        source = sentence if self.keep_spans else None
         casing = casing_of(sentence, self.src_lang) if self.recase else None
         if casing:
             keep = frozenset(stand_in for stand_in, _ in masked.stand_ins) if masked else frozenset()
