@@ -20,7 +20,7 @@ from test_serve import wait_until
 
 from mtkit.decoding.search import Hypothesis, SearchConfig
 from mtkit.serving.settings import ModelInfo, ServeConfig
-from mtkit.text.lines import split_lines
+from mtkit.text.sentence_splitter import split_lines
 from mtkit.text.spans import find_spans, invented_spans, mask, without_invented
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.translate import TextTranslator

@@ -20,8 +20,7 @@ from mtkit.serving.replicas import Replicas
 from mtkit.serving.routes import RequestError, Runs
 from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig, aligns
 from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
-from mtkit.text.lines import split_lines
-from mtkit.text.sentence_splitter import SentenceSplitter, require_splitter
+from mtkit.text.sentence_splitter import SentenceSplitter, require_splitter, split_lines
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.confidence import Calibration

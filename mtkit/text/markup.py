@@ -26,7 +26,6 @@ from html.parser import HTMLParser
 from xml.parsers import expat
 
 from mtkit.core.errors import MtkitError
-from mtkit.text.lines import has_line_break
 
 FORMATS = ("text", "html", "xml")
 BLOCKS = {
@@ -230,17 +229,10 @@ class Segment:
     lead: str = ""  # whitespace before the first word, and after the last
     trail: str = ""
 
-    breaks: dict[int, str] = field(default_factory=dict)  # before word k: the whitespace, where it breaks the line
-
     @property
     def text(self) -> str:
         """What the model translates: the words, one space apart."""
         return " ".join(self.words)
-
-    @property
-    def lined_text(self) -> str:
-        """The words one space apart, but for the line breaks between them, kept as written."""
-        return "".join((self.breaks.get(k, " ") if k else "") + word for k, word in enumerate(self.words))
 
 
 def segments(root: Node, xml: bool) -> list[str | Segment]:
@@ -291,8 +283,7 @@ def is_text(node: Node) -> bool:
 def _segment(root: Node) -> Segment | str:
     """A segment with its words; one without words is kept as written."""
     flat = _flatten(root)
-    text = "".join(item for item in flat if isinstance(item, str)).strip()
-    words = text.split()
+    words = "".join(item for item in flat if isinstance(item, str)).split()
     if not words:
         return "".join(child.source() for child in root.children)
     before, after = _neighbours(flat), _neighbours(flat[::-1])[::-1]
@@ -302,9 +293,7 @@ def _segment(root: Node) -> Segment | str:
             item.glued = (_word_part(flat[k - 1 :: -1] if k else [])[::-1], _word_part(flat[k + 1 :]))
     lead = len(flat) - len(_strip_spaces(flat))
     trail = len(flat) - len(_strip_spaces(flat[::-1]))
-    runs = (run.group() for run in re.finditer(r"\s+", text))
-    breaks = {k: run for k, run in enumerate(runs, start=1) if has_line_break(run)}
-    return Segment(root, words, "".join(flat[:lead]), "".join(flat[len(flat) - trail :]), breaks)
+    return Segment(root, words, "".join(flat[:lead]), "".join(flat[len(flat) - trail :]))
 
 
 def _word_part(flat: list[Node | str]) -> str:

@@ -12,14 +12,13 @@ before it, spaced as it was. Words are encoded as markup text again (`&` is `&am
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.text.lines import has_line_break, split_lines
 from mtkit.text.markup import Node, Segment, is_element, is_text, parse, plain, segments
+from mtkit.text.sentence_splitter import breaks_by_word, has_line_break, lined, split_lines
 
 
 @dataclass
@@ -120,7 +119,7 @@ def render(segment: Segment, translation: str, alignment: Sequence[tuple[int, in
     """The segment's translation with its markup put back, as markup text; a line break between two
     of its words stays where it is."""
     words = translation.split()
-    breaks = _line_breaks(translation)
+    breaks = breaks_by_word(translation)
     tokens: list[tuple[str, Any]] = []  # (kind, text): word, break, open, close; or kept, a node kept whole
 
     def add_words(begin: int, end: int) -> None:
@@ -142,16 +141,6 @@ def render(segment: Segment, translation: str, alignment: Sequence[tuple[int, in
 
     emit(place(segment, len(words), alignment), 0, len(words))
     return segment.lead + _join(_split_glued(tokens)) + breaks.get(len(words), "") + segment.trail
-
-
-def _line_breaks(translation: str) -> dict[int, str]:
-    """Before word k (k = the number of words: after the last), the whitespace there, where it breaks the line."""
-    breaks, k = {}, 0
-    for run in re.finditer(r"\s+", translation):
-        k += run.start() > 0
-        if has_line_break(run.group()):
-            breaks[k] = run.group()
-    return breaks
 
 
 def _split_glued(tokens: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -262,7 +251,7 @@ class Sentences(list):
 
 
 def sentences_of(texts: Sequence[str], split: Callable[[str], list[str]]) -> list[Sentences]:
-    """Each text's sentences, line by line (mtkit.text.lines: no sentence spans two lines), each line by
+    """Each text's sentences, line by line (mtkit.text.sentence_splitter: no sentence spans two lines), each line by
     split; a line whose sentences do not hold exactly its words stays whole."""
     cut = []
     for text in texts:
@@ -311,9 +300,8 @@ def pending_texts(documents: list[list[str | Segment]], lines: bool = False) -> 
     """The plain text of every segment to translate, in order; with lines, its line breaks kept (a
     request's text, where each line is translated on its own; a document's segment is one paragraph
     however its source wraps it)."""
-    return [
-        part.lined_text if lines else part.text for parts in documents for part in parts if isinstance(part, Segment)
-    ]
+    segments = [part for parts in documents for part in parts if isinstance(part, Segment)]
+    return [lined(plain(segment.root)) if lines else segment.text for segment in segments]
 
 
 def parse_alignment(text: str) -> list[tuple[int, int]]:

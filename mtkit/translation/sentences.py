@@ -14,7 +14,7 @@ defaults): numbers, links, addresses, paths, code, placeholders and emoji replac
 put back after (mtkit.text.spans: masked in the whole line, before the splitter sees it), and a
 sentence in ALL CAPS or Title Case translated in sentence case and cased as it was after
 (mtkit.text.casing).
-A text of several lines (mtkit.text.lines) is cut at its line breaks first: a sentence never spans
+A text of several lines (mtkit.text.sentence_splitter) is cut at its line breaks first: a sentence never spans
 two lines, and the line breaks come back exactly as they were.
 Each piece is translated alone; a line's translations are joined with a space, or with nothing for
 a target language written without spaces. A line of one sentence, within max_len, with nothing to
@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import MAX_SOURCE_TOKENS, Hypothesis
 from mtkit.text.casing import casing_of, recase, sentence_case
-from mtkit.text.lines import Lines, split_lines
-from mtkit.text.sentence_splitter import SentenceSplitter, default_splitter
+from mtkit.text.sentence_splitter import Lines, SentenceSplitter, default_splitter, split_lines
 from mtkit.text.spans import Masked, mask, without_invented
 from mtkit.text.tokenizer import Tokenizer
 
@@ -146,7 +145,7 @@ class Segmenter:
 
     def pieces(self, texts: Sequence[str], ids: Sequence[list[int]]) -> list[Cut]:
         """Each non-blank text's pieces, as subword ids; `ids`: the stripped texts' own encodings. A
-        text is cut into its lines first (mtkit.text.lines), and spans are masked in a whole line,
+        text is cut into its lines first (mtkit.text.sentence_splitter), and spans are masked in a whole line,
         before the sentence splitter sees it ("a?b=1" is no end)."""
         out = []
         for text, row in zip(texts, ids):
