@@ -77,8 +77,10 @@ def serve(model: Path, beam: int, lenpen: float):
     return TestClient(create_app(service, page=False))
 
 
-def ask(client, route: str, texts: list[str]) -> list[str]:
-    """texts through one route (name: mtkit's v1, libretranslate, or deepl-MODE)."""
+def ask(client, route: str, texts: list[str], chunk: int = 25) -> list[str]:
+    """texts through one route (name: mtkit's v1, libretranslate, or deepl-MODE), `chunk` a request."""
+    if len(texts) > chunk:
+        return [out for k in range(0, len(texts), chunk) for out in ask(client, route, texts[k : k + chunk], chunk)]
     if route == "v1":
         return client.post("/v1/translate", json={"text": texts}).json()["translations"]
     if route == "libretranslate":
@@ -143,7 +145,10 @@ def main() -> None:
             for on in (False, True):
                 sentences.without_invented = check if on else (lambda translation, source: translation)
                 outs = ask(client, "v1", texts)
-                counts.append(sum(bool(invented_spans(out, text)) for out, text in zip(outs, texts)))
+                invented = [(text, out) for out, text in zip(outs, texts) if invented_spans(out, text)]
+                counts.append(len(invented))
+                for text, out in invented[:3] if on else []:  # what the check let through, to look at
+                    print(f"invented: {text!r} -> {out!r}", file=sys.stderr)
             sentences.without_invented = check
             rows.append([f"invented spans: {name} ({len(texts):,})", f"{counts[1]} (before the check: {counts[0]})"])
     print(f"mtkit through other people's clients: {args.model}, beam {args.beam}, lenpen {args.lenpen}; {conditions()}")

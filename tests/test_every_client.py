@@ -195,6 +195,7 @@ def test_spans_an_engine_makes_up_are_taken_out_on_every_route(tokenizer, tmp_pa
         ("Um 7:45 kostet es $5 (siehe https://x.org).", "At 7:45 it costs $5.", "Um 7:45 kostet es $5 (siehe)."),
         ("Flug LH1234 und LH9 am Gate B12.", "Flight LH1234 at gate B12.", "Flug LH1234 und am Gate B12."),
         ("Ein [X9X] Hund%1$s.", "A dog%1$s.", "Ein Hund%1$s."),
+        ("Ein {{}} Hund.", "A dog.", "Ein Hund."),  # what closes up is looked at again
     ],
 )
 def test_a_span_the_source_lacks_is_taken_out_and_the_words_close_up(translation, source, expected):

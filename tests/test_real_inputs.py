@@ -31,7 +31,7 @@ from mtkit.text.augment import MIN_DICE, Augmentation, spans, title, typos, uppe
 from mtkit.text.casing import TITLE, UPPER, casing_of, recase, sentence_case
 from mtkit.text.lexicon import word_translations
 from mtkit.text.sentence_splitter import SentenceSplitter
-from mtkit.text.spans import find_spans, mask
+from mtkit.text.spans import find_spans, invented_spans, mask
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.sentences import segmenter_for
 from mtkit.translation.translate import TextTranslator, Translator
@@ -391,6 +391,21 @@ def test_what_a_newcomer_types_first_keeps_its_spans_and_sentences_and_no_letter
         assert not re.search(r"([^\W\d_])\1{3}", translation, re.IGNORECASE), translation
     assert out[5] == out[5].upper()  # shouted back
     assert all(word[0].isupper() for word in re.findall(r"[^\W\d_]+", out[6]))  # in Title Case
+
+
+CONFUSING_LINES = ["Tom &amp; Jerry run.", "A &lt;b&gt; tag.", "I wasn't able to attend the meeting due to illness.",
+                   "A man with X11X dogs walks", "Anna writes to her friend.", "A DOG RUNS. A CAT SLEEPS!",
+                   "Why? Because... (maybe).", "Rock 'n' roll -- all night!", "The man at the gate.", "Hello, World!"]  # fmt: skip
+
+
+def test_a_model_trained_with_span_copies_writes_no_span_its_source_lacks(augmented_run):
+    """The copies teach the model to write spans: where the input has none, or others, the output
+    holds none that the input lacks, and each of its own exactly once."""
+    translator = Translator(load_model_file(augmented_run), SearchConfig(beam=2), "cpu", "fp32")
+    lines = CONFUSING_LINES + [f"{line} at 7:45, see {{name}} or a@b.de" for line in CONFUSING_LINES]
+    out = translator.translate(lines)
+    assert [invented_spans(o, line) for o, line in zip(out, lines)] == [[]] * len(lines)
+    assert all(o.count("7:45") == o.count("a@b.de") == o.count("{name}") == 1 for o in out[len(CONFUSING_LINES) :]), out
 
 
 def test_every_sentence_of_a_line_reaches_the_trained_model(augmented_run):

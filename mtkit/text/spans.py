@@ -212,11 +212,13 @@ def invented_spans(translation: str, source: str) -> list[Span]:
 def without_invented(translation: str, source: str) -> str:
     """The translation without the spans its source does not hold: a number, link, address, price,
     placeholder, code or identifier that no one wrote is worse than a missing word. The words around
-    a span taken out close up, without a space before the punctuation that followed it."""
-    for span in reversed(invented_spans(translation, source)):
-        before, after = translation[: span.start].rstrip(" \t"), translation[span.end :].lstrip(" \t")
-        glue = "" if not before or not after or after[0] in _TRAILING else " "
-        translation = before + glue + after
+    a span taken out close up, without a space before the punctuation that followed it; and again,
+    until what closed up makes no new span ("{{}}" without its "{}" is "{}"): each round is shorter."""
+    while invented := invented_spans(translation, source):
+        for span in reversed(invented):
+            before, after = translation[: span.start].rstrip(" \t"), translation[span.end :].lstrip(" \t")
+            glue = "" if not before or not after or after[0] in _TRAILING else " "
+            translation = before + glue + after
     return translation
 
 
