@@ -281,3 +281,39 @@ def test_weblates_deepl_requests_keep_its_placeholders_and_line_breaks(mirrored)
         assert break_runs(out) == break_runs(text), out
     if rule == "copy":
         assert outs == texts
+
+
+def test_the_search_never_writes_a_character_only_a_span_holds(tokenizer):
+    from mtkit.decoding.constraints import without_made_up_spans
+    from mtkit.text.spans import SPAN_MARKS
+
+    banned = set(without_made_up_spans(SearchConfig(), tokenizer).banned)
+    texts = tokenizer.decode_batch([[i] for i in range(tokenizer.vocab_size)])
+    writing = {i for i, text in enumerate(texts) if any(char in SPAN_MARKS for char in text)}
+    assert writing and {(i,) for i in writing} <= banned
+    euro = tuple(tokenizer.token_to_id(f"<0x{byte:02X}>") for byte in "€".encode())
+    assert euro in banned and "€" in tokenizer.decode_batch([list(euro)])[0]
+    assert not {(i,) for i, text in enumerate(texts) if text.strip().isalpha()} & banned  # words stay
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_a_served_engine_bans_them_only_where_the_service_masks_spans(tokenizer, masked):
+    from mtkit.serving.engine import Engine
+
+    engine = Engine(lambda: MirrorTranslator(tokenizer, "copy"), spans_masked=masked)
+    engine.build()
+    at = tokenizer.token_to_id("<0x40>")  # "@"
+    assert ((at,) in engine.translator.cfg.banned) == masked
+
+
+def test_translate_bans_them_with_keep_spans_only(trained_run):
+    from mtkit.interop.engines import make_translator
+    from mtkit.text.spans import SPAN_MARKS
+
+    def translator(keep_spans: bool):
+        return make_translator("pytorch", [trained_run], "best", SearchConfig(beam=2), "cpu", "fp32", 16, 0,
+                               keep_spans=keep_spans)  # fmt: skip
+
+    kept, raw = translator(True), translator(False)
+    marks = {tuple(sequence) for sequence in kept.tgt_tokenizer.sequences_writing(SPAN_MARKS)}
+    assert set(kept.cfg.banned) == set(raw.cfg.banned) | marks and not marks & set(raw.cfg.banned)

@@ -159,8 +159,9 @@ def load(
     from mtkit.serving.replicas import EngineSpec
 
     if engine == "ctranslate2":
-        translator = make_translator(engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs,
-                                     mbr=mbr)  # fmt: skip
+        translator = make_translator(
+            engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs, mbr=mbr, keep_spans=False
+        )  # fmt: skip (the engine bans what serve masks)
         info = model_info(
             model.name, model / "model.bin", engine, translator.meta.get("source", {}), src_lang, tgt_lang
         )

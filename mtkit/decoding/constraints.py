@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mtkit.text.spans import SPAN_MARKS
 from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 if TYPE_CHECKING:
@@ -64,6 +65,19 @@ def without_line_breaks(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchCo
     the spelling guard of the target vocabulary (mtkit.decoding.constraints)."""
     banned = tuple(map(tuple, tgt_tokenizer.line_break_sequences()))
     return dataclasses.replace(cfg, banned=banned, spelling=spelling_guard(tgt_tokenizer))
+
+
+def without_made_up_spans(cfg: SearchConfig, tgt_tokenizer: Tokenizer) -> SearchConfig:
+    """cfg, also banning every id sequence that writes a character only a span holds (SPAN_MARKS: the
+    braces of placeholders, @, backticks, % and currency signs): where the source's spans reach the
+    model as stand-ins (mtkit.text.spans), such a character in a translation is one the model made up."""
+    banned = tuple(dict.fromkeys(cfg.banned + _span_mark_sequences(tgt_tokenizer)))
+    return dataclasses.replace(cfg, banned=banned)
+
+
+@functools.lru_cache(maxsize=4)
+def _span_mark_sequences(tokenizer: Tokenizer) -> tuple[tuple[int, ...], ...]:
+    return tuple(map(tuple, tokenizer.sequences_writing(SPAN_MARKS)))
 
 
 @functools.lru_cache(maxsize=4)

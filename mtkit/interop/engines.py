@@ -84,6 +84,8 @@ def make_translator(
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
     translator.set_target(tgt_lang, src_lang)
     translator.set_segmenter(split_sentences, max_source_len, keep_spans, recase)
+    if keep_spans:
+        translator.ban_made_up_spans()
     return translator
 
 
@@ -112,6 +114,10 @@ class Chain(TextTranslator):
     def keep_attention(self) -> None:
         for leg in self.legs:
             leg.keep_attention()
+
+    def ban_made_up_spans(self) -> None:
+        for leg in self.legs:
+            leg.ban_made_up_spans()
 
     def translate_hypotheses(self, lines, first_line=1, prefixes=None, on_line=None, encoded=None, starts=None,
                              terms=None):  # fmt: skip

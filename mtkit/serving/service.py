@@ -57,13 +57,13 @@ class Service(Runs):
         self.terms = terms or ServerTerms(*tokenizers, refused=refused)
         self.cfg = cfg
         self.metrics = metrics or Metrics(lambda: self.batcher.depth, self.engines_running, self.engines_ready)
-        self.engine = Engine(make_translator, calibration)  # unused where replicas translate
+        self.engine = Engine(make_translator, calibration, cfg.keep_spans)  # unused where replicas translate
         self.batcher: Batcher | Replicas
         if cfg.replicas > 1 or not cfg.in_process:
             threads = max(1, torch.get_num_threads() // cfg.replicas)
             self.batcher = Replicas(
                 make_translator, cfg.replicas, threads, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue,
-                self.metrics.observe_batch, calibration,
+                self.metrics.observe_batch, calibration, cfg.keep_spans,
             )  # fmt: skip
         else:
             self.batcher = self.engine.batcher(

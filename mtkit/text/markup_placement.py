@@ -251,7 +251,7 @@ class Sentences(list):
 
 
 def sentences_of(texts: Sequence[str], split: Callable[[str], list[str]]) -> list[Sentences]:
-    """Each text's sentences, line by line (mtkit.text.sentence_splitter: no sentence spans two lines), each line by
+    """Each text's sentences, line by line (split_lines: no sentence spans two lines), each line by
     split; a line whose sentences do not hold exactly its words stays whole."""
     cut = []
     for text in texts:

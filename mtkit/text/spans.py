@@ -51,6 +51,8 @@ _PATTERN = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in KIN
 # A character that every span holds one of: a text without any has none (most sentences; cheap to rule out).
 _MAYBE = re.compile(rf"[\d`@/\\%{{$€£¥₹&]|www\.|{_PICTOGRAPH}|[\U0001f1e6-\U0001f1ff]")
 _TRAILING = ".,;:!?)]}'\""  # closes a sentence or a bracket, not a URL or a path
+# Characters that only spans hold: a translation of a text whose spans are stand-ins never needs one.
+SPAN_MARKS = "{}@`%$€£¥₹"
 # Stand-ins, in the order they are taken: digits, then capital letters where a sentence has more than nine spans.
 STAND_INS = "123456789XYZQWKJV"
 _MARKS = 0xF0000  # the stand-ins' marks while they become spans (a private use plane, that a model does not write)

@@ -168,14 +168,19 @@ class Tokenizer:
         spellings of the multi-byte ones (U+2028 is <0xE2><0x80><0xA8>). A search that never completes
         one of these never writes a line break."""
         if self._line_breaks is None:
-            texts = self._hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
-            found = [[i] for i, text in enumerate(texts) if any(char in LINE_BREAKS for char in text)]
-            for char in LINE_BREAKS:
-                spelled = [self._hf.token_to_id(f"<0x{byte:02X}>") for byte in char.encode("utf-8")]
-                if len(spelled) > 1 and None not in spelled:
-                    found.append(spelled)
-            self._line_breaks = found
+            self._line_breaks = self.sequences_writing(LINE_BREAKS)
         return self._line_breaks
+
+    def sequences_writing(self, chars: str) -> list[list[int]]:
+        """The id sequences whose decoding writes one of chars: every token whose text holds one, and
+        the byte-token spellings of the multi-byte ones."""
+        texts = self._hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
+        found = [[i] for i, text in enumerate(texts) if any(char in chars for char in text)]
+        for char in chars:
+            spelled = [self._hf.token_to_id(f"<0x{byte:02X}>") for byte in char.encode("utf-8")]
+            if len(spelled) > 1 and None not in spelled:
+                found.append(spelled)
+        return found
 
     def entry_id(self, token: str) -> int | None:
         """The id of a vocabulary entry by its text, one this tokenizer never produces included."""

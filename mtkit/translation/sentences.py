@@ -14,8 +14,8 @@ defaults): numbers, links, addresses, paths, code, placeholders and emoji replac
 put back after (mtkit.text.spans: masked in the whole line, before the splitter sees it), and a
 sentence in ALL CAPS or Title Case translated in sentence case and cased as it was after
 (mtkit.text.casing).
-A text of several lines (mtkit.text.sentence_splitter) is cut at its line breaks first: a sentence never spans
-two lines, and the line breaks come back exactly as they were.
+A text of several lines (mtkit.text.sentence_splitter.split_lines) is cut at its line breaks first:
+a sentence never spans two lines, and the line breaks come back exactly as they were.
 Each piece is translated alone; a line's translations are joined with a space, or with nothing for
 a target language written without spaces. A line of one sentence, within max_len, with nothing to
 make ready, stays as it is. With keep_spans, a translation holds no span (mtkit.text.spans: a number,
@@ -145,8 +145,8 @@ class Segmenter:
 
     def pieces(self, texts: Sequence[str], ids: Sequence[list[int]]) -> list[Cut]:
         """Each non-blank text's pieces, as subword ids; `ids`: the stripped texts' own encodings. A
-        text is cut into its lines first (mtkit.text.sentence_splitter), and spans are masked in a whole line,
-        before the sentence splitter sees it ("a?b=1" is no end)."""
+        text is cut into its lines first (split_lines), and spans are masked in a whole line, before
+        the sentence splitter sees it ("a?b=1" is no end)."""
         out = []
         for text, row in zip(texts, ids):
             layout = split_lines(text)
