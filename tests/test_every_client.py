@@ -296,14 +296,17 @@ def test_the_search_never_writes_a_character_only_a_span_holds(tokenizer):
     assert not {(i,) for i, text in enumerate(texts) if text.strip().isalpha()} & banned  # words stay
 
 
-@pytest.mark.parametrize("masked", [True, False])
-def test_a_served_engine_bans_them_only_where_the_service_masks_spans(tokenizer, masked):
-    from mtkit.serving.engine import Engine
+@pytest.mark.parametrize("keep_spans", [True, False])
+def test_a_served_engine_bans_them_only_where_the_service_masks_spans(tokenizer, tmp_path, keep_spans):
+    from mtkit.serving.service import Service
 
-    engine = Engine(lambda: MirrorTranslator(tokenizer, "copy"), spans_masked=masked)
-    engine.build()
+    (tmp_path / "m.pt").write_bytes(b"a mirror")
+    info = ModelInfo("m", tmp_path / "m.pt", "pytorch", "en", "de", {"src_lang": "en", "tgt_lang": "de"})
+    service = Service(lambda: MirrorTranslator(tokenizer, "copy"), (tokenizer, tokenizer), SearchConfig(beam=2), info,
+                      ServeConfig(keep_spans=keep_spans))  # fmt: skip
+    service.engine.build()
     at = tokenizer.token_to_id("<0x40>")  # "@"
-    assert ((at,) in engine.translator.cfg.banned) == masked
+    assert ((at,) in service.engine.translator.cfg.banned) == keep_spans
 
 
 def test_translate_bans_them_with_keep_spans_only(trained_run):

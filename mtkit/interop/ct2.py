@@ -164,7 +164,6 @@ class CTranslate2Translator(TextTranslator):
         self.src_tokenizer = Tokenizer.load(directory / "src_tokenizer.json")
         self.tgt_tokenizer = Tokenizer.load(directory / "tgt_tokenizer.json")
         self.cfg = without_line_breaks(cfg, self.tgt_tokenizer)
-        self.suppressed = self._suppressed()
         device = ("cuda" if ctranslate2.get_cuda_device_count() else "cpu") if device == "auto" else device
         # CTranslate2's own default is 4 threads whatever the machine: on 2 cores that oversubscribes
         # them. Use as many as torch does (the physical cores, or OMP_NUM_THREADS).
@@ -176,13 +175,10 @@ class CTranslate2Translator(TextTranslator):
         self.max_positions = self.meta["max_positions"]
         self.model_meta = self.meta.get("source", {})
 
-    def _suppressed(self) -> list[list[str]]:
-        """Never generated, as in mtkit's own search: <s>, <pad> (CTranslate2's <blank>), the banned sequences."""
+    @property
+    def suppressed(self) -> list[list[str]]:
+        """Never generated, as in mtkit's own search: <s>, <pad> (CTranslate2's <blank>), cfg's banned sequences."""
         return [["<s>"], ["<blank>"]] + [[self.tgt_tokenizer.id_to_token(i) for i in seq] for seq in self.cfg.banned]
-
-    def ban_made_up_spans(self) -> None:
-        super().ban_made_up_spans()
-        self.suppressed = self._suppressed()
 
     def _search(
         self, sentences: list[list[int]], prefixes: list[list[int]] | None = None, on_done: OnDone | None = None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mtkit.core.config import default_beam
 from mtkit.core.errors import MtkitError
+from mtkit.decoding.constraints import without_made_up_spans
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.text.markup_placement import parse_alignment
 from mtkit.text.sentence_splitter import require_splitter
@@ -84,8 +85,8 @@ def make_translator(
         raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
     translator.set_target(tgt_lang, src_lang)
     translator.set_segmenter(split_sentences, max_source_len, keep_spans, recase)
-    if keep_spans:
-        translator.ban_made_up_spans()
+    if keep_spans:  # spans reach the model as stand-ins: a character only a span holds is never needed
+        translator.cfg = without_made_up_spans(translator.cfg, translator.tgt_tokenizer)
     return translator
 
 
@@ -114,10 +115,6 @@ class Chain(TextTranslator):
     def keep_attention(self) -> None:
         for leg in self.legs:
             leg.keep_attention()
-
-    def ban_made_up_spans(self) -> None:
-        for leg in self.legs:
-            leg.ban_made_up_spans()
 
     def translate_hypotheses(self, lines, first_line=1, prefixes=None, on_line=None, encoded=None, starts=None,
                              terms=None):  # fmt: skip

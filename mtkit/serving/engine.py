@@ -79,16 +79,9 @@ class Engine:
     thread and run on another decodes about 1.5x slower on 2 cores as the two thread teams compete
     (docs/results/design-choices.md)."""
 
-    def __init__(
-        self,
-        make_translator: Callable[[], TextTranslator],
-        calibration: Calibration | None = None,
-        spans_masked: bool = True,
-    ):
-        """calibration: the confidences' (mtkit.translation.confidence), for requests that ask for them;
-        spans_masked: the service gives the pieces' spans as stand-ins (serve --keep-spans), so the
-        search never writes a character only a span holds (TextTranslator.ban_made_up_spans)."""
-        self._make_translator, self.spans_masked = make_translator, spans_masked
+    def __init__(self, make_translator: Callable[[], TextTranslator], calibration: Calibration | None = None):
+        """calibration: the confidences' (mtkit.translation.confidence), for requests that ask for them."""
+        self._make_translator = make_translator
         self.calibration = calibration or Calibration()
         self.translator: TextTranslator | None = None
 
@@ -103,8 +96,6 @@ class Engine:
     def build(self) -> None:
         self.translator = self._make_translator()
         self.translator.keep_lines_whole()  # requests come cut into pieces, each with its target's tag
-        if self.spans_masked:
-            self.translator.ban_made_up_spans()
         self.translator.warn_missed_terms = False  # the answer says which texts (Hypothesis.missed_constraints)
 
     def translate(self, sentences: list[Sentence], options: Options, deliver: Callable[[int, Result], None]) -> None:

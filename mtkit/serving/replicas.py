@@ -65,17 +65,8 @@ class EngineSpec:
             return Translator(model_file, self.cfg, *settings)
         from mtkit.interop.engines import make_translator
 
-        return make_translator(
-            self.engine,
-            [self.model],
-            "best",
-            self.cfg,
-            self.device,
-            self.precision,
-            128,
-            self.max_tokens,
-            keep_spans=False,  # the engine bans what the service masks (mtkit.serving.engine.Engine)
-        )
+        settings = (self.device, self.precision, 128, self.max_tokens)  # spans: the service's (keep_spans=False)
+        return make_translator(self.engine, [self.model], "best", self.cfg, *settings, keep_spans=False)
 
 
 @dataclass
@@ -110,11 +101,9 @@ class Replicas:
         max_queue: int,
         on_batch: Callable[[BatchStats], None],
         calibration: Calibration | None = None,
-        spans_masked: bool = True,
     ):
-        """spans_masked: as mtkit.serving.engine.Engine's."""
         self._make_translator, self.count, self.threads = make_translator, count, threads
-        self._calibration, self._spans_masked = calibration, spans_masked
+        self._calibration = calibration
         self._batching = (max_batch_tokens, max_wait_s)
         self.max_queue = max_queue
         self._on_batch = on_batch
@@ -148,15 +137,7 @@ class Replicas:
         inbox, their_outbox = context.Pipe(duplex=False)
         process = context.Process(
             target=_serve_replica,
-            args=(
-                self._make_translator,
-                self.threads,
-                self._batching,
-                their_inbox,
-                their_outbox,
-                self._calibration,
-                self._spans_masked,
-            ),  # fmt: skip
+            args=(self._make_translator, self.threads, self._batching, their_inbox, their_outbox, self._calibration),
             name=f"mtkit-replica-{number}",
             daemon=True,
         )
@@ -287,7 +268,6 @@ def _serve_replica(
     inbox: Connection,
     outbox: Connection,
     calibration: Calibration | None = None,
-    spans_masked: bool = True,
 ) -> None:
     """A replica process: jobs and cancellations come in on inbox; results, errors and each step's
     statistics go out on outbox, then "stopped" once it has been told to stop and has finished."""
@@ -299,7 +279,7 @@ def _serve_replica(
     outgoing: queue.SimpleQueue = queue.SimpleQueue()
     sender = threading.Thread(target=_send_all, args=(outgoing, outbox), name="mtkit-replica-sender")
     sender.start()
-    engine = Engine(make_translator, calibration, spans_masked)
+    engine = Engine(make_translator, calibration)
     batcher = engine.batcher(
         *batching, max_queue=1 << 62, on_batch=lambda stats: outgoing.put(("batch", (stats, batcher.depth)))
     )

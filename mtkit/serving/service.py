@@ -3,6 +3,7 @@
 model information and the warm-up; no HTTP here (mtkit.serving.http adds it)."""
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -12,6 +13,7 @@ import torch
 from mtkit.core.console import warn
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import sha256_file
+from mtkit.decoding.constraints import without_made_up_spans
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Engine, Options, Result, Sentence, when_all
@@ -50,6 +52,8 @@ class Service(Runs):
         (mtkit.serving.replicas.EngineSpec).
         terms: the server's glossary (default: none, and requests' own where the engine places terms);
         metrics: the server's, where it serves several models (default: this service's own)."""
+        if cfg.keep_spans:  # the pieces' spans reach the engine as stand-ins
+            make_translator = functools.partial(banning_made_up_spans, make_translator)
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.base_cfg = base_cfg
         self.info = info
@@ -57,13 +61,13 @@ class Service(Runs):
         self.terms = terms or ServerTerms(*tokenizers, refused=refused)
         self.cfg = cfg
         self.metrics = metrics or Metrics(lambda: self.batcher.depth, self.engines_running, self.engines_ready)
-        self.engine = Engine(make_translator, calibration, cfg.keep_spans)  # unused where replicas translate
+        self.engine = Engine(make_translator, calibration)  # unused where replicas translate
         self.batcher: Batcher | Replicas
         if cfg.replicas > 1 or not cfg.in_process:
             threads = max(1, torch.get_num_threads() // cfg.replicas)
             self.batcher = Replicas(
                 make_translator, cfg.replicas, threads, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue,
-                self.metrics.observe_batch, calibration, cfg.keep_spans,
+                self.metrics.observe_batch, calibration,
             )  # fmt: skip
         else:
             self.batcher = self.engine.batcher(
@@ -279,6 +283,14 @@ class Service(Runs):
         self.ready = error is None
         if error is not None:
             warn(f"the warm-up translation failed, so /ready stays 503: {type(error).__name__}: {error}")
+
+
+def banning_made_up_spans(make_translator: Callable[[], TextTranslator]) -> TextTranslator:
+    """make_translator's translator, its search never writing a character only a span holds
+    (mtkit.decoding.constraints.without_made_up_spans); a module's function, so that it pickles."""
+    translator = make_translator()
+    translator.cfg = without_made_up_spans(translator.cfg, translator.tgt_tokenizer)
+    return translator
 
 
 def blank(text: str, ids: list[int]) -> Cut:

@@ -12,7 +12,7 @@ from mtkit.core.device import autocast, autocast_dtype, resolve_device, resolve_
 from mtkit.core.errors import MtkitError
 from mtkit.data.batching import pad_batch
 from mtkit.decoding.beam import BeamStream
-from mtkit.decoding.constraints import without_line_breaks, without_made_up_spans
+from mtkit.decoding.constraints import without_line_breaks
 from mtkit.decoding.cuda_graphs import GraphedDecoder, check_device
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.greedy_stream import GreedyStream
@@ -81,11 +81,6 @@ class TextTranslator:
         self._segmenter = segmenter_for(
             self.src_tokenizer, self.model_meta, split_sentences, max_len, keep_spans, recase
         )
-
-    def ban_made_up_spans(self) -> None:
-        """Never write a character only a span holds (mtkit.decoding.constraints.without_made_up_spans):
-        for a caller that gives the model its source's spans as stand-ins (keep_spans)."""
-        self.cfg = without_made_up_spans(self.cfg, self.tgt_tokenizer)
 
     def keep_lines_whole(self) -> None:
         """Translate every line as one piece (of up to MAX_SOURCE_TOKENS subwords, its tag included):
