@@ -216,6 +216,11 @@ def test_placeholders_of_every_client_and_identifiers_are_spans(text, spans):
     assert [span.text for span in find_spans(text)] == spans
 
 
+def test_a_character_of_the_marks_restore_uses_in_the_text_is_dropped_not_read_as_a_span():
+    masked = mask("A dog at 7:45.")
+    assert masked.restore("Ein Hund \U000f0005um 1 \U000f0000.") == "Ein Hund um 7:45 ."
+
+
 def test_a_placeholder_against_a_word_is_its_own_word_for_the_model_and_glued_back():
     masked = mask("A [X2X]black[X10X] dog.")
     assert masked.text == "A 1 black 2 dog."

@@ -56,6 +56,7 @@ SPAN_MARKS = "{}@`%$€£¥₹"
 # Stand-ins, in the order they are taken: digits, then capital letters where a sentence has more than nine spans.
 STAND_INS = "123456789XYZQWKJV"
 _MARKS = 0xF0000  # the stand-ins' marks while they become spans (a private use plane, that a model does not write)
+_MARKED = re.compile(f"[{chr(_MARKS)}-{chr(_MARKS + len(STAND_INS) - 1)}]")
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class Masked:
         are dropped, a stand-in the translation lost is put back first, at its share of the words in the source (its neighbours' place, where the model
         did not say), one the model wrote again is dropped, and then all are replaced at once: a span is
         never cut, nor read as a stand-in."""
-        translation = self._without_invented(translation)
+        translation = self._without_invented(_MARKED.sub("", translation))  # a mark the text brought is none of ours
         source_words = self.text.split()
         for stand_in, _ in self.stand_ins:
             if not _word_match(stand_in).search(translation):
@@ -133,8 +134,7 @@ class Masked:
                 translation = re.sub(rf"(?<=[^\W_]) +(?={chr(_MARKS + k)})", "", translation)
             if (stand_in, "after") in self.glued:
                 translation = re.sub(rf"(?<={chr(_MARKS + k)}) +(?=[^\W_])", "", translation)
-        return re.sub(f"[{chr(_MARKS)}-{chr(_MARKS + len(STAND_INS))}]", lambda m: self.stand_ins[ord(m[0]) - _MARKS][1],
-                      translation)  # fmt: skip
+        return _MARKED.sub(lambda mark: self.stand_ins[ord(mark[0]) - _MARKS][1], translation)
 
     def _without_invented(self, translation: str) -> str:
         """The translation without the numbers the model made of the stand-ins' digits ("10" beside the
