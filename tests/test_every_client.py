@@ -325,3 +325,20 @@ def test_translate_bans_them_with_keep_spans_only(trained_run):
     kept, raw = translator(True), translator(False)
     marks = {tuple(sequence) for sequence in kept.tgt_tokenizer.sequences_writing(SPAN_MARKS)}
     assert set(kept.cfg.banned) == set(raw.cfg.banned) | marks and not marks & set(raw.cfg.banned)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "shape"),
+    [("/v2/translate", '{"text": ["A dog."], "target_lang": "DE", "formality": ["more"]}', "message"),
+     ("/v2/translate", '{"text": ["A dog."], "target_lang": "DE", "n": ' + "9" * 5000 + "}", "message"),
+     ("/v2/translate", '{"text": ' + DEEP + "}", "message"),
+     ("/translate", '{"q": "A dog.", "target": "de", "n": ' + "9" * 5000 + "}", "error"),
+     ("/translate", '{"q": ' + DEEP + "}", "error")],
+)  # fmt: skip
+def test_a_malformed_body_is_a_400_in_the_apis_shape_not_a_500(tokenizer, tmp_path, route, body, shape):
+    with mirror_server(tokenizer, "copy", tmp_path) as url:
+        answer = httpx.post(url + route, content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert answer.status_code == 400 and list(answer.json()) == [shape], answer.text

@@ -77,6 +77,8 @@ def tag_list(value: Any) -> frozenset[str]:
 def check_options(fields: dict[str, Any], target: str) -> tuple[bool, str | None]:
     """Whether to split sentences, and the tag handling (None, xml or html); 400 for what DeepL refuses."""
     formality = fields.get("formality", "default")
+    if not isinstance(formality, str):
+        raise RequestError(400, "Value for 'formality' not supported.")
     if formality not in FORMALITIES:
         if formality in ("more", "less"):
             raise RequestError(400, f"'formality' is not supported for given 'target_lang' ({deepl_code(target)}).")

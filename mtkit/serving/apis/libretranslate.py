@@ -115,7 +115,7 @@ async def libretranslate_fields(request) -> dict[str, Any]:
         return {key: values[0] if len(values) == 1 else values for key, values in fields.items()}
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # a 5,000-digit number, 100,000 brackets deep
         raise RequestError(400, "the body is not valid JSON") from None
     if not isinstance(data, dict):
         raise RequestError(400, "the body must be a JSON object")
