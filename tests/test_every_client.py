@@ -5,7 +5,6 @@ route, split mode and tag handling, each line break and each placeholder comes b
 engine that makes spans up has them taken out; DeepL's v3 routes answer as DeepL's client reads them."""
 
 import re
-import threading
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
@@ -16,7 +15,7 @@ import pytest
 from deepl.api_data import MultilingualGlossaryDictionaryEntries as Dictionary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_serve import wait_until
+from test_serve import app_on_a_thread
 
 from mtkit.decoding.search import Hypothesis, SearchConfig
 from mtkit.serving.settings import ModelInfo, ServeConfig
@@ -58,8 +57,6 @@ class MirrorTranslator(TextTranslator):
 @contextmanager
 def mirror_server(tokenizer, rule: str, tmp_path, **settings):
     """`mtkit serve`'s app over a MirrorTranslator, on a uvicorn thread of this process."""
-    import uvicorn
-
     from mtkit.serving.http import create_app
     from mtkit.serving.service import Service
 
@@ -68,19 +65,8 @@ def mirror_server(tokenizer, rule: str, tmp_path, **settings):
     info = ModelInfo(rule, path, "pytorch", "en", "de", {"src_lang": "en", "tgt_lang": "de"})
     service = Service(lambda: MirrorTranslator(tokenizer, rule), (tokenizer, tokenizer), SearchConfig(beam=2), info,
                       replace(ServeConfig(), **settings))  # fmt: skip
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(service, page=False), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, "the server started")
-        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200, "the server is ready")
+    with app_on_a_thread(create_app(service, page=False)) as url:
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(60)
 
 
 @pytest.fixture(scope="module")

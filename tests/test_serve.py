@@ -7,6 +7,7 @@ import signal
 import socket
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -41,6 +42,24 @@ def one_engine(options: tuple) -> tuple:
     layout depends on the machine's cores (test_replicas.py tests the engine processes)."""
     layouts = {"--replicas", "--engine-process", "--in-process"}
     return options if layouts & set(map(str, options)) else (*options, "--in-process")
+
+
+@contextmanager
+def app_on_a_thread(app):
+    """An ASGI app on a uvicorn thread of this process, ready to answer: its URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, "the server started")
+        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200, "the server is ready")
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(60)
 
 
 class Server:

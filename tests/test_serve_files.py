@@ -4,7 +4,6 @@ with keys and limits, giving what `mtkit translate-file` gives offline."""
 import asyncio
 import io
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -16,7 +15,7 @@ import pytest
 from conftest import run_mtkit
 from hostile import deep, hold_until, inflating_word_file, plural_po
 from test_documents import RUNS, word_document, word_runs
-from test_serve import Server, wait_until
+from test_serve import Server, app_on_a_thread, wait_until
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.files import TranslatedFiles, content_disposition, safe_name
@@ -200,8 +199,6 @@ def test_hostile_files_are_refused_while_other_clients_translate(keyed_server, t
 def in_process_server(trained_run, workers=None, **settings):
     """The app of `mtkit serve` (ServeConfig with these settings, these document workers) on a uvicorn
     thread of this process."""
-    import uvicorn
-
     from mtkit.decoding.search import SearchConfig
     from mtkit.model.files import load_model_file, resolve_model_path
     from mtkit.serving.http import create_app
@@ -214,18 +211,8 @@ def in_process_server(trained_run, workers=None, **settings):
     cfg = SearchConfig(beam=2)
     service = Service(lambda: Translator(model_file, cfg, device="cpu"), (model_file.src_tokenizer, model_file.tgt_tokenizer),
                       cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), replace(ServeConfig(), **settings))  # fmt: skip
-    app = create_app(service, workers=workers)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, "the server started")
-        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200, "the server is ready")
+    with app_on_a_thread(create_app(service, workers=workers)) as url:
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(60)
 
 
 def test_documents_are_read_in_a_worker_process_and_links_use_the_public_url(trained_run, tmp_path):

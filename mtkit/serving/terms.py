@@ -128,7 +128,6 @@ class StoredGlossary:
     entries: list[tuple[str, str]]
     owner: str | None = None
     more: list[Dictionary] = field(default_factory=list)  # a multilingual glossary's other dictionaries
-    multilingual: bool = False  # made through DeepL's /v3/glossaries
     revision: int = 0  # one more at each change of its entries
 
     def dictionaries(self) -> list[Dictionary]:
@@ -207,7 +206,7 @@ class GlossaryStore:
         (source, target, entries), *more = dictionaries
         glossary = self.create(owner, name, source, target, entries)
         with self._lock:
-            return self._save(dataclasses.replace(glossary, more=more, multilingual=True))
+            return self._save(dataclasses.replace(glossary, more=more))
 
     def change(
         self,
