@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from mtkit.core.errors import MtkitError
 from mtkit.data.batching import pad_batch
-from mtkit.decoding.constraints import constrain
+from mtkit.decoding.constraints import SpellingGuard, constrain
 from mtkit.decoding.search import SearchConfig, search
-from mtkit.text.tokenizer import EOS_ID
+from mtkit.text.tokenizer import EOS_ID, PAD_ID
 
 VOCAB = 8  # ids 4..7 are "words"; 0-3 are <pad>, <unk>, <s>, </s>
 SOURCES = [[4, 5, 6], [7], [6, 6, 4, 5, 7], [5, 4]]
@@ -100,3 +100,59 @@ def test_settings_are_checked():
         SearchConfig(loop_ngram=-1).validate()
     with pytest.raises(MtkitError, match="--loop-repeats 0"):
         SearchConfig(loop_ngram=4, loop_repeats=0).validate()
+
+
+def spelling_bans_by_mask(guard: SpellingGuard, lprobs: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
+    """The reference: the spelling guard as a mask over the whole vocabulary for every row (the way
+    it was first written; the guard now scatters a few bans per row, and must ban the same)."""
+    vocab = min(len(guard.first), lprobs.size(1))
+    first, lead, last, trail, uniform, inner, word_start, counted = (
+        torch.tensor(column[:vocab]) for column in (guard.first, guard.lead, guard.last, guard.trail, guard.uniform,
+                                                    guard.inner, guard.word_start, guard.counted)
+    )  # fmt: skip
+    lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(inner > guard.most_letters, float("-inf"))
+    recent = history[:, -(guard.most_letters + 1) :].clamp(max=vocab - 1)
+    letter, run, going = last[recent[:, -1]], trail[recent[:, -1]], uniform[recent[:, -1]]
+    for k in range(2, recent.size(1) + 1):
+        token = recent[:, -k]
+        same = going & (last[token] == letter)
+        run, going = run + torch.where(same, trail[token], 0), same & uniform[token]
+    too_long = (first[None, :] == letter[:, None]) & (letter[:, None] >= 0) & (run[:, None] + lead > guard.most_letters)
+    lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(too_long, float("-inf"))
+    word = history[:, -guard.window :].clamp(max=vocab - 1)
+    starts = word_start[word].long()
+    in_word = (starts.flip(1).cumsum(1).flip(1) - starts == 0) & counted[word]
+    counts = torch.zeros(word.size(0), vocab + 1, dtype=torch.long).scatter_add_(
+        1, torch.where(in_word, word, vocab), torch.ones_like(word)
+    )
+    repeated = (counts[:, :vocab] >= guard.most_subwords) & counted[None, :]
+    lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(repeated, float("-inf"))
+    return lprobs
+
+
+PIECES = ["a", "aa", "aaa", "aaaa", "b", "bb", "ab", "ba", "A", "é", "ée", "1", "-", "ß", "ss", "bab"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    vocabulary=st.lists(
+        st.tuples(st.booleans(), st.lists(st.sampled_from(PIECES), min_size=1, max_size=3)).map(
+            lambda token: ("▁" if token[0] else "") + "".join(token[1])
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    rows=st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=24), min_size=1, max_size=4),
+    scored=st.integers(0, 6),
+)
+def test_the_spelling_guard_bans_what_the_whole_vocabulary_mask_bans(vocabulary, rows, scored):
+    """Any vocabulary of letters, runs, word starts, marks and specials, any left-padded histories
+    (ids past the vocabulary included), and a model that may score fewer tokens than the tokenizer has."""
+    vocabulary = ["<pad>", "<unk>", "<s>", "</s>", "<0xC3>"] + vocabulary
+    guard = SpellingGuard.of(vocabulary)
+    width = max(len(r) for r in rows)
+    history = torch.tensor([[PAD_ID] * (width - len(r)) + r for r in rows], dtype=torch.long)
+    lprobs = torch.randn(len(rows), max(5, len(vocabulary) - scored))
+    lprobs[:, PAD_ID] = float("-inf")  # as constrain leaves it for the guard
+    expected = spelling_bans_by_mask(guard, lprobs.clone(), history.clamp(max=lprobs.size(1) - 1))
+    assert torch.equal(guard.apply(lprobs.clone(), history.clamp(max=lprobs.size(1) - 1)), expected)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from mtkit.text.spans import SPAN_MARKS
@@ -114,21 +113,27 @@ def _completions(history: Tensor, n: int, spare: int) -> Tensor:
     return ngrams[:, :, -1].masked_fill(~matches, spare)
 
 
+# The guards below ban a few tokens of each row by scattering -inf to their ids; a row's slots that ban
+# nothing point at <pad>, which every search bans anyway. So no step builds a (rows, vocabulary) mask:
+# that is what made the guards cost more than half of a CPU beam search.
+
+
 def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> Tensor:
     """Forbid every token that would complete an n-gram already present in the row's history."""
-    # Scattered into a spare column where there is no match: no count of the matches to wait for.
-    tokens = _completions(history, n, lprobs.size(1))
-    return F.pad(lprobs, (0, 1)).scatter_(1, tokens, float("-inf"))[:, :-1]
+    return lprobs.scatter_(1, _completions(history, n, PAD_ID), float("-inf"))
 
 
 def _ban_ngrams_past(lprobs: Tensor, history: Tensor, n: int, most: int) -> Tensor:
     """Forbid every token that would complete an n-gram already present `most` times in the row's
     history (occurrences may overlap: "a a a a" holds "a a a" twice)."""
-    tokens = _completions(history, n, lprobs.size(1))
-    counts = lprobs.new_zeros(lprobs.size(0), lprobs.size(1) + 1).scatter_add_(
-        1, tokens, torch.ones_like(lprobs[:, :1]).expand_as(tokens)
-    )
-    return lprobs.masked_fill_(counts[:, :-1] >= most, float("-inf"))
+    spare = lprobs.size(1)  # sorts after every token
+    completions = _completions(history, n, spare).sort(dim=1).values
+    if completions.size(1) < most:
+        return lprobs
+    # Sorted, a token present `most` times is equal to the one `most - 1` places before it.
+    reached = completions[:, most - 1 :]
+    reached = reached.masked_fill((reached != completions[:, : reached.size(1)]) | (reached == spare), PAD_ID)
+    return lprobs.scatter_(1, reached, float("-inf"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,33 +163,98 @@ class SpellingGuard:
         return cls(*(tuple(column) for column in zip(*rows)))
 
     def apply(self, lprobs: Tensor, history: Tensor) -> Tensor:
+        """Ban, in each row, what would spell a letter past most_letters in a row or a subword past
+        most_subwords in the word; lprobs' <pad> is banned already (constrain)."""
         vocab = min(len(self.first), lprobs.size(1))  # a model may score fewer tokens than its tokenizer has
-        first, lead, last, trail, uniform, inner, word_start, counted = _guard_tensors(self, lprobs.device, vocab)
-        lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(inner > self.most_letters, float("-inf"))
-        # The run of one letter that ends the history: through the last tokens that are that letter alone.
-        recent = history[:, -(self.most_letters + 1) :].clamp(max=vocab - 1)
-        letter, run = last[recent[:, -1]], trail[recent[:, -1]]
-        going = uniform[recent[:, -1]]
-        for k in range(2, recent.size(1) + 1):
+        tables = _guard_tables(self, lprobs.device, vocab)
+        lprobs.index_fill_(1, tables.long_runs, float("-inf"))
+        history = history.clamp(max=vocab - 1)
+        lprobs.scatter_(1, self._run_breakers(tables, history), float("-inf"))
+        return lprobs.scatter_(1, self._repeated_subwords(tables, history[:, -self.window :]), float("-inf"))
+
+    def _run_breakers(self, tables: _GuardTables, history: Tensor) -> Tensor:
+        """(N, widest): the tokens that would carry the run of one letter ending each row's history past
+        most_letters, <pad> in the other slots."""
+        recent = history[:, -(self.most_letters + 1) :]
+        letter, run = tables.last[recent[:, -1]], tables.trail[recent[:, -1]]
+        going = tables.uniform[recent[:, -1]]
+        for k in range(2, recent.size(1) + 1):  # through the last tokens that are that letter alone
             token = recent[:, -k]
-            same = going & (last[token] == letter)
-            run, going = run + torch.where(same, trail[token], 0), same & uniform[token]
-        too_long = (
-            (first[None, :] == letter[:, None])
-            & (letter[:, None] >= 0)
-            & (run[:, None] + lead[None, :] > self.most_letters)
-        )
-        lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(too_long, float("-inf"))
-        # Subwords of the current word: from its last word start on.
-        word = history[:, -self.window :].clamp(max=vocab - 1)
-        starts = word_start[word].long()
+            same = going & (tables.last[token] == letter)
+            run, going = run + torch.where(same, tables.trail[token], 0), same & tables.uniform[token]
+        # Tokens starting with the letter are listed by their leading run, longest first: a run of r
+        # bans the first tables.banned_by_run[letter, r] of them.
+        code = tables.letter_code[recent[:, -1]]
+        count = tables.banned_by_run[code, run.clamp(max=self.most_letters)]
+        slots = torch.arange(tables.widest, device=history.device)
+        listed = (tables.offsets[code][:, None] + slots).clamp(max=tables.by_letter.numel() - 1)
+        return torch.where(slots < count[:, None], tables.by_letter[listed], PAD_ID)
+
+    def _repeated_subwords(self, tables: _GuardTables, word: Tensor) -> Tensor:
+        """(N, window): the counted subwords the current word (from its last word start on) already
+        holds most_subwords times, <pad> in the other slots."""
+        starts = tables.word_start[word].long()
         later = starts.flip(1).cumsum(1).flip(1) - starts  # word starts after each position
-        in_word = (later == 0) & counted[word]
-        counts = torch.zeros(word.size(0), vocab + 1, dtype=torch.long, device=word.device)
-        counts.scatter_add_(1, torch.where(in_word, word, vocab), torch.ones_like(word))
-        repeated = (counts[:, :vocab] >= self.most_subwords) & counted[None, :]
-        lprobs[:, :vocab] = lprobs[:, :vocab].masked_fill(repeated, float("-inf"))
-        return lprobs
+        in_word = (later == 0) & tables.counted[word]
+        times = ((word[:, :, None] == word[:, None, :]) & in_word[:, None, :]).sum(dim=2)
+        return torch.where(times >= self.most_subwords, word, PAD_ID)
+
+
+@dataclass(frozen=True)
+class _GuardTables:
+    """A SpellingGuard's columns on the device, and its ban lists: long_runs, the tokens that hold a
+    run past most_letters themselves; by_letter, the tokens that start with a letter, grouped by
+    letter (offsets[code] is where a letter's group starts; the last code, no letter, has none) and
+    by leading run, longest first; banned_by_run[code, r], how many of its group a run of r bans."""
+
+    last: Tensor
+    trail: Tensor
+    uniform: Tensor
+    word_start: Tensor
+    counted: Tensor
+    letter_code: Tensor  # each token's last letter, as the index of its group
+    long_runs: Tensor
+    by_letter: Tensor
+    offsets: Tensor
+    banned_by_run: Tensor
+    widest: int  # the largest group
+
+
+@functools.lru_cache(maxsize=8)
+def _guard_tables(guard: SpellingGuard, device: torch.device, vocab: int) -> _GuardTables:
+    most = guard.most_letters
+    groups: dict[int, list[int]] = {}
+    for token in range(vocab):
+        if guard.first[token] >= 0:
+            groups.setdefault(guard.first[token], []).append(token)
+    letters = list(groups)
+    code_of = {letter: code for code, letter in enumerate(letters)}
+    none = len(letters)  # the code of "no letter a group starts with": bans nothing
+    by_letter, offsets, banned_by_run = [], [], []
+    for letter in letters:
+        group = sorted(groups[letter], key=lambda token: -guard.lead[token])
+        offsets.append(len(by_letter))
+        by_letter += group
+        banned_by_run.append([sum(guard.lead[token] + run > most for token in group) for run in range(most + 1)])
+    offsets.append(len(by_letter))
+    banned_by_run.append([0] * (most + 1))
+
+    def on_device(values, dtype=torch.long) -> Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    return _GuardTables(
+        last=on_device(guard.last[:vocab]),
+        trail=on_device(guard.trail[:vocab]),
+        uniform=on_device(guard.uniform[:vocab], torch.bool),
+        word_start=on_device(guard.word_start[:vocab], torch.bool),
+        counted=on_device(guard.counted[:vocab], torch.bool),
+        letter_code=on_device([code_of.get(letter, none) for letter in guard.last[:vocab]]),
+        long_runs=on_device([token for token in range(vocab) if guard.inner[token] > most]),
+        by_letter=on_device(by_letter or [PAD_ID]),
+        offsets=on_device(offsets),
+        banned_by_run=on_device(banned_by_run),
+        widest=max((len(group) for group in groups.values()), default=0),
+    )
 
 
 def _spelling(token: str) -> tuple[int, int, int, int, bool, int, bool, bool]:
@@ -199,10 +269,3 @@ def _spelling(token: str) -> tuple[int, int, int, int, bool, int, bool, bool]:
     word_start = token.startswith("▁")
     counted = not word_start and sum(c.isalpha() for c in text) >= 2
     return first, lead, last, trail, len(runs) == 1 and letter[0], inner, word_start, counted
-
-
-@functools.lru_cache(maxsize=8)
-def _guard_tensors(guard: SpellingGuard, device: torch.device, vocab: int) -> tuple[Tensor, ...]:
-    columns = (guard.first, guard.lead, guard.last, guard.trail, guard.uniform, guard.inner, guard.word_start,
-               guard.counted)  # fmt: skip
-    return tuple(torch.tensor(column[:vocab], device=device) for column in columns)
