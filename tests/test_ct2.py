@@ -76,8 +76,9 @@ def test_greedy_translations_are_identical(model_file, corpus, tmp_path):
 def test_one_call_under_the_largest_limit_equals_a_call_per_limit(
     trained_run, corpus, tmp_path, beam, lenpen, nbest, eos_scale
 ):
-    """The engine decodes everything under the largest length limit and decodes again only the
-    searches that ran up to their own limit; reference: one CTranslate2 call per distinct limit.
+    """The engine decodes everything under the largest length limit and, in beam search, decodes
+    again only the searches that ran up to their own limit (greedy search stops each sentence at its
+    own limit by CTranslate2's step callback); reference: one CTranslate2 call per distinct limit.
     Short limits (a = 0.5, b = 3) and a rescaled </s> embedding make the tiny model stop early on
     some sentences and run into the limit on others, so both paths are taken."""
     model_file = load_model_file(trained_run)

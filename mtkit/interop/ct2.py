@@ -187,9 +187,11 @@ class CTranslate2Translator(TextTranslator):
         (on_done is not called: CTranslate2 returns a batch's translations together).
 
         CTranslate2 takes one length limit per call, and calls of a few sentences each are slow.
-        So all sentences go in one call under the largest limit; a sentence is decoded again under
-        its own limit only where the search ran up to that limit (at most its limit minus one steps):
-        until a search's last step, a larger limit changes nothing in it.
+        So all sentences go in one call under the largest limit. Where one token is chosen a step
+        (greedy search, sampling), CTranslate2's step callback stops each sentence at its own limit.
+        Beam search has no callback: a sentence is decoded again under its own limit only where the
+        search ran up to that limit (at most its limit minus one steps): until a search's last step, a
+        larger limit changes nothing in it.
         """
         cfg = self.cfg
         if any(len(s) >= self.max_positions for s in sentences):  # a model exported before the table grew
@@ -197,7 +199,9 @@ class CTranslate2Translator(TextTranslator):
         sources = [[self.src_tokenizer.id_to_token(t) for t in s] + ["</s>"] for s in sentences]
         targets = [[self.tgt_tokenizer.id_to_token(t) for t in p] or None for p in prefixes] if prefixes else None
         limits = [max_output_length(len(s), cfg) for s in sentences]
-        if cfg.beam > 1 and cfg.lenpen == 0:
+        if cfg.beam == 1:
+            return [hyps for hyps, _ in self._translate(sources, max(limits, default=1), targets, limits)]
+        if cfg.lenpen == 0:
             # Without a length penalty CTranslate2 exits early, before the step where it stopped can be
             # read from its hypotheses: decode under each sentence's own limit.
             out: list[tuple[list[Hypothesis], float]] = [([], math.inf)] * len(sources)
@@ -214,14 +218,21 @@ class CTranslate2Translator(TextTranslator):
         return [hyps for hyps, _ in out]
 
     def _translate(
-        self, sources: list[list[str]], limit: int, prefixes: list[list[str] | None] | None = None
+        self,
+        sources: list[list[str]],
+        limit: int,
+        prefixes: list[list[str] | None] | None = None,
+        own_limits: list[int] | None = None,
     ) -> list[tuple[list[Hypothesis], float]]:
-        """The n-best hypotheses of each source, and the last step its search ran.
+        """The n-best hypotheses of each source, and the last step its search ran; with own_limits
+        (greedy search and sampling), each source stops at its own limit.
 
         Beam search stops once it has `beam` finished hypotheses, so the longest of those is the
         step where it stopped (ask for all of them: fewer than `beam` finished before that step).
         """
         cfg = self.cfg
+        # The callback's batch_id is the source's index in this call, whatever CTranslate2's batches.
+        stop = (lambda step: step.step + 1 >= own_limits[step.batch_id]) if own_limits else None
         finished = cfg.beam if cfg.beam > 1 else cfg.nbest
         results = self.translator.translate_batch(
             sources,
@@ -239,12 +250,14 @@ class CTranslate2Translator(TextTranslator):
             sampling_topk=(cfg.top_k or 0) if cfg.sample else 1,
             sampling_topp=cfg.top_p,
             sampling_temperature=cfg.temperature,
+            callback=stop,
         )
         out = []
-        for result in results:
+        for i, result in enumerate(results):
             # A hypothesis that has the limit's full length was cut there, without </s>.
+            cut_at = own_limits[i] if own_limits else limit
             hyps = [
-                Hypothesis([self.tgt_tokenizer.entry_id(t) for t in tokens], score, score, len(tokens) < limit)
+                Hypothesis([self.tgt_tokenizer.entry_id(t) for t in tokens], score, score, len(tokens) < cut_at)
                 for tokens, score in zip(result.hypotheses, result.scores)
             ]
             out.append((hyps[: cfg.nbest], max(len(h.tokens) for h in hyps)))
