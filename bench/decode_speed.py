@@ -3,7 +3,8 @@ and host-read interval, with BLEU and peak memory.
 
     python bench/decode_speed.py -m MODEL [--data ../shared/data/multi30k] [--src en --tgt de] [--beams 1,5]
         [--precisions fp32,bf16] [--ct2 float32,int8] [--int8] [--hf] [--graphs 0,1] [--sync-every 1,8] [--lenpen 0.6]
-        [--batch-size 128] [--repeats 1] [--lines N] [--save DIR] [--against DIR]
+        [--batch-size 128] [--repeats 1] [--lines N] [--save DIR] [--against DIR] [--without guards,split,spans]
+        [--ct2-direct]
 
 Every setting runs in its own process (its peak RSS is the table's; model loading is in it, not in
 the timing): the first 100 lines are translated once as a warm-up, then the whole set --repeats
@@ -18,6 +19,13 @@ length^alpha, mtkit's GNMT's; with alpha 0 both rank by the summed log-probabili
 forces </s> at the length limit); its rows count the lines identical to mtkit's (the first precision).
 --save DIR keeps each setting's translations, and --against DIR counts the lines identical to those
 an earlier run saved (from another commit's tree, with PYTHONPATH=OLD_TREE, say).
+Every row decodes with mtkit's defaults on (the loop and spelling guards, sentence splitting, spans
+kept, re-casing); --without adds, for mtkit's engines, a row with each of the named defaults off
+(guards: --loop-ngram 0, split: --no-split-sentences, spans: --no-keep-spans), so the price of each
+stays visible. --ct2-direct adds, for each --ct2 quantization, CTranslate2's translate_batch called
+directly on the sentences' subwords (the same batch size, beam and length penalty, one length limit:
+mtkit's for the longest sentence; no guards): what the engine gives alone, against what it gives
+through mtkit, where each sentence has its own limit.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ def translate_with(setting: dict):
     """A translate(lines) function of the setting's engine."""
     if setting["engine"] == "transformers":
         return hf_translate(Path(setting["model"]), setting["beam"], setting["batch_size"])
+    if setting["engine"] == "ctranslate2-direct":
+        return ct2_translate(Path(setting["model"]), setting["beam"], setting["batch_size"], setting["lenpen"])
     from mtkit.decoding.search import SearchConfig
     from mtkit.interop.engines import make_translator
 
@@ -46,10 +56,12 @@ def translate_with(setting: dict):
         from mtkit.decoding import beam
 
         beam.host_reads_every = lambda model, device: setting["sync_every"]
-    cfg = SearchConfig(beam=setting["beam"], lenpen=setting["lenpen"])
+    off = setting["off"]
+    cfg = SearchConfig(beam=setting["beam"], lenpen=setting["lenpen"], **({"loop_ngram": 0} if off == "guards" else {}))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     translator = make_translator(setting["engine"], [Path(setting["model"])], "best", cfg, device,
-                                 setting["precision"], setting["batch_size"], 8192, setting["graphs"])  # fmt: skip
+                                 setting["precision"], setting["batch_size"], 8192, cuda_graphs=setting["graphs"],
+                                 split_sentences=off != "split", keep_spans=off != "spans")  # fmt: skip
     if setting.get("int8"):
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
@@ -81,6 +93,25 @@ def hf_translate(directory: Path, beam: int, batch_size: int):
     return translate
 
 
+def ct2_translate(directory: Path, beam: int, batch_size: int, lenpen: float):
+    import ctranslate2
+
+    from mtkit.decoding.search_rules import SearchConfig, max_output_length
+    from mtkit.text.tokenizer import Tokenizer
+
+    src, tgt = Tokenizer.load(directory / "src_tokenizer.json"), Tokenizer.load(directory / "tgt_tokenizer.json")
+    translator = ctranslate2.Translator(str(directory), device="cpu", intra_threads=torch.get_num_threads())
+
+    def translate(sentences: list[str]) -> list[str]:
+        sources = [[src.id_to_token(i) for i in ids] + ["</s>"] for ids in src.encode_batch(sentences)]
+        limit = max_output_length(max(len(source) - 1 for source in sources), SearchConfig())
+        results = translator.translate_batch(sources, beam_size=beam, length_penalty=lenpen, max_batch_size=batch_size,
+                                             max_decoding_length=limit)  # fmt: skip
+        return tgt.decode_batch([[tgt.entry_id(t) for t in result.hypotheses[0]] for result in results])
+
+    return translate
+
+
 def run_one(setting: dict) -> None:
     """In the child process: translate, and write sentences/s and the translations as JSON to stdout."""
     sentences = setting["sentences"]
@@ -106,14 +137,20 @@ def settings_of(args, work: Path) -> list[dict]:
         run_measured(mtkit_command("export", "-m", args.model, "--format", "ctranslate2", "--quantization",
                                    quantization, "-o", exported))  # fmt: skip
         engines.append(("ctranslate2", exported, "auto", quantization, 0, 0))  # auto: the exported quantization
+        if args.ct2_direct:
+            engines.append(("ctranslate2-direct", exported, "auto", quantization, 0, 0))
     if args.hf:
         run_measured(mtkit_command("export", "-m", args.model, "--format", "huggingface", "-o", work / "hf"))
         architecture = json.loads((work / "hf" / "config.json").read_text())["architectures"][0]
         engines.append(("transformers", work / "hf", "fp32", architecture, 0, 0))
+    offs = ["", *filter(None, args.without.split(","))]
+    if set(offs) - {"", "guards", "split", "spans"}:
+        raise SystemExit(f"--without {args.without}: name guards, split or spans")
     return [dict(engine=engine, model=str(model), precision=precision, label=label, graphs=bool(graphs),
                  int8=label == "torchao-int8", sync_every=sync, beam=beam, lenpen=args.lenpen,
-                 batch_size=args.batch_size, repeats=args.repeats)
-            for beam in map(int, args.beams.split(",")) for engine, model, precision, label, graphs, sync in engines]  # fmt: skip
+                 batch_size=args.batch_size, repeats=args.repeats, off=off)
+            for beam in map(int, args.beams.split(",")) for engine, model, precision, label, graphs, sync in engines
+            for off in (offs if engine in ("pytorch", "ctranslate2") else [""])]  # fmt: skip
 
 
 def main() -> None:
@@ -135,6 +172,8 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=0, help="the first N lines only (0: all)")
     parser.add_argument("--save", type=Path, default=None, help="write each setting's translations here")
     parser.add_argument("--against", type=Path, default=None, help="count lines identical to the ones saved here")
+    parser.add_argument("--without", default="", help="also each of these defaults off: guards, split, spans")
+    parser.add_argument("--ct2-direct", action="store_true", help="add CTranslate2 called directly")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child process's setting, as JSON
     args = parser.parse_args()
     if args.one:
@@ -156,20 +195,24 @@ def main() -> None:
             result = json.loads((Path(tmp) / "out.json").read_text())
             output, name = result["output"], f"{setting['engine']}.{setting['label']}.beam{setting['beam']}"
             name += ".graphs" * setting["graphs"] + (f".sync{setting['sync_every']}" if setting["sync_every"] else "")
+            name += f".no-{setting['off']}" if setting["off"] else ""
             if args.save:
                 args.save.mkdir(parents=True, exist_ok=True)
                 (args.save / f"{name}.{args.tgt}").write_text("".join(f"{line}\n" for line in output))
             outputs[setting["engine"], setting["beam"]] = outputs.get((setting["engine"], setting["beam"]), output)
             before = outputs.get(("pytorch", setting["beam"])) if setting["engine"] == "transformers" else None
+            if setting["engine"] == "ctranslate2-direct":
+                before = outputs.get(("ctranslate2", setting["beam"]))
             if args.against and (args.against / f"{name}.{args.tgt}").exists():
                 before = (args.against / f"{name}.{args.tgt}").read_text().splitlines()
             same = f"{sum(a == b for a, b in zip(before, output))} of {len(before)}" if before else ""
             bleu = sacrebleu.corpus_bleu(output, [references]).score
-            rows.append([f"beam {setting['beam']}", setting["engine"], setting["label"], "yes" if setting["graphs"] else "",
-                         setting["sync_every"] or "", result["per_s"], f"{bleu:.2f}", rss, same])  # fmt: skip
+            rows.append([f"beam {setting['beam']}", setting["engine"], setting["label"], setting["off"] or "",
+                         "yes" if setting["graphs"] else "", setting["sync_every"] or "", result["per_s"], f"{bleu:.2f}",
+                         rss, same])  # fmt: skip
             print(" ".join(map(str, rows[-1])), file=sys.stderr, flush=True)
-    print_table(["search", "engine", "precision", "CUDA graphs", "host reads every", "sentences/s", "BLEU",
-                 "peak RSS MiB", "lines identical"], rows)  # fmt: skip
+    print_table(["search", "engine", "precision", "default off", "CUDA graphs", "host reads every", "sentences/s",
+                 "BLEU", "peak RSS MiB", "lines identical"], rows)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ MAX_MODULES = 12
 STAGES = [
     "core",
     "text",
+    "memory",
     "documents",
     "data",
     "model",

@@ -1,0 +1,185 @@
+"""A translation memory in SQLite: named memories of units, each unit one sentence in several languages.
+
+SQLite, because a memory is read far more often than written, by one process or a few on one machine,
+and must survive a crash mid-import (each import is one transaction) without a server to run. Units
+are found again two ways: a 100% match by the sentence's key (its text with spans as placeables:
+mtkit.memory.matching) through an index; a fuzzy match by FTS5's full-text index, which proposes the
+CANDIDATES units that share most of the query's rarest words (a unit at 75% or better holds at least
+one of them), then rescored exactly, word by word, as CAT tools score."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtkit.core.errors import MtkitError
+from mtkit.memory.matching import keyed, score, with_spans, words
+from mtkit.memory.tmx import Unit, Variant, language
+
+DEFAULT_MEMORY = "default"
+CANDIDATES = 100  # units proposed by the full-text index for exact rescoring
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, owner TEXT NOT NULL DEFAULT '', UNIQUE (name, owner));
+CREATE TABLE IF NOT EXISTS units (
+    id INTEGER PRIMARY KEY, memory INTEGER NOT NULL REFERENCES memories (id), origin TEXT NOT NULL,
+    changed TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS variants (
+    id INTEGER PRIMARY KEY, unit INTEGER NOT NULL REFERENCES units (id), memory INTEGER NOT NULL,
+    lang TEXT NOT NULL, locale TEXT NOT NULL, text TEXT NOT NULL, key TEXT NOT NULL, spans TEXT NOT NULL,
+    segment TEXT, UNIQUE (unit, lang));
+CREATE INDEX IF NOT EXISTS variants_by_key ON variants (memory, lang, key);
+CREATE VIRTUAL TABLE IF NOT EXISTS variant_words USING fts5 (key, content='variants', content_rowid='id');
+CREATE VIRTUAL TABLE IF NOT EXISTS variant_terms USING fts5vocab (variant_words, 'row');
+"""
+
+
+@dataclass(frozen=True)
+class Match:
+    """A unit found for a sentence: its score (100: exact, spans aside), its source and its target,
+    the target with the query's spans where the unit's source differs only in them."""
+
+    score: int
+    source: str
+    target: str
+    unit: int
+
+
+@dataclass
+class Imported:
+    added: int = 0
+    updated: int = 0
+    skipped: int = 0  # units without a variant in the source language and another
+
+
+class TranslationMemory:
+    """One named memory (of one owner: an API key, or "" for the command line) in a SQLite file."""
+
+    def __init__(self, path: Path | str, name: str = DEFAULT_MEMORY, owner: str = ""):
+        path = str(path)
+        if "://" in path:
+            raise MtkitError(f"--tm {path}: give a SQLite file (a memory on a database server is not supported)")
+        try:
+            self.db = sqlite3.connect(path, timeout=30, check_same_thread=False)
+            self.db.executescript(SCHEMA)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("INSERT OR IGNORE INTO memories (name, owner) VALUES (?, ?)", (name, owner))
+            self.db.commit()
+        except sqlite3.DatabaseError as err:
+            raise MtkitError(f"--tm {path}: not a translation memory ({err})") from None
+        (self.id,) = self.db.execute("SELECT id FROM memories WHERE name = ? AND owner = ?", (name, owner)).fetchone()
+        self.path, self.name = path, name
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __len__(self) -> int:
+        return self.db.execute("SELECT count(*) FROM units WHERE memory = ?", (self.id,)).fetchone()[0]
+
+    def add(self, units: Iterable[Unit], source_lang: str | None = None, origin: str = "import") -> Imported:
+        """Add units in one transaction; a unit whose source-language text the memory holds already
+        updates that unit (its other languages replaced or added). source_lang: the language a unit
+        is known by (default: its first variant's)."""
+        counts = Imported()
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        with self.db:
+            for unit in units:
+                by = language(source_lang) if source_lang else language(unit.variants[0].locale)
+                source = next((v for v in unit.variants if language(v.locale) == by), None)
+                if source is None or len({language(v.locale) for v in unit.variants}) < 2 or not source.text:
+                    counts.skipped += 1
+                    continue
+                unit_id = self._unit_of(by, source.text)
+                if unit_id is None:
+                    unit_id = self.db.execute(
+                        "INSERT INTO units (memory, origin, changed) VALUES (?, ?, ?)", (self.id, origin, now)
+                    ).lastrowid
+                    counts.added += 1
+                else:
+                    self.db.execute("UPDATE units SET origin = ?, changed = ? WHERE id = ?", (origin, now, unit_id))
+                    counts.updated += 1
+                for variant in unit.variants:
+                    self._put_variant(unit_id, variant)
+        return counts
+
+    def _unit_of(self, lang: str, text: str) -> int | None:
+        row = self.db.execute(
+            "SELECT unit FROM variants WHERE memory = ? AND lang = ? AND key = ? AND text = ?",
+            (self.id, lang, keyed(text).key, text),
+        ).fetchone()
+        return row[0] if row else None
+
+    def _put_variant(self, unit_id: int, variant: Variant) -> None:
+        lang, key = language(variant.locale), keyed(variant.text)
+        old = self.db.execute("SELECT id, key FROM variants WHERE unit = ? AND lang = ?", (unit_id, lang)).fetchone()
+        if old:
+            self.db.execute("INSERT INTO variant_words (variant_words, rowid, key) VALUES ('delete', ?, ?)", old)
+            self.db.execute("DELETE FROM variants WHERE id = ?", (old[0],))
+        row = self.db.execute(
+            "INSERT INTO variants (unit, memory, lang, locale, text, key, spans, segment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (unit_id, self.id, lang, variant.locale, variant.text, key.key, json.dumps(key.spans), variant.segment),
+        ).lastrowid
+        self.db.execute("INSERT INTO variant_words (rowid, key) VALUES (?, ?)", (row, key.key))
+
+    def lookup(self, text: str, src: str, tgt: str, threshold: int = 75, limit: int = 5) -> list[Match]:
+        """The best units for a sentence from src to tgt, at least `threshold` percent, best first."""
+        query, src, tgt = keyed(text), language(src), language(tgt)
+        exact = self.db.execute(
+            "SELECT s.unit, s.text, s.spans, t.text FROM variants s JOIN variants t ON t.unit = s.unit AND t.lang = ?"
+            " JOIN units u ON u.id = s.unit WHERE s.memory = ? AND s.lang = ? AND s.key = ?"
+            " ORDER BY s.text = ? DESC, u.changed DESC LIMIT ?",
+            (tgt, self.id, src, query.key, " ".join(text.split()), limit),
+        ).fetchall()
+        found = [
+            Match(100, source, with_spans(target, tuple(json.loads(spans)), query.spans), unit)
+            for unit, source, spans, target in exact
+        ]
+        if len(found) < limit and threshold < 100:
+            seen = {match.unit for match in found}
+            found += [match for match in self._fuzzy(query.key, src, tgt, threshold) if match.unit not in seen]
+        return sorted(found, key=lambda match: -match.score)[:limit]
+
+    def _fuzzy(self, key: str, src: str, tgt: str, threshold: int) -> list[Match]:
+        terms = sorted({word.lower() for word in words(key) if word.isalnum()})
+        if not terms:
+            return []
+        counts = dict(
+            self.db.execute(
+                f"SELECT term, doc FROM variant_terms WHERE term IN ({','.join('?' * len(terms))})", terms
+            ).fetchall()
+        )
+        # A unit that lacks every one of the query's n // 3 + 1 rarest words needs more than n / 3 edits,
+        # more than a match of 75% or better allows (at most a quarter of the longer, itself at most n + n / 3).
+        present = sorted((term for term in terms if term in counts), key=lambda term: counts[term])
+        rarest = present[: len(words(key)) // 3 + 1]
+        if not rarest:
+            return []
+        expression = " OR ".join('"' + term.replace('"', '""') + '"' for term in rarest)
+        rows = self.db.execute(
+            "SELECT s.unit, s.text, s.key, t.text FROM (SELECT rowid FROM variant_words WHERE variant_words MATCH ?"
+            " ORDER BY rank LIMIT ?) hit JOIN variants s ON s.id = hit.rowid JOIN variants t ON t.unit = s.unit"
+            " AND t.lang = ? WHERE s.memory = ? AND s.lang = ?",
+            (expression, CANDIDATES, tgt, self.id, src),
+        ).fetchall()
+        query = words(key)
+        scored = [(score(query, words(candidate)), unit, source, target) for unit, source, candidate, target in rows]
+        return [Match(value, source, target, unit) for value, unit, source, target in scored if value >= threshold]
+
+    def units(self) -> Iterator[Unit]:
+        """Every unit of the memory, oldest first, each with all its languages."""
+        rows = self.db.execute(
+            "SELECT unit, locale, text, segment FROM variants WHERE memory = ? ORDER BY unit, id", (self.id,)
+        )
+        current, unit = None, Unit()
+        for unit_id, locale, text, segment in rows:
+            if unit_id != current and unit.variants:
+                yield unit
+                unit = Unit()
+            current = unit_id
+            unit.variants.append(Variant(locale, text, segment))
+        if unit.variants:
+            yield unit
