@@ -22,7 +22,7 @@ an earlier run saved (from another commit's tree, with PYTHONPATH=OLD_TREE, say)
 Every row decodes with mtkit's defaults on (the loop and spelling guards, sentence splitting, spans
 kept, re-casing); --without adds, for mtkit's engines, a row with each of the named defaults off
 (guards: --loop-ngram 0, split: --no-split-sentences, spans: --no-keep-spans), so the price of each
-stays visible. --ct2-direct adds, for each --ct2 quantization, CTranslate2's translate_batch called
+stays visible (CTranslate2 has no guards: no row for them). --ct2-direct adds, for each --ct2 quantization, CTranslate2's translate_batch called
 directly on the sentences' subwords (the same batch size, beam and length penalty, one length limit:
 mtkit's for the longest sentence; no guards): what the engine gives alone, against what it gives
 through mtkit, where each sentence has its own limit.
@@ -150,7 +150,8 @@ def settings_of(args, work: Path) -> list[dict]:
                  int8=label == "torchao-int8", sync_every=sync, beam=beam, lenpen=args.lenpen,
                  batch_size=args.batch_size, repeats=args.repeats, off=off)
             for beam in map(int, args.beams.split(",")) for engine, model, precision, label, graphs, sync in engines
-            for off in (offs if engine in ("pytorch", "ctranslate2") else [""])]  # fmt: skip
+            for off in (offs if engine in ("pytorch", "ctranslate2") else [""])
+            if not (off == "guards" and engine == "ctranslate2")]  # fmt: skip
 
 
 def main() -> None:

@@ -207,3 +207,35 @@ def run_cli(*args: str, input: str | None = None, expect_exit: int = 0):
 
 def pair(source: str, target: str) -> Unit:
     return Unit([Variant("en", source), Variant("de", target)])
+
+
+def test_translate_takes_each_sentence_the_memory_holds_and_the_model_does_the_rest(trained_run, tmp_path):
+    """Line 1 is in the memory but for its spans; line 3's first sentence is; the rest is the model's,
+    as the model alone translates each sentence."""
+    (tmp_path / "tm.tsv").write_text(
+        "A dog runs at 7:45.\tEin Hund rennt um 7:45.\nTwo girls play.\tZwei Mädchen spielen.\n"
+    )
+    run_cli("tm", "import", str(tmp_path / "tm.tsv"), "--tm", str(tmp_path / "tm.db"), "--src-lang", "en",
+            "--tgt-lang", "de")  # fmt: skip
+    lines = "A dog runs at 9:30.\nA man is sitting on a bench.\nTwo girls play. A man is sitting on a bench.\n\n"
+    alone = run_cli("translate", "-m", str(trained_run), "--beam", "2", input="A man is sitting on a bench.\n").stdout
+    assert alone.strip() and alone.strip() != "Ein Hund rennt um 9:30."  # the model has its own translation
+    args = ["translate", "-m", str(trained_run), "--beam", "2", "--tm", str(tmp_path / "tm.db"), "--src-lang", "en",
+            "--tgt-lang", "de"]  # fmt: skip
+    result = run_cli(*args, input=lines)
+    assert result.stdout.splitlines() == [
+        "Ein Hund rennt um 9:30.",
+        alone.strip(),
+        f"Zwei Mädchen spielen. {alone.strip()}",
+        "",
+    ]
+    assert "2 of 4 sentences from the memory" in result.stderr
+    result = run_cli(*args, "--json", input=lines)
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"translation": "Ein Hund rennt um 9:30.", "origin": "tm 100"},
+        {"translation": alone.strip(), "origin": "mt"},
+        {"translation": f"Zwei Mädchen spielen. {alone.strip()}", "origin": "tm 100 + mt"},
+        {"translation": "", "origin": ""},
+    ]
+    refused = run_cli(*args, "--nbest", "2", input=lines, expect_exit=1)
+    assert "--tm gives one plain-text translation a line" in refused.stderr

@@ -15,12 +15,12 @@ MAX_MODULES = 12
 STAGES = [
     "core",
     "text",
-    "memory",
     "documents",
     "data",
     "model",
     "decoding",
     "translation",
+    "memory",
     "training",
     "interop",
     "serving",

@@ -96,6 +96,13 @@ GlossaryOption = Annotated[
     Path | None,
     typer.Option(help="source term<TAB>target term lines: a sentence holding a source term gets its target term."),
 ]
+TmOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tm", help="A translation memory (mtkit tm import): each sentence it holds is its stored translation."
+    ),
+]
+TmNameOption = Annotated[str, typer.Option("--tm-name", help="Which memory of the --tm file.")]
 ThenOption = Annotated[
     list[Path] | None,
     typer.Option(

@@ -41,6 +41,8 @@ from mtkit.cli.options import (
     SrcLangOption,
     TgtLangOption,
     ThenOption,
+    TmNameOption,
+    TmOption,
     chained,
     check_markup_options,
     input_lines,
@@ -117,6 +119,11 @@ def translate(
     ] = False,
     then: ThenOption = None,
     pivot: PivotOption = None,
+    tm: TmOption = None,
+    tm_name: TmNameOption = "default",
+    as_json: Annotated[
+        bool, typer.Option("--json", help='One JSON object a line: {"translation", "origin"} ("mt", "tm 100", both).')
+    ] = False,
     calibration: Annotated[
         Path | None, typer.Option(help="--confidence's calibration (default: MODEL.confidence.json where it exists).")
     ] = None,
@@ -141,6 +148,9 @@ def translate(
     With --format html (or xml) each line is markup: block elements cut it into segments translated
     separately, and inline elements are put back around the target words aligned to their source
     words; attributes, comments, scripts, styles, code and translate="no" are kept as they are.
+
+    With --tm (a memory built by mtkit tm import), a sentence the memory holds, spans aside, is its
+    stored translation with the sentence's spans; --json says where each line's came from.
 
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
@@ -187,6 +197,11 @@ def translate(
         check_input_file(input)  # before the model loads
     if output:
         check_output_file(output)
+    if tm and (nbest > 1 or markup != "text" or alignment or confidence or prefix_file or prefix_in_input):
+        raise MtkitError("--tm gives one plain-text translation a line: not with --nbest, --format, --alignment, "
+                         "--confidence or target prefixes")  # fmt: skip
+    if as_json and (nbest > 1 or alignment or confidence):
+        raise MtkitError("--json prints one translation a line: not with --nbest, --alignment or --confidence")
     if then and (glossary or confidence):
         raise MtkitError(f"--then: {'--glossary' if glossary else '--confidence'} is of one model, not a chain")
 
@@ -201,6 +216,8 @@ def translate(
         first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t, mbr_cfg if m == then[-1] else None)
     )
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
+    if tm:
+        translator = with_memory(translator, tm, tm_name, src_lang, tgt_lang)
     if markup != "text":  # it splits each segment's sentences itself, keeping count of the words
         translator = MarkupTranslator(translator, markup, split_sentences)
     interactive = input is None and sys.stdin.isatty()
@@ -221,7 +238,8 @@ def translate(
         scored = functools.partial(confidences, calibrated, translator)
 
     def write_all(out) -> int:
-        return write_translations(translator, lines, paired, out, nbest, align, chunk, interactive, total, scored)
+        return write_translations(translator, lines, paired, out, nbest, align, chunk, interactive, total, scored,
+                                  as_json)  # fmt: skip
 
     if output:
         with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as out:
@@ -230,3 +248,19 @@ def translate(
     else:
         write_all(sys.stdout)
     report_pieces(translator)
+    if tm:
+        console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}")
+
+
+def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang: str | None):
+    """The translator, taking each sentence the memory holds from it (languages: given, or the model's)."""
+    from mtkit.memory.store import TranslationMemory
+    from mtkit.memory.translator import MemoryTranslator
+
+    source = src_lang or translator.model_meta.get("src_lang")
+    target = tgt_lang or translator.model_meta.get("tgt_lang")
+    if not (source and target):
+        raise MtkitError("--tm: the model does not say its languages: give --src-lang and --tgt-lang")
+    if not Path(tm).is_file():
+        raise MtkitError(f"--tm {tm}: no such file (mtkit tm import makes one)")
+    return MemoryTranslator(translator, TranslationMemory(tm, name), source, target)

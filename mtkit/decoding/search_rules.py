@@ -105,6 +105,9 @@ class Hypothesis:
     # With lexical constraints (mtkit.decoding.lexical), how many of its sentence's phrases it lacks: only
     # a translation cut at the length limit lacks any.
     missed_constraints: int = 0
+    # Where the translation came from: "mt" (a search), "tm 100" (a translation memory's unit:
+    # mtkit.memory.translator), or "tm 100 + mt" for a line of both.
+    origin: str = "mt"
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:

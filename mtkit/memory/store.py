@@ -21,7 +21,7 @@ from mtkit.memory.matching import keyed, score, with_spans, words
 from mtkit.memory.tmx import Unit, Variant, language
 
 DEFAULT_MEMORY = "default"
-CANDIDATES = 100  # units proposed by the full-text index for exact rescoring
+CANDIDATES = 300  # units proposed by the full-text index for exact rescoring
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, owner TEXT NOT NULL DEFAULT '', UNIQUE (name, owner));
@@ -73,6 +73,8 @@ class TranslationMemory:
             raise MtkitError(f"--tm {path}: not a translation memory ({err})") from None
         (self.id,) = self.db.execute("SELECT id FROM memories WHERE name = ? AND owner = ?", (name, owner)).fetchone()
         self.path, self.name = path, name
+        self._counts: dict[str, int] = {}
+        self._counted_at: tuple[int, int] | None = None
 
     def close(self) -> None:
         self.db.close()
@@ -147,11 +149,7 @@ class TranslationMemory:
         terms = sorted({word.lower() for word in words(key) if word.isalnum()})
         if not terms:
             return []
-        counts = dict(
-            self.db.execute(
-                f"SELECT term, doc FROM variant_terms WHERE term IN ({','.join('?' * len(terms))})", terms
-            ).fetchall()
-        )
+        counts = self._document_counts()
         # A unit that lacks every one of the query's n // 3 + 1 rarest words needs more than n / 3 edits,
         # more than a match of 75% or better allows (at most a quarter of the longer, itself at most n + n / 3).
         present = sorted((term for term in terms if term in counts), key=lambda term: counts[term])
@@ -168,6 +166,15 @@ class TranslationMemory:
         query = words(key)
         scored = [(score(query, words(candidate)), unit, source, target) for unit, source, candidate, target in rows]
         return [Match(value, source, target, unit) for value, unit, source, target in scored if value >= threshold]
+
+    def _document_counts(self) -> dict[str, int]:
+        """How many variants hold each word (FTS5's vocabulary), read once and again after any change
+        to the file (from this connection or another: SQLite's data_version)."""
+        version = (self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes)
+        if version != self._counted_at:
+            self._counts = dict(self.db.execute("SELECT term, doc FROM variant_terms"))
+            self._counted_at = version
+        return self._counts
 
     def units(self) -> Iterator[Unit]:
         """Every unit of the memory, oldest first, each with all its languages."""

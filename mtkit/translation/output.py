@@ -3,6 +3,7 @@ alignments), from the input (with target prefixes and terms, where given), in in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from itertools import zip_longest
 from pathlib import Path
@@ -41,6 +42,12 @@ def output_lines(
         links = [alignment(line, h) for h, _ in nbest_list] or [""]
         rows = [f"{row}\t{link}" for row, link in zip(rows, links)]
     return rows
+
+
+def json_line(nbest_list: NbestList) -> str:
+    """One line's best translation and where it came from (Hypothesis.origin; "" for a blank line)."""
+    hypothesis, text = nbest_list[0] if nbest_list else (None, "")
+    return json.dumps({"translation": text, "origin": hypothesis.origin if hypothesis else ""}, ensure_ascii=False)
 
 
 def paired_inputs(
@@ -91,19 +98,24 @@ def write_translations(
     interactive: bool,
     total_bytes: int | None,
     confidence: Callable[[list[str], list[NbestList]], list[float]] | None = None,
+    as_json: bool = False,
 ) -> int:
     """Translate `lines` in chunks and write each one's output_lines to `out` in input order, with a
     progress bar (by bytes when total_bytes is known); flushed after every line when interactive,
     else after every chunk of a pipe; `confidence(lines, n-best lists)` gives each line's confidence,
-    a chunk at a time. Returns the number of input lines."""
+    a chunk at a time; as_json: each line a JSON object of its translation and where it came from.
+    Returns the number of input lines."""
     written, pending = 0, []
     with console.progress("translating", total=total_bytes, unit="bytes" if total_bytes else "") as bar:
 
         def write_pending() -> None:
             scores = confidence([line for line, _ in pending], [n for _, n in pending]) if confidence else None
             for k, (line, nbest_list) in enumerate(pending):
-                rows = output_lines(written - len(pending) + k, line, nbest_list, nbest, alignment,
-                                    scores[k] if scores else None)  # fmt: skip
+                if as_json:
+                    rows = [json_line(nbest_list)]
+                else:
+                    rows = output_lines(written - len(pending) + k, line, nbest_list, nbest, alignment,
+                                        scores[k] if scores else None)  # fmt: skip
                 out.write("".join(row + "\n" for row in rows))
                 bar.advance(line_bytes(line) if total_bytes else 1)
             pending.clear()

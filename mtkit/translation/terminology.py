@@ -4,7 +4,7 @@ translations used."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,25 +55,26 @@ def piece_constraints(
     wanted: Sequence[int],
     pieces: Sequence[list[list[int]]],
     terms: Sequence[Sequence[Term]] | None,
-    first_line: int,
+    number: Callable[[int], int],
 ) -> list[list[list[int]]] | None:
-    """Each piece's target phrases (ids), for the lines `wanted` cut into `pieces`: its line's terms
+    """Each piece's target phrases (ids), for the lines `wanted` cut into `pieces` (number(i): line i's
+    number in errors): its line's terms
     (line_terms); in a line of several pieces, each term in the pieces that hold its source term.
     None where no piece has any."""
     out = []
     for j, i in enumerate(wanted):
         found = line_terms(translator, lines[i], terms[i] if terms else ())
         if len(pieces[j]) == 1:
-            out.append(phrase_ids(translator, found, first_line + i))
+            out.append(phrase_ids(translator, found, number(i)))
             continue
         for term in found:
             if term.source is None:
                 raise MtkitError(
-                    f"line {first_line + i}: translated in {len(pieces[j])} pieces, and {term.origin} gives "
+                    f"line {number(i)}: translated in {len(pieces[j])} pieces, and {term.origin} gives "
                     "phrases for the whole line: give terms by --glossary"
                 )
         for text in translator.src_tokenizer.decode_batch(pieces[j]):
-            out.append(phrase_ids(translator, [term for term in found if occurs(term, text)], first_line + i))
+            out.append(phrase_ids(translator, [term for term in found if occurs(term, text)], number(i)))
     return out if any(out) else None
 
 

@@ -96,7 +96,7 @@ class TextTranslator:
     def translate_hypotheses(
         self,
         lines: Sequence[str],
-        first_line: int = 1,
+        first_line: int | Sequence[int] = 1,
         prefixes: Sequence[str] | None = None,
         on_line: Callable[[int, NbestList], None] | None = None,
         encoded: Sequence[Sequence[int]] | None = None,
@@ -106,16 +106,17 @@ class TextTranslator:
         """n-best (hypothesis, detokenized text) per line; a blank line gets no hypotheses.
 
         Each line is translated in the pieces of self.segmenter (one, unless the line is long or sentences
-        are split), and a warning names each long line (lines count from first_line). `prefixes`: per line,
-        text every translation must begin with ("" for none; its first piece's). on_line(i, n-best) is
-        called once per line, as soon as that line's translation is known (before the others, where the
-        engine finishes sentences one by one). `encoded`: each line's subword ids, where the caller has
-        encoded the stripped lines (a server costs its requests by them); `starts`: each line's given
-        start in place of target_start (a server's requests differ in it); `terms`: per line, target terms
-        its translation must contain (beside self.glossary's). A line cut at the length limit before it
-        held them all is named in a warning.
+        are split), and a warning names each long line (lines count from first_line, or it lists their
+        numbers). `prefixes`: per line, text every translation must begin with ("" for none; its first
+        piece's). on_line(i, n-best) is called once per line, as soon as that line's translation is known
+        (before the others, where the engine finishes sentences one by one). `encoded`: each line's subword
+        ids, where the caller has encoded the stripped lines (a server costs its requests by them);
+        `starts`: each line's given start in place of target_start (a server's requests differ in it);
+        `terms`: per line, target terms its translation must contain (beside self.glossary's). A line cut
+        at the length limit before it held them all is named in a warning.
         """
         segmenter = self.segmenter
+        number = (lambda i: first_line + i) if isinstance(first_line, int) else first_line.__getitem__
         stripped = [line.strip() for line in lines]
         wanted = [i for i, line in enumerate(stripped) if line]
         if encoded is None:
@@ -127,7 +128,7 @@ class TextTranslator:
             if len(row) > segmenter.max_len:
                 self.lines_in_pieces += 1
                 warn(
-                    f"line {first_line + i}: {len(row):,} subwords, more than {segmenter.max_len:,}: "
+                    f"line {number(i)}: {len(row):,} subwords, more than {segmenter.max_len:,}: "
                     f"translated in {len(parts)} pieces"
                 )
         owner = [j for j, parts in enumerate(pieces) for _ in parts]  # the j-th non-blank line of each piece
@@ -139,9 +140,7 @@ class TextTranslator:
         if prefixes:
             encoded_prefixes = self.tgt_tokenizer.encode_batch([one_line(prefixes[i]) for i in wanted])
             forced = [given[j] + (encoded_prefixes[j] if k == first[j] else []) for k, j in enumerate(owner)]
-        constraints = (
-            piece_constraints(self, stripped, wanted, pieces, terms, first_line) if terms or self.glossary else None
-        )
+        constraints = piece_constraints(self, stripped, wanted, pieces, terms, number) if terms or self.glossary else None  # fmt: skip
         out: list[NbestList] = [[] for _ in lines]
         found: list[NbestList | None] = [None] * len(owner)
         waiting = [len(parts) for parts in pieces]
@@ -154,7 +153,7 @@ class TextTranslator:
             if waiting[j] == 0:
                 out[wanted[j]] = segmenter.join(found[first[j] : first[j + 1]], pieces[j])
                 if self.warn_missed_terms and out[wanted[j]] and out[wanted[j]][0][0].missed_constraints:
-                    warn(f"line {first_line + wanted[j]}: cut at the length limit before it held every term")
+                    warn(f"line {number(wanted[j])}: cut at the length limit before it held every term")
                 if on_line:
                     on_line(wanted[j], out[wanted[j]])
 

@@ -1,0 +1,86 @@
+"""Translating with a memory: a sentence the memory holds (a 100% match, spans aside) gets the unit's
+translation, with the sentence's spans; the others are translated by the model, all in one batch.
+Each line's hypothesis says where its translation came from (Hypothesis.origin)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from mtkit.core.errors import MtkitError
+from mtkit.decoding.search_rules import Hypothesis
+from mtkit.memory.store import TranslationMemory
+from mtkit.text.sentence_splitter import default_splitter
+from mtkit.translation.translate import NbestList, TextTranslator
+
+FROM_MEMORY = "tm 100"
+
+
+class MemoryTranslator(TextTranslator):
+    """A translator (`inner`) that takes each sentence's translation from `memory` where it holds one."""
+
+    def __init__(self, inner: TextTranslator, memory: TranslationMemory, src_lang: str, tgt_lang: str):
+        self.inner, self.memory, self.src_lang, self.tgt_lang = inner, memory, src_lang, tgt_lang
+        self.src_tokenizer, self.tgt_tokenizer, self.cfg = inner.src_tokenizer, inner.tgt_tokenizer, inner.cfg
+        self.model_meta, self.glossary = inner.model_meta, inner.glossary
+        self.splitter = default_splitter(src_lang)
+        self.sentences = self.remembered = 0  # so far: sentences translated, and taken from the memory
+
+    @property
+    def segmenter(self):
+        return self.inner.segmenter
+
+    def translate_hypotheses(
+        self,
+        lines: Sequence[str],
+        first_line: int | Sequence[int] = 1,
+        prefixes: Sequence[str] | None = None,
+        on_line: Callable[[int, NbestList], None] | None = None,
+        encoded=None,
+        starts=None,
+        terms=None,
+    ) -> list[NbestList]:
+        """As TextTranslator.translate_hypotheses, one translation a line (no prefixes, given ids or starts)."""
+        if prefixes or encoded is not None or starts is not None:
+            raise MtkitError("a translation memory is used for plain lines: not with target prefixes")
+        number = (lambda i: first_line + i) if isinstance(first_line, int) else first_line.__getitem__
+        sentences = [self.splitter.split(line.strip()) if line.strip() else [] for line in lines]
+        stored: dict[tuple[int, int], str] = {}
+        for i, line_sentences in enumerate(sentences):
+            for k, sentence in enumerate(line_sentences):
+                if found := self.memory.lookup(sentence, self.src_lang, self.tgt_lang, threshold=100, limit=1):
+                    stored[i, k] = found[0].target
+        pending = [(i, k) for i, line_sentences in enumerate(sentences) for k in range(len(line_sentences))
+                   if (i, k) not in stored]  # fmt: skip
+        translated = self.inner.translate_hypotheses(
+            [sentences[i][k] for i, k in pending],
+            [number(i) for i, _ in pending],
+            terms=[terms[i] for i, _ in pending] if terms else None,
+        )
+        machine = dict(zip(pending, translated))
+        self.sentences += len(stored) + len(pending)
+        self.remembered += len(stored)
+        out = []
+        for i, line_sentences in enumerate(sentences):
+            pieces = [self._piece(stored.get((i, k)), machine.get((i, k))) for k in range(len(line_sentences))]
+            out.append([self._joined(pieces)] if pieces else [])
+            if on_line:
+                on_line(i, out[-1])
+        return out
+
+    @staticmethod
+    def _piece(stored: str | None, machine: NbestList | None) -> tuple[Hypothesis, str]:
+        if stored is not None:
+            return Hypothesis([], 0.0, 0.0, origin=FROM_MEMORY), stored
+        return machine[0] if machine else (Hypothesis([], 0.0, 0.0), "")
+
+    def _joined(self, pieces: list[tuple[Hypothesis, str]]) -> tuple[Hypothesis, str]:
+        origins = dict.fromkeys(hypothesis.origin for hypothesis, _ in pieces)
+        hypothesis = Hypothesis(
+            tokens=[token for h, _ in pieces for token in h.tokens],
+            score=sum(h.score for h, _ in pieces),
+            log_prob=sum(h.log_prob for h, _ in pieces),
+            ended=all(h.ended for h, _ in pieces),
+            missed_constraints=sum(h.missed_constraints for h, _ in pieces),
+            origin=" + ".join(origins),
+        )
+        return hypothesis, self.segmenter.separator.join(text for _, text in pieces if text)
