@@ -239,3 +239,11 @@ def test_translate_takes_each_sentence_the_memory_holds_and_the_model_does_the_r
     ]
     refused = run_cli(*args, "--nbest", "2", input=lines, expect_exit=1)
     assert "--tm gives one plain-text translation a line" in refused.stderr
+    (tmp_path / "src.en").write_text(lines)
+    (tmp_path / "ref.de").write_text(lines)
+    evaluated = run_cli("evaluate", *args[1:], "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.de"),
+                        "-o", str(tmp_path / "out.de"), "--json")  # fmt: skip
+    assert (tmp_path / "out.de").read_text() == "".join(
+        f"{json.loads(line)['translation']}\n" for line in result.stdout.splitlines()
+    )
+    assert "2 of 4 sentences from the memory" in evaluated.stderr

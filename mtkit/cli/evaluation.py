@@ -40,6 +40,8 @@ from mtkit.cli.options import (
     SplitSentencesOption,
     SrcLangOption,
     TgtLangOption,
+    TmNameOption,
+    TmOption,
     check_markup_options,
     load_glossary,
     mbr_config,
@@ -48,6 +50,7 @@ from mtkit.cli.options import (
     report_pieces,
     search_config,
 )
+from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
 
@@ -102,13 +105,16 @@ def evaluate(
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     cuda_graphs: CudaGraphsOption = False,
+    tm: TmOption = None,
+    tm_name: TmNameOption = "default",
 ) -> None:
     """Translate a test set (or take translations) and score it with sacrebleu: BLEU, chrF, TER.
 
     With --format html or xml the sources are markup (see translate), and translations and
     references are scored on their text alone. With --glossary the translations use its terms (see
     translate), and a row TERMS gives the share of the terms the sources called for that the
-    translations hold, as written.
+    translations hold, as written. With --tm each sentence the memory holds is its stored translation
+    (see translate), and stderr counts them.
 
     Example: [bold]mtkit evaluate -m model.pt --src test2016.en --ref test2016.de[/bold]
     """
@@ -146,8 +152,12 @@ def evaluate(
         return
     if not ref:
         raise MtkitError("--ref: give the reference translations (or --lang-pairs with --test)")
-    if glossary and hyp is not None:
-        raise MtkitError("--glossary is for translating: give --model and --src, not --hyp")
+    if (glossary or tm) and hyp is not None:
+        raise MtkitError(
+            f"{'--glossary' if glossary else '--tm'} is for translating: give --model and --src, not --hyp"
+        )
+    if tm and markup != "text":
+        raise MtkitError("--tm is for plain text: not with --format")
     if hyp is not None and model:
         raise MtkitError("--model and --hyp exclude each other: --hyp scores existing translations, --model makes them")
     if (hyp is None) == (src is None) or (src is not None and not model):
@@ -174,6 +184,10 @@ def evaluate(
         )  # fmt: skip
         load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
         inner = translator
+        if tm:
+            from mtkit.cli.translation import with_memory
+
+            translator = with_memory(translator, tm, tm_name, src_lang, tgt_lang)
         if markup != "text":
             from mtkit.translation.markup import MarkupTranslator
 
@@ -181,6 +195,8 @@ def evaluate(
         started = time.perf_counter()  # translation only, not model loading
         hypotheses = translator.translate(sources)
         report_pieces(translator)
+        if tm:
+            console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}")
     seconds = time.perf_counter() - started
     if output:
         from mtkit.core.textio import write_text_atomic
