@@ -194,6 +194,31 @@ def test_translate_file_names_the_bound_and_writes_nothing(trained_run, tmp_path
     assert not (tmp_path / "b.txt").exists()
 
 
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ('{"n": ' + "7" * 5000 + ', "t": "Hello."}', "an integer of more than 4,300 digits"),
+        ('{"n": 1e999, "t": "Hello."}', "the number 1e999 is out of a double's range"),
+        ('{"n": -Infinity, "t": "Hello."}', "-Infinity is not JSON"),
+        ('{"t": "Hello.", "t": "Bye."}', 'the key "t" twice in one object'),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".json", ".arb"])
+def test_json_that_would_not_come_back_as_the_same_json_is_one_line(trained_run, tmp_path, body, named, suffix):
+    """Read as a document and through the CLI: one line naming the file, nothing written (they were a
+    500 on the server, a traceback in the CLI, or Infinity and a lost key in the output)."""
+    from conftest import run_mtkit
+
+    source = tmp_path / f"app{suffix}"
+    source.write_text(body)
+    with pytest.raises(MtkitError, match=named):
+        read_document(source.read_bytes(), source.name, document_format(source.name))
+    result = run_mtkit("translate-file", source, "-o", tmp_path / f"out{suffix}", "-m", trained_run)
+    error = result.stderr.decode().strip()
+    assert result.returncode == 1 and "Traceback" not in error and len(error.splitlines()) == 1
+    assert error.endswith(named) and not (tmp_path / f"out{suffix}").exists()
+
+
 # Catalogues
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,12 +69,34 @@ class JsonStrings(TreeStrings):
 
 
 def read_json_tree(text: str, name: str) -> Any:
+    """The file's JSON, refusing what could not be written back as the same JSON: a number a double
+    cannot hold (1e999 would come back as Infinity), NaN and Infinity (not JSON), a key twice in one
+    object (one of them would be lost), and integers of more than Python's 4,300 digits."""
+
+    def finite(number: str) -> float:
+        value = float(number)
+        if not math.isfinite(value):
+            raise MtkitError(f"{name}: the number {number[:40]} is out of a double's range")
+        return value
+
+    def refuse(constant: str) -> None:
+        raise MtkitError(f"{name}: {constant} is not JSON")
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        tree = dict(pairs)
+        if len(tree) < len(pairs):
+            twice = next(key for i, (key, _) in enumerate(pairs) if key in dict(pairs[:i]))
+            raise MtkitError(f"{name}: the key {json.dumps(twice)[:80]} twice in one object")
+        return tree
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=finite, parse_constant=refuse, object_pairs_hook=unique)
     except json.JSONDecodeError as err:
         raise MtkitError(f"{name}: not JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except RecursionError:
         raise MtkitError(f"{name}: nested too deep to read") from None
+    except ValueError:  # an integer past Python's digit limit
+        raise MtkitError(f"{name}: an integer of more than {sys.get_int_max_str_digits():,} digits") from None
 
 
 class YamlStrings(TreeStrings):
