@@ -23,6 +23,7 @@ from test_strings import WORDS, kept, messages
 from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import document_format, read_document
 from mtkit.documents.inline import FileLimits, FileTooLarge
+from mtkit.documents.strings.tables import sniffed_prefix
 
 ENGINES = st.sampled_from([copy_engine, reverse_engine])
 
@@ -320,6 +321,36 @@ def test_csv_copied_in_place_is_the_same_bytes():
     assert translated(TABLE, "t.csv", copy_engine, column="en") == TABLE
     semicolons = "\ufeffa;b\n1;the file\n".encode()
     assert translated(semicolons, "t.csv", copy_engine, column="2") == semicolons
+
+
+def test_cells_a_spreadsheet_would_run_are_written_as_text():
+    table = b"key,en\r\na,=HYPERLINK(1)\r\nb,-5 apples\r\nc,@home\r\nd,+49 30 1234\r\ne,plain text\r\n"
+    rows = csv_rows(translated(table, "t.csv", copy_engine, column="en:de"))
+    assert [row[2] for row in rows[1:]] == ["'=HYPERLINK(1)", "'-5 apples", "'@home", "'+49 30 1234", "plain text"]
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ("1:99999999999999999999", "--column 99999999999999999999: the rows have at most 3 columns"),
+        ("4", "--column 4: the rows have at most 3 columns"),
+        ("en:5", "--column 5: the rows have at most 3 columns"),
+    ],
+)
+def test_a_column_past_the_widest_row_is_one_line(column, message):
+    with pytest.raises(MtkitError) as err:
+        read_document(TABLE, "t.csv", document_format("t.csv"), column=column)
+    assert str(err.value) == f"t.csv: {message}"
+    made = csv_rows(translated(TABLE, "t.csv", copy_engine, column="en:4"))  # one past the widest: a new column
+    assert made[1] == ["greeting", "Open the file, now", "", "Open the file, now"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab,;\"'\n\t|")), max_size=20_000))
+def test_the_delimiter_is_sniffed_on_at_most_20_lines_and_4096_characters(text):
+    """csv.Sniffer's time grows faster than its input (65,536 crafted characters took it 41 s)."""
+    prefix = sniffed_prefix(text)
+    assert text.startswith(prefix) and len(prefix) <= 4096 and len(prefix.splitlines()) <= 20
 
 
 # What does not read, and bounds

@@ -19,6 +19,7 @@ from mtkit.documents.strings.common import Message
 PROPERTY = re.compile(r"(?P<key>[ \t\f]*(?:\\.|[^\s=:\\])*(?:[ \t\f]*[=:][ \t\f]*|[ \t\f]+|))(?P<value>.*)", re.DOTALL)
 PROPERTY_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
 UNESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 ESCAPED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f"}
 
 
@@ -90,8 +91,9 @@ class CsvColumn(Document):
         self.bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
         text = decode_text(data, name)
         self.newline = "\r\n" if "\r\n" in text[: text.find("\n") + 1] else "\n"
-        try:  # the delimiter as the file has it; quoting as RFC 4180 has it (doubled quotes)
-            self.delimiter = csv.Sniffer().sniff(text[:65536], delimiters=",;\t|").delimiter
+        try:  # the delimiter as the file has it (sniffed on its first lines: the sniffer's time grows
+            # faster than its input); quoting as RFC 4180 has it (doubled quotes)
+            self.delimiter = csv.Sniffer().sniff(sniffed_prefix(text), delimiters=",;\t|").delimiter
         except csv.Error:
             self.delimiter = ","
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=self.delimiter)
@@ -115,9 +117,13 @@ class CsvColumn(Document):
         self.built = [Message(row[self.source]) for row in self.places]
 
     def _column(self, spec: str, name: str, make: bool = False) -> int:
-        """A column's index: a number from 1, or a name in the first row (made there where make)."""
+        """A column's index: a number from 1 (up to one past the widest row where make), or a name in
+        the first row (made there where make)."""
         header = self.rows[0] if self.rows else []
         if spec.isdigit() and int(spec) >= 1:
+            widest = max(map(len, self.rows), default=0) + make
+            if int(spec) > widest:
+                raise MtkitError(f"{name}: --column {spec[:20]}: the rows have at most {widest - make} columns")
             return int(spec) - 1
         if spec in header:
             return header.index(spec)
@@ -132,10 +138,23 @@ class CsvColumn(Document):
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for row, builder, translation in zip(self.places, self.built, translations):
             row.extend([""] * (self.target + 1 - len(row)))
-            row[self.target] = builder.filled(translation) if builder.has_words() else row[self.source]
+            row[self.target] = formula_safe(builder.filled(translation) if builder.has_words() else row[self.source])
         out = io.StringIO(newline="")
         csv.writer(out, delimiter=self.delimiter, lineterminator=self.newline).writerows(self.rows)
         return self.bom + out.getvalue().encode("utf-8")
+
+
+def sniffed_prefix(text: str, lines: int = 20, most: int = 4096) -> str:
+    """What the delimiter is guessed from: the first lines, cut at a line's end where it can be."""
+    head = text[:most]
+    cut = head.rfind("\n", 0, len(head) if len(text) <= most else None)
+    return "".join(head[: cut + 1 if cut > 0 else len(head)].splitlines(keepends=True)[:lines])
+
+
+def formula_safe(cell: str) -> str:
+    """A written cell that a spreadsheet would read as a formula (=, +, -, @, a tab or a carriage return
+    first) gets a leading apostrophe, which spreadsheets show as text: OWASP's advice on CSV injection."""
+    return "'" + cell if cell[:1] in FORMULA_STARTS else cell
 
 
 def read_properties(data: bytes, name: str, limits: FileLimits) -> Document:
