@@ -323,6 +323,25 @@ def test_csv_copied_in_place_is_the_same_bytes():
     assert translated(semicolons, "t.csv", copy_engine, column="2") == semicolons
 
 
+def test_properties_escapes_come_back_as_java_wrote_them():
+    data = b"a=smile \\uD83D\\uDE00 now\nb=lone \\uD800 half\nc=two \\\\uZZZZ backslash\n"
+    document = read_document(data, "m.properties", document_format("m.properties"))
+    assert document.segments()[0] == "smile \U0001f600 now"  # a surrogate pair is one character
+    assert document.segments()[1] == ""  # a lone surrogate: the value stays as written
+    assert document.segments()[2] == "two \\uZZZZ backslash"
+    assert document.write(document.segments(), None) == data
+    with pytest.raises(MtkitError) as err:
+        read_document(b"a=ok\nb=bad \\uZZZZ\n", "m.properties", "properties")
+    assert str(err.value) == "m.properties: line 2: a \\u not followed by four hexadecimal digits (Java refuses it too)"
+
+
+def test_continued_lines_are_joined_as_java_joins_them_however_many():
+    lines = 50_000
+    data = b"k = a\\\n" + b"    b\\\n" * lines + b"  c\nnext = d\n"
+    document = read_document(data, "m.properties", "properties")
+    assert document.segments() == ["a" + "b" * lines + "c", "d"]
+
+
 def test_cells_a_spreadsheet_would_run_are_written_as_text():
     table = b"key,en\r\na,=HYPERLINK(1)\r\nb,-5 apples\r\nc,@home\r\nd,+49 30 1234\r\ne,plain text\r\n"
     rows = csv_rows(translated(table, "t.csv", copy_engine, column="en:de"))

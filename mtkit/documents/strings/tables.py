@@ -19,6 +19,7 @@ from mtkit.documents.strings.common import Message
 PROPERTY = re.compile(r"(?P<key>[ \t\f]*(?:\\.|[^\s=:\\])*(?:[ \t\f]*[=:][ \t\f]*|[ \t\f]+|))(?P<value>.*)", re.DOTALL)
 PROPERTY_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
 UNESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 ESCAPED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f"}
 
@@ -43,15 +44,19 @@ class JavaProperties(Document):
             index += 1
             if not logical.strip(" \t\f") or logical.lstrip(" \t\f")[0] in "#!":
                 continue
-            while continued(logical) and index < len(self.lines):
-                logical = logical[:-1] + self.lines[index].rstrip("\r\n").lstrip(" \t\f")
+            pieces = [logical]
+            while continued(pieces[-1]) and index < len(self.lines):  # joined once: linear in the lines
+                pieces[-1] = pieces[-1][:-1]
+                pieces.append(self.lines[index].rstrip("\r\n").lstrip(" \t\f"))
                 index += 1
-            match = PROPERTY.fullmatch(logical)
+            match = PROPERTY.fullmatch("".join(pieces))
             ending = self.lines[index - 1][len(self.lines[index - 1].rstrip("\r\n")) :]
             self.units.append((start, index, match.group("key"), ending))
-            values.append(PROPERTY_ESCAPE.sub(lambda m: _unescaped(m.group(1)), match.group("value")))
+            values.append(_value(match.group("value"), f"{name}: line {start + 1}"))
             limits.check_segments(len(self.units), "properties")
-        self.built = [Message(value) for value in values]
+        # A value holding a lone surrogate (a lone \\uD800: Java's strings may) has no text to translate
+        # around it that would come back whole: it stays as written.
+        self.built = [Message("" if LONE_SURROGATE.search(value) else value) for value in values]
 
     def segments(self) -> list[str]:
         return [builder.markup() for builder in self.built]
@@ -65,17 +70,29 @@ class JavaProperties(Document):
         return "".join(lines).encode(self.codec)
 
     def _escaped(self, value: str) -> str:
-        out = "".join(ESCAPED.get(c, c) if ord(c) <= self.highest else _u_escapes(c) for c in value)
+        out = "".join(
+            ESCAPED.get(c, c) if ord(c) <= self.highest and not 0xD800 <= ord(c) <= 0xDFFF else _u_escapes(c)
+            for c in value
+        )  # a lone surrogate (from a lone \\uD800) has no encoding but its escape
         return "\\" + out if out.startswith((" ", "\t")) else out
 
 
-def _unescaped(code: str) -> str:
-    return chr(int(code[1:], 16)) if len(code) == 5 else UNESCAPED.get(code, code)
+def _value(escaped: str, where: str) -> str:
+    """A value as Java reads it: escapes resolved, a surrogate pair of \\u escapes one character."""
+
+    def unescaped(match: re.Match) -> str:
+        code = match.group(1)
+        if code == "u":
+            raise MtkitError(f"{where}: a \\u not followed by four hexadecimal digits (Java refuses it too)")
+        return chr(int(code[1:], 16)) if len(code) == 5 else UNESCAPED.get(code, code)
+
+    value = PROPERTY_ESCAPE.sub(unescaped, escaped)
+    return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
 def _u_escapes(char: str) -> str:
     """A character as Java's `\\uXXXX` (two, a surrogate pair, beyond the Basic Multilingual Plane)."""
-    units = char.encode("utf-16-be")
+    units = char.encode("utf-16-be", "surrogatepass")
     return "".join(f"\\u{int.from_bytes(units[k : k + 2], 'big'):04X}" for k in range(0, len(units), 2))
 
 
