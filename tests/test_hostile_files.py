@@ -18,6 +18,7 @@ from hostile import (
     empty_paragraphs,
     inflating_word_file,
     lying_sizes,
+    package,
     paragraph,
     plural_po,
     po_file,
@@ -143,6 +144,15 @@ def test_two_parts_of_one_name_are_refused():
     assert refused("a.docx", duplicate_part(word_file(), DOCUMENT_XML)) == (
         "a.docx: two parts named word/document.xml: not a .docx file"
     )
+
+
+@pytest.mark.parametrize("part", ["../../evil.sh", "/etc/cron.d/x", "word/../../x.xml", "C:/x.xml", "word\\..\\x.xml"])
+@pytest.mark.parametrize("name", ["a.docx", "a.odt", "a.epub"])
+def test_a_part_named_outside_the_package_is_refused(part, name):
+    """Written back as is, such a part would land outside the folder the translation is unpacked in."""
+    base = {"a.docx": word_file, "a.odt": lambda: open_document("odt"), "a.epub": epub_book}[name]()
+    message = refused(name, package({part: b"x"}, base))
+    assert message.startswith(f"{name}: a part named {part!r}: not ")
 
 
 def test_entity_references_become_their_text_and_the_text_after_them_is_kept():

@@ -7,6 +7,7 @@ EPUB's `mimetype` first and stored)."""
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -18,6 +19,19 @@ from mtkit.documents.inline import DEFAULT_LIMITS, FileLimits, FileTooLarge, rea
 
 CHUNK = 1 << 20
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted OOXML, and the old binary .doc/.ppt/.xls
+
+
+def unsafe_part_name(name: str) -> bool:
+    """A name no package format allows (OPC's part names, ODF's and EPUB's paths): absolute, with a
+    drive, a backslash or a NUL, or a "." or ".." segment."""
+    segments = name.rstrip("/").split("/")
+    return (
+        name.startswith("/")
+        or "\\" in name
+        or "\0" in name
+        or re.match(r"[A-Za-z]:", name) is not None
+        or any(segment in (".", "..") for segment in segments)
+    )
 
 
 class Package:
@@ -67,6 +81,8 @@ class Package:
         for info in self.infos:
             if info.filename in seen:
                 raise MtkitError(f"{self.name}: two parts named {info.filename}: not {kind}")
+            if unsafe_part_name(info.filename):  # written back as is, it would leave any folder it is unpacked in
+                raise MtkitError(f"{self.name}: a part named {info.filename[:200]!r}: not {kind}")
             seen.add(info.filename)
             self.limits.check_member(info.filename, info.file_size, info.compress_size)
         self.limits.check_package(sum(info.file_size for info in self.infos))
