@@ -120,9 +120,9 @@ def slots(loading: Loading, models: list[tuple[Path, str | None, str | None]]) -
                 )
         except MtkitError as err:
             warn(f"model {name} ({model}) is not served: {err}")
-            out.append(Slot(name, None, None, build, error=str(err)))
+            out.append(Slot(name, None, None, build, error=str(err), path=str(model)))
             continue
-        out.append(Slot(name, info, languages, build))
+        out.append(Slot(name, info, languages, build, path=str(model)))
     return out
 
 

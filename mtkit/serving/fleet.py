@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mtkit.core.console import warn
@@ -42,10 +43,19 @@ class Slot:
     service: Service | None = None
     in_use: int = 0  # requests holding it (or waiting for it, having started its load)
     last_used: float = 0.0
+    path: str | None = None  # its file on the server, which clients never read: errors name the model
 
     def __post_init__(self) -> None:
         if self.error is not None:
-            self.state = "failed"
+            self.error, self.state = self.without_path(self.error), "failed"
+
+    def without_path(self, message: str) -> str:
+        """The message with the model's file (as given, or absolute) named by the model's name."""
+        if not self.path:
+            return message
+        for form in sorted({self.path, str(Path(self.path).absolute())}, key=len, reverse=True):
+            message = message.replace(form, f"model {self.name}")
+        return message
 
 
 class Fleet:
@@ -134,7 +144,7 @@ class Fleet:
         except Exception as err:  # noqa: BLE001 - any failure of one model is that model's, named
             slot.state, slot.error = (
                 "failed",
-                str(err) if isinstance(err, MtkitError) else f"{type(err).__name__}: {err}",
+                slot.without_path(str(err) if isinstance(err, MtkitError) else f"{type(err).__name__}: {err}"),
             )
             warn(
                 f"model {slot.name} could not be loaded: {slot.error}" + ("; the others serve" if self.several else "")
