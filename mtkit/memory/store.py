@@ -2,10 +2,10 @@
 
 SQLite, because a memory is read far more often than written, by one process or a few on one machine,
 and must survive a crash mid-import (each import is one transaction) without a server to run. Units
-are found again two ways: a 100% match by the sentence's key (its text with spans as placeables:
-mtkit.memory.matching) through an index; a fuzzy match by FTS5's full-text index, which proposes the
-CANDIDATES units that share most of the query's rarest words (a unit at 75% or better holds at least
-one of them), then rescored exactly, word by word, as CAT tools score."""
+are found again two ways: a 100% match by the sentence's key (its text with spans as placeholders:
+mtkit.memory.matching) through an index of the file; a fuzzy match among the CANDIDATES units that a
+word index in memory (mtkit.memory.index, built from the file on first use) proposes, rescored
+exactly, word by word, as CAT tools score."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.core.errors import MtkitError
+from mtkit.memory.index import WordIndex
 from mtkit.memory.matching import keyed, score, with_spans, words
 from mtkit.memory.tmx import Unit, Variant, language
 
 DEFAULT_MEMORY = "default"
-CANDIDATES = 300  # units proposed by the full-text index for exact rescoring
+CANDIDATES = 300  # units the word index proposes for exact rescoring (docs/results/memory.md)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, owner TEXT NOT NULL DEFAULT '', UNIQUE (name, owner));
@@ -33,8 +34,6 @@ CREATE TABLE IF NOT EXISTS variants (
     lang TEXT NOT NULL, locale TEXT NOT NULL, text TEXT NOT NULL, key TEXT NOT NULL, spans TEXT NOT NULL,
     segment TEXT, UNIQUE (unit, lang));
 CREATE INDEX IF NOT EXISTS variants_by_key ON variants (memory, lang, key);
-CREATE VIRTUAL TABLE IF NOT EXISTS variant_words USING fts5 (key, content='variants', content_rowid='id');
-CREATE VIRTUAL TABLE IF NOT EXISTS variant_terms USING fts5vocab (variant_words, 'row');
 """
 
 
@@ -73,8 +72,8 @@ class TranslationMemory:
             raise MtkitError(f"--tm {path}: not a translation memory ({err})") from None
         (self.id,) = self.db.execute("SELECT id FROM memories WHERE name = ? AND owner = ?", (name, owner)).fetchone()
         self.path, self.name = path, name
-        self._counts: dict[str, int] = {}
-        self._counted_at: tuple[int, int] | None = None
+        self._indexes: dict[str, WordIndex] = {}
+        self._indexed_at: tuple[int, int] | None = None
 
     def close(self) -> None:
         self.db.close()
@@ -119,13 +118,11 @@ class TranslationMemory:
         lang, key = language(variant.locale), keyed(variant.text)
         old = self.db.execute("SELECT id, key FROM variants WHERE unit = ? AND lang = ?", (unit_id, lang)).fetchone()
         if old:
-            self.db.execute("INSERT INTO variant_words (variant_words, rowid, key) VALUES ('delete', ?, ?)", old)
             self.db.execute("DELETE FROM variants WHERE id = ?", (old[0],))
-        row = self.db.execute(
+        self.db.execute(
             "INSERT INTO variants (unit, memory, lang, locale, text, key, spans, segment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (unit_id, self.id, lang, variant.locale, variant.text, key.key, json.dumps(key.spans), variant.segment),
-        ).lastrowid
-        self.db.execute("INSERT INTO variant_words (rowid, key) VALUES (?, ?)", (row, key.key))
+        )
 
     def lookup(self, text: str, src: str, tgt: str, threshold: int = 75, limit: int = 5) -> list[Match]:
         """The best units for a sentence from src to tgt, at least `threshold` percent, best first."""
@@ -146,35 +143,28 @@ class TranslationMemory:
         return sorted(found, key=lambda match: -match.score)[:limit]
 
     def _fuzzy(self, key: str, src: str, tgt: str, threshold: int) -> list[Match]:
-        terms = sorted({word.lower() for word in words(key) if word.isalnum()})
-        if not terms:
+        chosen = self._index(src).candidates(key, threshold, CANDIDATES)
+        if not chosen:
             return []
-        counts = self._document_counts()
-        # A unit that lacks every one of the query's n // 3 + 1 rarest words needs more than n / 3 edits,
-        # more than a match of 75% or better allows (at most a quarter of the longer, itself at most n + n / 3).
-        present = sorted((term for term in terms if term in counts), key=lambda term: counts[term])
-        rarest = present[: len(words(key)) // 3 + 1]
-        if not rarest:
-            return []
-        expression = " OR ".join('"' + term.replace('"', '""') + '"' for term in rarest)
         rows = self.db.execute(
-            "SELECT s.unit, s.text, s.key, t.text FROM (SELECT rowid FROM variant_words WHERE variant_words MATCH ?"
-            " ORDER BY rank LIMIT ?) hit JOIN variants s ON s.id = hit.rowid JOIN variants t ON t.unit = s.unit"
-            " AND t.lang = ? WHERE s.memory = ? AND s.lang = ?",
-            (expression, CANDIDATES, tgt, self.id, src),
+            f"SELECT s.unit, s.text, s.key, t.text FROM variants s JOIN variants t ON t.unit = s.unit AND t.lang = ?"
+            f" WHERE s.id IN ({','.join('?' * len(chosen))})",
+            (tgt, *chosen),
         ).fetchall()
         query = words(key)
         scored = [(score(query, words(candidate)), unit, source, target) for unit, source, candidate, target in rows]
         return [Match(value, source, target, unit) for value, unit, source, target in scored if value >= threshold]
 
-    def _document_counts(self) -> dict[str, int]:
-        """How many variants hold each word (FTS5's vocabulary), read once and again after any change
-        to the file (from this connection or another: SQLite's data_version)."""
+    def _index(self, lang: str) -> WordIndex:
+        """The word index of the memory's sentences in `lang`, built on first use and again after any
+        change to the file (from this connection or another: SQLite's data_version)."""
         version = (self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes)
-        if version != self._counted_at:
-            self._counts = dict(self.db.execute("SELECT term, doc FROM variant_terms"))
-            self._counted_at = version
-        return self._counts
+        if version != self._indexed_at:
+            self._indexes, self._indexed_at = {}, version
+        if lang not in self._indexes:
+            rows = self.db.execute("SELECT id, key FROM variants WHERE memory = ? AND lang = ?", (self.id, lang))
+            self._indexes[lang] = WordIndex(rows)
+        return self._indexes[lang]
 
     def units(self) -> Iterator[Unit]:
         """Every unit of the memory, oldest first, each with all its languages."""
