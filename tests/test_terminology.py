@@ -327,3 +327,35 @@ def test_constraints_hold_after_a_forced_prefix(model):
     for hypotheses, prefix, phrases_of in zip(found, ([5, 6], [9]), ([[20, 21]], [[30], [31]])):
         assert hypotheses[0].tokens[: len(prefix)] == prefix
         assert all(contains(hypotheses[0].tokens[len(prefix) :], phrase) for phrase in phrases_of)
+
+
+def targets_by_one_expression(glossary: Glossary, text: str) -> list[str]:
+    """The reference: the glossary's source terms as one regular expression, the longest alternatives
+    first (how glossaries were matched before the trie), scanned from the left; each match's target,
+    each once."""
+    from mtkit.text.glossary import _pattern
+
+    pattern = _pattern([term.source for term in glossary.entries.values()], glossary.case_sensitive)
+    key = (lambda s: s) if glossary.case_sensitive else str.lower
+    matched = [] if pattern is None else [glossary.entries[key(m.group(0))].target for m in pattern.finditer(text)]
+    return list(dict.fromkeys(matched))
+
+
+TERM_CHARS = st.sampled_from(list("abAB ab-1_") + ["東", "京", "ก"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sources=st.lists(st.text(TERM_CHARS, min_size=1, max_size=5).map(str.strip).filter(bool), min_size=1, max_size=12),
+    data=st.data(),
+    case_sensitive=st.booleans(),
+)
+def test_the_trie_finds_what_one_expression_of_every_term_finds(sources, data, case_sensitive):
+    """Any terms (overlapping, nested, in scripts with and without spaces) in a text of them and other
+    characters: the same terms, in the same order, as the longest-first alternation of all of them."""
+    joined = st.tuples(st.sampled_from(sources), st.sampled_from([" ", "-", ""]), st.sampled_from(sources))
+    sources = sources + ["".join(parts).strip() for parts in data.draw(st.lists(joined, max_size=4))]  # nested terms
+    pieces = data.draw(st.lists(st.one_of(st.sampled_from(sources), TERM_CHARS, TERM_CHARS), max_size=20))
+    text = "".join(pieces)
+    glossary = Glossary([Term(f"T{n}", source) for n, source in enumerate(sources)], case_sensitive=case_sensitive)
+    assert [term.target for term in glossary.terms(text)] == targets_by_one_expression(glossary, text)

@@ -220,7 +220,11 @@ class Service(Runs):
         glossary: the request's [source term, target term] pairs, used before the server's."""
         if split_sentences is None:  # an alignment is of one sentence: one asked for keeps its text whole
             split_sentences = self.cfg.split_sentences and not options.alignment
-        jobs, cuts, long = self.jobs(texts, options, split_sentences, target, source, glossary, checked)
+        # Cutting, encoding and finding terms grow with the request: off the event loop, which stays free
+        # for every other client (a glossary's terms in a long text once held it for seconds).
+        jobs, cuts, long = await asyncio.to_thread(
+            self.jobs, texts, options, split_sentences, target, source, glossary, checked
+        )
         request.state.sentences, request.state.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)

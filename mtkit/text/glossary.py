@@ -65,7 +65,11 @@ def _key(text: str, case_sensitive: bool) -> str:
 
 
 class Glossary:
-    """Source terms and their target terms; terms(text) finds those a sentence calls for."""
+    """Source terms and their target terms; terms(text) finds those a sentence calls for.
+
+    The terms are found with a trie of their sources (a dict of characters a level), walked from each
+    place of the text: linear in the text whatever the number of terms (a regular expression of
+    27,000 alternatives took 12 s for a text of 20,000 characters), built once a glossary."""
 
     def __init__(self, entries: Sequence[Term], normalize: Callable[[str], str] = str, case_sensitive: bool = False):
         self.normalize, self.case_sensitive = normalize, case_sensitive
@@ -73,29 +77,56 @@ class Glossary:
         for term in entries:
             source = normalize(term.source.strip())
             term = Term(term.target.strip(), source, term.origin, case_sensitive)
-            self.entries.setdefault(_key(source, case_sensitive), term)  # the first entry of a term wins
-        self._pattern = _pattern((t.source for t in self.entries.values()), case_sensitive)
+            if source:
+                self.entries.setdefault(_key(source, case_sensitive), term)  # the first entry of a term wins
+        self._trie: dict = {}
+        for key in self.entries:
+            node = self._trie
+            for char in key:
+                node = node.setdefault(char, {})
+            node[_END] = key
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def terms(self, text: str) -> list[Term]:
-        """The terms the text calls for, in the order they first occur, each once."""
-        if self._pattern is None:
-            return []
-        found = {}
-        for match in self._pattern.finditer(self.normalize(text)):
-            term = self._entry(match.group(0))
+        """The terms the text calls for, in the order they first occur, each once: from the left, at
+        each place the longest term that starts and ends on a word boundary there (none inside a word,
+        but in scripts written without spaces), then on after it."""
+        text = _key(self.normalize(text), self.case_sensitive)
+        found: dict[str, Term] = {}
+        at = 0
+        while at < len(text):
+            end, key = self._longest(text, at)
+            if key is None:
+                at += 1
+                continue
+            term = self.entries[key]
             found.setdefault(term.target, term)
+            at = end
         return list(found.values())
 
-    def _entry(self, matched: str) -> Term:
-        """The term of a match; where case folding maps the match to another key than its term's (a
-        letter whose lowercase is two), the term whose source matches it whole."""
-        term = self.entries.get(_key(matched, self.case_sensitive))
-        if term is None:
-            term = next(t for t in self.entries.values() if re.fullmatch(re.escape(t.source), matched, re.IGNORECASE))
-        return term
+    def _longest(self, text: str, start: int) -> tuple[int, str | None]:
+        node, best = self._trie, (start, None)
+        for end in range(start + 1, len(text) + 1):
+            node = node.get(text[end - 1])
+            if node is None:
+                break
+            key = node.get(_END)
+            if key is not None and _on_boundaries(text, start, end):
+                best = (end, key)
+        return best
+
+
+_END = ""  # the trie's mark of a term ending at a node (no character is the empty string)
+_WORD = re.compile(r"\w")
+
+
+def _on_boundaries(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] is a word there (mtkit.text.glossary's _bounded, for a found term)."""
+    before = start == 0 or _unspaced(text[start]) or not _WORD.match(text[start - 1])
+    after = end == len(text) or _unspaced(text[end - 1]) or not _WORD.match(text[end])
+    return before and after
 
 
 def occurs(term: Term, text: str) -> bool:
