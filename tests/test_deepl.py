@@ -15,12 +15,13 @@ from test_serve import Server, offline
 from mtkit.serving.terms import TermsError, parse_entries
 
 KEY, SMALL, SLOW = "k" * 32, "s" * 32, "r" * 32  # SMALL's quota is 40 characters, SLOW's one request a minute
+TINY = "t" * 32  # a quota of 30 characters, for the quota on every route
 
 
 @pytest.fixture(scope="module")
 def served(trained_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("deepl")
-    (root / "keys.txt").write_text(f"{KEY} 1000 office\n{SMALL} 1000 small 40\n{SLOW} 1 slow\n")
+    (root / "keys.txt").write_text(f"{KEY} 1000 office\n{SMALL} 1000 small 40\n{SLOW} 1 slow\n{TINY} 1000 tiny 30\n")
     with Server(trained_run, root / "serve.log", "--api-keys", root / "keys.txt", "--state-dir", root / "state",
                 headers={"Authorization": f"Bearer {KEY}"}) as server:  # fmt: skip
         yield server
@@ -116,6 +117,32 @@ def test_a_wrong_key_an_exhausted_quota_and_formality(served):
     with pytest.raises(deepl.DeepLException, match="'formality' is not supported"):
         client(served).translate_text("A dog.", target_lang="DE", formality="more")
     assert client(served).translate_text("A dog.", target_lang="DE", formality="prefer_more").text
+
+
+def test_every_route_that_translates_charges_the_quota_before_the_work(served):
+    """A key with 30 characters left: each route refuses more, in its API's shape, and usage stays
+    within the quota (mtkit's and LibreTranslate's routes answered 200 and charged nothing)."""
+    text = "A dog runs on the beach with two men."  # 37 characters
+    auth = {"Authorization": f"Bearer {TINY}"}
+    answers = [
+        httpx.post(f"{served.url}/v1/translate", json={"text": [text]}, headers=auth),
+        httpx.post(f"{served.url}/translate", json={"q": text, "source": "en", "target": "de", "api_key": TINY}),
+        httpx.post(
+            f"{served.url}/translate_file",
+            files={"file": ("a.txt", text.encode())},
+            data={"target": "de", "api_key": TINY},
+        ),  # fmt: skip
+        httpx.post(f"{served.url}/v2/translate", data={"text": text, "target_lang": "DE"}, headers=auth),
+    ]
+    assert [answer.status_code for answer in answers] == [429, 429, 429, 456]
+    messages = [answer.json().get("error", answer.json().get("message")) for answer in answers]
+    assert messages == ["quota exceeded: 0 of 30 characters used"] * 4
+    upload = client(served, TINY).translate_document_upload(text.encode(), target_lang="DE", filename="a.txt")
+    status = client(served, TINY).translate_document_get_status(upload)
+    assert status.status.value == "error" and "quota exceeded" in status.error_message
+    assert client(served, TINY).translate_text("A dog.", target_lang="DE").text  # 6 characters fit
+    usage = client(served, TINY).get_usage().character
+    assert (usage.count, usage.limit) == (6, 30)
 
 
 @pytest.mark.parametrize(

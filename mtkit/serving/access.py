@@ -18,6 +18,7 @@ over it is refused with 429 and Retry-After, the seconds until the window has ro
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import math
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,14 +179,27 @@ class Gate:
         elif key is None and self.rules.keys is None and self.rules.per_address:
             self._check(f"address {address}", self.rules.per_address)
 
-    def charge(self, key: ApiKey | None, characters: int, check: bool = True, count: bool = True) -> None:
+    def charge(
+        self, key: ApiKey | None, characters: int, check: bool = True, count: bool = True, status: int = 456
+    ) -> None:
         """Count characters against the key's quota (count), after checking that they fit (check);
-        456 (DeepL's "quota exceeded") where they do not."""
+        `status` where they do not (DeepL's 456 "quota exceeded"; 429 on the other APIs)."""
         name, used = key and key.name, self.used.get(key and key.name, 0)
         if check and key is not None and key.characters and used + characters > key.characters:
-            raise RequestError(456, f"quota exceeded: {used:,} of {key.characters:,} characters used")
+            raise RequestError(status, f"quota exceeded: {used:,} of {key.characters:,} characters used")
         if count:
             self.used[name] = used + characters
+
+    @contextlib.contextmanager
+    def charged(self, key: ApiKey | None, characters: int, status: int = 429) -> Iterator[None]:
+        """The one place every route that translates pays: the characters counted against the key's
+        quota before the work (`status` where they do not fit), and given back if the work fails."""
+        self.charge(key, characters, status=status)
+        try:
+            yield
+        except BaseException:
+            self.charge(key, -characters, check=False)
+            raise
 
     def _check(self, name: str, limit: int) -> None:
         wait = self.windows.admit(name, limit)

@@ -1,12 +1,13 @@
-"""Files over HTTP: the translation page (plain HTML, CSS and JavaScript in static/, using the
-server's own API, with no build step and nothing loaded from another host), and documents uploaded
-to LibreTranslate's /translate_file (mtkit.documents), translated and kept for download at
-/download_file/ID/NAME for a bounded time and within a bounded number of bytes. A document comes
-from a stranger: it is read within mtkit.documents.inline (--max-file-chars), read and written in
-worker processes (mtkit.documents.worker) and stored on a worker thread, so that the event loop and
-the engine go on answering while a large one is handled."""
+"""Files over HTTP: the translation page (plain HTML, CSS and JavaScript in static/, using the server's own API, with
+no build step and nothing loaded from another host), and documents uploaded to LibreTranslate's /translate_file
+(mtkit.documents), translated and kept for download at /download_file/ID/NAME for a bounded time and within a bounded
+number of bytes. A document comes from a stranger: it is read within mtkit.documents.inline (--max-file-chars), read
+and written in worker processes (mtkit.documents.worker) and stored on a worker thread, so that the event loop and the
+engine go on answering while a large one is handled."""
 
 import asyncio
+import contextlib
+import functools
 import os
 import re
 import secrets
@@ -22,7 +23,6 @@ from urllib.parse import quote
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.service import RequestError, Service
-from mtkit.serving.settings import LanguageError
 
 PAGE_DIR = Path(__file__).with_name("static")
 FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
@@ -157,11 +157,12 @@ def download_url(request, public_url: str | None, file_id: str, name: str) -> st
 
 async def translate_upload(
     service: Service, request, data: bytes, name: str, target: str | None, workers, glossary=None,
-    column: str | None = None, source: str | None = None,
+    column: str | None = None, source: str | None = None, charged=contextlib.nullcontext,
 ) -> tuple[bytes, int]:  # fmt: skip
-    """An uploaded document translated: read and written again in a worker process
-    (mtkit.documents.worker), its texts through the service (with a request's glossary); the file
-    and the characters translated. What the file is not is a 400 naming it, a file past a bound 413."""
+    """An uploaded document translated: read and written again in a worker process (mtkit.documents.worker), its texts
+    through the service (with a request's glossary), paid for by charged(characters) once they are read and before
+    they are translated (Gate.charged); the file and the characters translated. What the file is not is a 400 naming
+    it, a file past a bound 413."""
     formats = document_formats()
     if formats is None:
         raise RequestError(501, f"translating files needs the documents extra on the server: {DOCUMENTS_EXTRA}")
@@ -178,12 +179,13 @@ async def translate_upload(
     job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, True,
                   service.info.source_language, column)  # fmt: skip
     texts, options, translated = await _in_worker(workers, prepare, job), service.defaults(), []
-    for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
-        if service.can_align:
-            translated += await service.run_aligned(request, chunk, options, target, glossary, source)
-        else:  # plain text: any engine
-            translated += (await service.run(request, chunk, options, True, target, source, glossary))[0]
-    return await _in_worker(workers, finish, job, translated), sum(map(len, texts))
+    with charged(sum(map(len, texts))):
+        for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
+            if service.can_align:
+                translated += await service.run_aligned(request, chunk, options, target, glossary, source)
+            else:  # plain text: any engine
+                translated += (await service.run(request, chunk, options, True, target, source, glossary))[0]
+        return await _in_worker(workers, finish, job, translated), sum(map(len, texts))
 
 
 def in_chunks(texts: list[str], cfg) -> list[list[str]]:
@@ -217,10 +219,10 @@ async def _in_worker(workers, work, *args):
         raise RequestError(400, str(err)) from None
 
 
-def add_file_routes(app, fleet, admit, store: TranslatedFiles, workers) -> None:
+def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers) -> None:
     """POST /translate_file (multipart: file, source, target, api_key; column for a CSV file), GET
-    /download_file/ID/NAME, on the server's models (mtkit.serving.fleet); documents are read and
-    written by workers (mtkit.documents.worker.Workers)."""
+    /download_file/ID/NAME, on the server's models (mtkit.serving.fleet); documents are read and written by workers
+    (mtkit.documents.worker.Workers)."""
     from fastapi import File, Form, Request, UploadFile
 
     @app.post("/translate_file")
@@ -232,18 +234,16 @@ def add_file_routes(app, fleet, admit, store: TranslatedFiles, workers) -> None:
         api_key: Annotated[str | None, Form()] = None,
         column: Annotated[str | None, Form(max_length=200)] = None,
     ):
-        admit(request, api_key)
+        key = admit(request, api_key)
+        gate.charge(key, 1, count=False, status=429)  # a key whose quota is used up: refused before the upload is read
         given = None if source == "auto" else source
         async with fleet.route(given, target, ()) as (service, source, target):
-            try:
-                service.languages.check_source(source)
-            except LanguageError as err:
-                raise RequestError(400, str(err)) from None
+            service.check_source(source)
             service.framing(source, target)
             name = safe_name(file.filename or "")
             data = await file.read()
             translated, _ = await translate_upload(service, request, data, name, target, workers, column=column,
-                                                   source=source)  # fmt: skip
+                                                   source=source, charged=functools.partial(gate.charged, key))  # fmt: skip
         try:
             file_id = await asyncio.to_thread(store.put, name, translated)
         except MtkitError as err:

@@ -50,7 +50,6 @@ from mtkit.core.errors import MtkitError
 from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
 from mtkit.serving.apis.deepl import add_deepl_routes
 from mtkit.serving.apis.libretranslate import (
-    check_source,
     detect_languages,
     frontend_settings,
     libretranslate,
@@ -174,10 +173,14 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
 
     @app.post("/v1/translate")
     async def translate(body: TranslateRequest, request: Request):
-        admit(request, body.api_key)
+        key = admit(request, body.api_key)
         texts = texts_of(body.text)
+        with gate.charged(key, sum(map(len, texts))):
+            return await translate_v1(body, request, texts)
+
+    async def translate_v1(body: TranslateRequest, request: Request, texts: list[str]):
         async with fleet.route(body.source, body.target, texts) as (service, source, target):
-            check_source(service, source)
+            service.check_source(source)
             options = service.options(body.beam, body.nbest, body.lenpen, body.alignment, body.confidence)
             if body.format != "text":
                 if body.confidence:
@@ -202,10 +205,11 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
             body = LibreTranslateRequest.model_validate(await libretranslate_fields(request))
         except ValidationError as err:
             raise RequestError(400, _describe(err.errors())) from None
-        admit(request, body.api_key)
-        return await libretranslate(fleet, request, body)
+        key = admit(request, body.api_key)
+        with gate.charged(key, sum(map(len, texts_of(body.q)))):
+            return await libretranslate(fleet, request, body)
 
-    add_file_routes(app, fleet, admit, store, workers)
+    add_file_routes(app, fleet, admit, gate, store, workers)
     state = fleet.cfg.state_dir
     glossaries = GlossaryStore(state / "glossaries" if state else None)
     add_deepl_routes(app, fleet, admit, gate, DocumentJobs(store), glossaries, workers)

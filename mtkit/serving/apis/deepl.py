@@ -7,6 +7,7 @@ be set (DeepL's client libraries take `server_url`) works with an mtkit server u
 DeepL's status codes (400, 403 a key, 404, 413, 429, 456 the quota). Fields come form-encoded (repeated
 `text`) or as JSON, as DeepL takes them. DeepL's v3 routes: mtkit.serving.apis.deepl_v3."""
 
+import functools
 import re
 from typing import Any
 
@@ -156,15 +157,6 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         except (ImportError, MtkitError):
             return ""
 
-    async def charged(key, characters: int, work):
-        """work()'s result, its characters counted against the key's quota (given back if it fails)."""
-        gate.charge(key, characters)
-        try:
-            return await work()
-        except BaseException:
-            gate.charge(key, -characters)
-            raise
-
     @app.post("/v2/translate")
     async def translate(request: Request):
         fields = await fields_of(request)
@@ -180,7 +172,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
                 work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept, source)  # noqa: E731
             else:
                 work = lambda: _first(service.run(request, texts, options, split, target, source, glossary))  # noqa: E731
-            translated = await charged(key, sum(map(len, texts)), work)
+            with gate.charged(key, sum(map(len, texts)), status=456):
+                translated = await work()
         return {"translations": [{"detected_source_language": detected(service, source, text), "text": out,
                                   "billed_characters": len(text)} for text, out in zip(texts, translated)]}  # fmt: skip
 
@@ -285,8 +278,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         async def work() -> tuple[bytes, int]:
             async with fleet.route(source, target, ()) as (service, _, _):
                 translated, characters = await translate_upload(service, Detached(), data, name, target, workers,
-                                                                glossary, source=source)  # fmt: skip
-            gate.charge(key, characters, check=False)  # the document's characters, once they are known
+                                                                glossary, source=source,
+                                                                charged=functools.partial(gate.charged, key, status=456))  # fmt: skip
             return translated, characters
 
         job_id, job_key = jobs.start(key and key.name, name, work)

@@ -8,7 +8,7 @@ from urllib.parse import parse_qs
 
 from mtkit.core.errors import MtkitError
 from mtkit.serving.service import RequestError, Service
-from mtkit.serving.settings import LanguageError, Languages
+from mtkit.serving.settings import Languages
 
 
 def texts_of(value: str | list[str]) -> list[str]:
@@ -24,7 +24,7 @@ async def libretranslate(fleet, request, body) -> dict[str, Any]:
 
 
 async def _translated(service: Service, request, body, source: str | None, target: str | None) -> dict[str, Any]:
-    check_source(service, source)
+    service.check_source(source)
     service.framing(source, target)  # an unknown language: 400 before anything else
     if body.format not in ("text", "html"):
         raise RequestError(400, f"format {body.format}: must be text or html")
@@ -57,14 +57,6 @@ async def _translated(service: Service, request, body, source: str | None, targe
         detected = detect_languages(texts_of(body.q))
         answer["detectedLanguage"] = detected[0] if isinstance(body.q, str) else detected
     return answer
-
-
-def check_source(service: Service, source: str | None) -> None:
-    """A request's source language, where it names one, must be one of the model's (where it says them)."""
-    try:
-        service.languages.check_source(source)
-    except LanguageError as err:
-        raise RequestError(400, str(err)) from None
 
 
 def detect_languages(texts: Sequence[str]) -> list[dict[str, Any]]:
