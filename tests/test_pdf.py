@@ -3,6 +3,7 @@ page, a reversing one keeps each run's formatting on its words; images, links, d
 geometry stay; the output reopens with PyMuPDF, pypdf and poppler's pdftotext; scans, encrypted
 files and PDF bombs are one line within FileLimits."""
 
+import io
 import re
 import shutil
 import subprocess
@@ -185,3 +186,30 @@ def test_without_pymupdf_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pymupdf", None)
     with pytest.raises(MtkitError, match=re.escape("translating PDF needs PyMuPDF: pip install 'mtkit[pdf]'")):
         read_document(b"%PDF-1.7", "doc.pdf", "pdf")
+
+
+def test_what_a_reader_would_run_by_itself_is_dropped_and_links_stay():
+    document = pymupdf.open(stream=made_pdf(pages=1, image=False))
+    catalog, page = document.pdf_catalog(), document[0]
+    script = document.get_new_xref()
+    document.update_object(script, "<</S/JavaScript/JS(app.alert\\('opened'\\))>>")
+    document.xref_set_key(catalog, "OpenAction", f"{script} 0 R")
+    document.xref_set_key(catalog, "AA", "<</WC<</S/JavaScript/JS(app.alert\\('closed'\\))>>>>")
+    document.xref_set_key(page.xref, "AA", "<</O<</S/Launch/F(calc.exe)>>>>")
+    document.embfile_add("payload.exe", b"MZ payload")
+    out = translated(document.tobytes(), "a.pdf", reverse_engine)
+    again = pymupdf.open(stream=out)
+    assert [again.xref_get_key(again.pdf_catalog(), key)[1] for key in ("OpenAction", "AA")] == ["null", "null"]
+    assert again.xref_get_key(again[0].xref, "AA")[1] == "null" and again.embfile_count() == 0
+    assert b"/JS" not in out and b"calc.exe" not in out and b"MZ payload" not in out
+    assert [link["uri"] for link in again[0].get_links()] == ["https://example.com"]
+    assert PdfReader(io.BytesIO(out)).pages[0].extract_text()  # a reader opens it
+
+
+def test_a_pdf_an_owner_password_restricts_is_refused_not_unlocked():
+    document = pymupdf.open(stream=made_pdf(pages=1, image=False))
+    locked = document.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="owner", user_pw="",
+                              permissions=pymupdf.PDF_PERM_PRINT)  # fmt: skip
+    with pytest.raises(MtkitError) as err:
+        read_document(locked, "locked.pdf", "pdf")
+    assert str(err.value).startswith("locked.pdf: encrypted with an owner password that restricts it")

@@ -86,6 +86,9 @@ class PdfDocument(Document):
             self.pdf = pymupdf.open(stream=data, filetype="pdf")
         if self.pdf.needs_pass:
             raise MtkitError(f"{name}: encrypted: it needs a password to open (decrypt it first, e.g. qpdf --decrypt)")
+        if self.pdf.metadata.get("encryption"):  # written again, it would lose its owner's password and permissions
+            raise MtkitError(f"{name}: encrypted with an owner password that restricts it: mtkit does not lift that "
+                             "(decrypt it first where you may, e.g. qpdf --decrypt)")  # fmt: skip
         with mupdf_errors(f"{name}: cannot be read"):
             self._read(pymupdf, limits)
 
@@ -156,7 +159,23 @@ class PdfDocument(Document):
                 page.insert_htmlbox(rect, block_html(block, translation), css=css)
         if target_lang:
             self.pdf.set_language(language_tag(target_lang))
+        without_actions(self.pdf)
         return self.pdf.tobytes(garbage=3, deflate=True)
+
+
+def without_actions(pdf) -> None:
+    """Drop what a reader would run or open by itself from a translation: the document's open action,
+    additional actions, JavaScript and embedded files, each page's additional actions, and its
+    annotations' launch and JavaScript actions (links to addresses and pages stay)."""
+    catalog = pdf.pdf_catalog()
+    for key in ("OpenAction", "AA", "Names/JavaScript", "Names/EmbeddedFiles"):
+        pdf.xref_set_key(catalog, key, "null")
+    for page in pdf:
+        pdf.xref_set_key(page.xref, "AA", "null")
+        for xref, *_ in page.annot_xrefs():
+            pdf.xref_set_key(xref, "AA", "null")
+            if pdf.xref_get_key(xref, "A/S")[1] in ("/Launch", "/JavaScript", "/ImportData", "/SubmitForm"):
+                pdf.xref_set_key(xref, "A", "null")
 
 
 def room(block: TextBlock, boxes: list, page):
