@@ -140,3 +140,14 @@ def hold_until(started: str, go_on: str) -> int:
     while not os.path.exists(go_on):
         time.sleep(0.01)
     return os.getpid()
+
+
+def endless(deaf: bool) -> None:
+    """A document worker's job that never ends: in Python (an alarm stops it), or deaf to the alarm
+    (it blocks the signal, as a long call into C would not see it)."""
+    import signal
+
+    if deaf:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    while True:
+        time.sleep(0.01)

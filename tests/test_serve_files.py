@@ -13,7 +13,7 @@ import httpx
 import pymupdf
 import pytest
 from conftest import run_mtkit
-from hostile import deep, hold_until, inflating_word_file, plural_po
+from hostile import deep, endless, hold_until, inflating_word_file, plural_po
 from test_documents import RUNS, word_document, word_runs
 from test_serve import Server, app_on_a_thread, wait_until
 
@@ -221,7 +221,7 @@ def test_documents_are_read_in_a_worker_process_and_links_use_the_public_url(tra
     goes through, its link under --public-url."""
     from mtkit.documents.worker import Workers
 
-    workers, go_on = Workers(processes=1), tmp_path / "go-on"
+    workers, go_on = Workers(processes=1, seconds=3600), tmp_path / "go-on"  # the held job's budget: ample
     with in_process_server(trained_run, workers, public_url="https://mt.example.org/api/") as url, \
             ThreadPoolExecutor(2) as pool:  # fmt: skip
         started = tmp_path / "started"
@@ -239,3 +239,20 @@ def test_documents_are_read_in_a_worker_process_and_links_use_the_public_url(tra
         assert answer.status_code == 200 and link.startswith("https://mt.example.org/api/download_file/")
         assert link.endswith("/a.txt")
         assert httpx.get(url + link.removeprefix("https://mt.example.org/api")).status_code == 200
+
+
+@pytest.mark.parametrize("deaf", [False, True])
+def test_a_document_job_past_its_time_budget_is_stopped_and_the_worker_serves_again(monkeypatch, deaf):
+    """A job that never ends: stopped by the worker's alarm, or (deaf to it) its worker killed after the
+    grace; either way one JobTimeout, and the next job runs in a worker again."""
+    from mtkit.documents import worker
+    from mtkit.documents.worker import JobTimeout, Workers
+
+    monkeypatch.setattr(worker, "GRACE_SECONDS", 0.5)
+    workers = Workers(processes=1, seconds=0.5)
+    try:
+        with pytest.raises(JobTimeout, match="took more than 0.5 s, the time a document may take"):
+            asyncio.run(workers.run(endless, deaf))
+        assert asyncio.run(workers.run(os.getpid)) != os.getpid()
+    finally:
+        workers.close()

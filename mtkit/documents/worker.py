@@ -15,6 +15,7 @@ import html
 import multiprocessing
 import os
 import resource
+import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -88,6 +89,25 @@ def _splitter(lang: str | None) -> SentenceSplitter:
     return SentenceSplitter(lang)
 
 
+def _over_budget(seconds: float) -> str:
+    return f"reading or writing it took more than {seconds:g} s, the time a document may take"
+
+
+def _within_budget(seconds: float, work: Callable, *args) -> Any:
+    """work(*args) in a worker, stopped by an alarm past `seconds` (at its next Python instruction)."""
+
+    def stop(signum, frame) -> None:
+        raise JobTimeout(_over_budget(seconds))
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return work(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _start_worker(memory_bytes: int) -> None:
     """A worker's address space bounded, and its priority the lowest: documents take the CPU the
     engine leaves (on a machine of few cores, a busy reader at normal priority slows the engine)."""
@@ -95,12 +115,22 @@ def _start_worker(memory_bytes: int) -> None:
     os.nice(19)
 
 
+class JobTimeout(FileTooLarge):
+    """A document that took its worker longer than the time budget to read or write."""
+
+
+WORK_SECONDS = 20.0  # the most a worker spends reading, or writing, one document
+GRACE_SECONDS = 5.0  # past the budget, the time a worker has to stop before it is killed
+
+
 class Workers:
     """A pool of worker processes, started on first use by spawning (nothing of the server's threads
-    or model is copied into them), started again if one dies."""
+    or model is copied into them), started again if one dies. Each job has a time budget: the worker
+    stops it past `seconds` (an alarm in the worker), and one that does not stop (held in a C call)
+    is killed, and the pool started again, `GRACE_SECONDS` later."""
 
-    def __init__(self, processes: int = 1, memory_bytes: int = 4 << 30):
-        self.processes, self.memory_bytes = processes, memory_bytes
+    def __init__(self, processes: int = 1, memory_bytes: int = 4 << 30, seconds: float = WORK_SECONDS):
+        self.processes, self.memory_bytes, self.seconds = processes, memory_bytes, seconds
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -114,16 +144,26 @@ class Workers:
     async def run(self, work: Callable, *args) -> Any:
         """work(*args) in a worker; its MtkitError comes back as it is, running out of memory as a FileTooLarge."""
         pool = self._executor()
+        running = asyncio.wrap_future(pool.submit(_within_budget, self.seconds, work, *args))
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, work, *args)
+            return await asyncio.wait_for(running, self.seconds + GRACE_SECONDS)
         except MemoryError:
             raise FileTooLarge(f"reading it needs more than {self.memory_bytes >> 20:,} MiB of memory") from None
+        except TimeoutError:  # the worker did not stop by itself
+            self._restart(pool, kill=True)
+            raise JobTimeout(_over_budget(self.seconds)) from None
         except BrokenProcessPool:  # a worker died: the pool is broken for good, the next call starts another
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None
-            pool.shutdown(wait=False, cancel_futures=True)
+            self._restart(pool)
             raise FileTooLarge("reading it ended its worker process") from None
+
+    def _restart(self, pool: ProcessPoolExecutor, kill: bool = False) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        if kill:
+            for process in list(getattr(pool, "_processes", {}).values()):  # the executor has no public kill
+                process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         if self._pool is not None:
