@@ -198,3 +198,18 @@ def test_glossary_entries_read_as_tsv_and_csv(text, fmt, entries):
 def test_glossary_entries_that_do_not_read_are_named(text, fmt, message):
     with pytest.raises(TermsError, match=re.escape(message)):
         parse_entries(text, fmt)
+
+
+def test_one_key_cannot_fill_the_glossary_store_for_the_others(monkeypatch):
+    from mtkit.serving import terms
+    from mtkit.serving.terms import GlossaryStore
+
+    monkeypatch.setattr(terms, "MAX_GLOSSARIES_PER_KEY", 3)
+    store = GlossaryStore()
+    for n in range(3):
+        store.create("greedy", f"g{n}", "en", "de", [("dog", "Hund")])
+    with pytest.raises(TermsError, match="a key keeps 3 glossaries at most: delete one first"):
+        store.create("greedy", "g3", "en", "de", [("dog", "Hund")])
+    assert store.create("other", "mine", "en", "de", [("cat", "Katze")]).owner == "other"
+    for n in range(4):  # without keys every client is one owner: the store's bound alone
+        store.create(None, f"open{n}", "en", "de", [("dog", "Hund")])

@@ -114,6 +114,7 @@ MAX_STORED_ENTRIES = 100_000  # a stored glossary's entries at most (all its dic
 MAX_DICTIONARIES = 100  # a multilingual glossary's language pairs at most
 Dictionary = tuple[str, str, list[tuple[str, str]]]  # source, target, entries
 MAX_GLOSSARIES = 1000  # stored glossaries at most (each key's and without keys, together)
+MAX_GLOSSARIES_PER_KEY = 100  # a key's share of them: one key cannot fill the store for the others
 
 
 @dataclass
@@ -195,6 +196,8 @@ class GlossaryStore:
         with self._lock:
             if len(self.glossaries) >= MAX_GLOSSARIES:
                 raise TermsError(f"this server keeps {MAX_GLOSSARIES:,} glossaries at most: delete one first")
+            if owner is not None and len(self.owned(owner)) >= MAX_GLOSSARIES_PER_KEY:
+                raise TermsError(f"a key keeps {MAX_GLOSSARIES_PER_KEY:,} glossaries at most: delete one first")
             created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             glossary = StoredGlossary(str(uuid.uuid4()), name, source, target, created, entries, owner)
             self._save(glossary)
