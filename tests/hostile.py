@@ -151,3 +151,17 @@ def endless(deaf: bool) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     while True:
         time.sleep(0.01)
+
+
+def yaml_alias_bomb(levels: int = 10) -> bytes:
+    """YAML's billion laughs: each level an anchored list of nine aliases of the one before."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def yaml_merge_chain(count: int = 2000) -> bytes:
+    """Each mapping merges the one before it (`<<: *previous`): quadratic to build."""
+    return (
+        "b0: &b0 {k0: v}\n" + "".join(f"b{n}: &b{n}\n  <<: *b{n - 1}\n  k{n}: v\n" for n in range(1, count))
+    ).encode()

@@ -24,6 +24,8 @@ from hostile import (
     po_file,
     reference_links,
     word_file,
+    yaml_alias_bomb,
+    yaml_merge_chain,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -227,6 +229,21 @@ def test_json_that_would_not_come_back_as_the_same_json_is_one_line(trained_run,
     error = result.stderr.decode().strip()
     assert result.returncode == 1 and "Traceback" not in error and len(error.splitlines()) == 1
     assert error.endswith(named) and not (tmp_path / f"out{suffix}").exists()
+
+
+@pytest.mark.parametrize("data", [yaml_alias_bomb(), yaml_merge_chain()], ids=["alias bomb", "merge chain"])
+def test_yaml_aliases_that_expand_a_file_are_refused_before_it_is_built(data, trained_run, tmp_path):
+    """Counted on the parser's events (an 800 KB alias bomb took the worker to its 4 GiB cap, and the
+    CLI to a MemoryError's traceback; 34 KB of merge keys took 91 s)."""
+    from conftest import run_mtkit
+
+    assert refused("en.yml", data).startswith("en.yml: its aliases expand it past 100,000 nodes")
+    (tmp_path / "en.yml").write_bytes(data)
+    result = run_mtkit("translate-file", tmp_path / "en.yml", "-o", tmp_path / "de.yml", "-m", trained_run)
+    error = result.stderr.decode().strip()
+    assert result.returncode == 1 and "Traceback" not in error and len(error.splitlines()) == 1
+    merged = b"en:\n  defaults: &d\n    a: Hello\n  one:\n    <<: *d\n    c: Thanks\n"
+    assert read_document(merged, "en.yml", "yaml").segments() == ["Hello", "Thanks", "Hello"]
 
 
 # Catalogues

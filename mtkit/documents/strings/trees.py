@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, FileLimits, decode_text, language_tag
+from mtkit.documents.inline import Document, FileLimits, FileTooLarge, decode_text, language_tag
 from mtkit.documents.strings.common import (
     Message,
     category_groups,
@@ -99,6 +99,33 @@ def read_json_tree(text: str, name: str) -> Any:
         raise MtkitError(f"{name}: an integer of more than {sys.get_int_max_str_digits():,} digits") from None
 
 
+def check_expansion(events, name: str) -> None:
+    """Refuse a YAML document whose aliases (and merge keys, which are aliases) would make it much larger
+    than its text: counted on the parser's events, in linear time, before anything is built. A node
+    counts 1 and its children; an alias counts what its anchor's node counted."""
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+
+    anchors: dict[str, int] = {}
+    open_nodes: list[tuple[str | None, int]] = [(None, 0)]
+    written = 0
+    for event in events:
+        written += 1
+        if isinstance(event, AliasEvent):
+            open_nodes[-1] = (open_nodes[-1][0], open_nodes[-1][1] + anchors.get(event.anchor, 1))
+        elif isinstance(event, CollectionStartEvent):
+            open_nodes.append((event.anchor, 1))
+        elif isinstance(event, CollectionEndEvent | NodeEvent):  # a collection's end, or a scalar
+            anchor, size = open_nodes.pop() if isinstance(event, CollectionEndEvent) else (event.anchor, 1)
+            if anchor:
+                anchors[anchor] = size
+            open_nodes[-1] = (open_nodes[-1][0], open_nodes[-1][1] + size)
+        if open_nodes[0][1] > 4 * written + MAX_ALIASED_NODES:
+            raise FileTooLarge(f"{name}: its aliases expand it past {MAX_ALIASED_NODES:,} nodes more than it writes")
+
+
+MAX_ALIASED_NODES = 100_000  # nodes that aliases may add to a YAML document, beyond four times its own
+
+
 class YamlStrings(TreeStrings):
     def __init__(self, data: bytes, name: str, limits: FileLimits):
         from ruamel.yaml import YAML
@@ -108,6 +135,7 @@ class YamlStrings(TreeStrings):
         self.yaml.preserve_quotes, self.yaml.width = True, 1 << 16
         try:
             text = decode_text(data, name)
+            check_expansion(self.yaml.parse(text), name)
             tree = self.yaml.load(text)
         except YAMLError as err:
             raise MtkitError(f"{name}: not YAML ({' '.join(str(err).split())})") from None
