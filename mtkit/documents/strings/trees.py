@@ -100,30 +100,48 @@ def read_json_tree(text: str, name: str) -> Any:
 
 
 def check_expansion(events, name: str) -> None:
-    """Refuse a YAML document whose aliases (and merge keys, which are aliases) would make it much larger
-    than its text: counted on the parser's events, in linear time, before anything is built. A node
-    counts 1 and its children; an alias counts what its anchor's node counted."""
-    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+    """Refuse a YAML document whose merge keys (`<<: *defaults`) would make it much larger than its
+    text: a merge copies the merged mapping's entries (and their merges), where an alias elsewhere is
+    one node shared (read once: TreeStrings). Counted on the parser's events, in linear time, before
+    anything is built: a node counts 1 and its children, an alias merged what its anchor's node counted."""
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, MappingStartEvent
 
     anchors: dict[str, int] = {}
-    open_nodes: list[tuple[str | None, int]] = [(None, 0)]
-    written = 0
+    # Each open collection: [anchor, size, is a mapping, children so far, its aliases merged, merging next]
+    frames: list[list] = [[None, 0, False, 0, False, False]]
+    seen = 0
+
+    def add(size: int) -> None:
+        parent = frames[-1]
+        parent[1] += size
+        parent[3] += 1
+        if parent[2] and parent[3] % 2 == 0:  # a mapping's value: the next key starts afresh
+            parent[5] = False
+
     for event in events:
-        written += 1
+        seen += 1
+        parent = frames[-1]
+        merging = parent[4] or (parent[2] and parent[5])
         if isinstance(event, AliasEvent):
-            open_nodes[-1] = (open_nodes[-1][0], open_nodes[-1][1] + anchors.get(event.anchor, 1))
+            add(anchors.get(event.anchor, 1) if merging else 1)
         elif isinstance(event, CollectionStartEvent):
-            open_nodes.append((event.anchor, 1))
-        elif isinstance(event, CollectionEndEvent | NodeEvent):  # a collection's end, or a scalar
-            anchor, size = open_nodes.pop() if isinstance(event, CollectionEndEvent) else (event.anchor, 1)
+            frames.append([event.anchor, 1, isinstance(event, MappingStartEvent), 0, merging, False])
+        elif isinstance(event, CollectionEndEvent):
+            anchor, size, *_ = frames.pop()
             if anchor:
                 anchors[anchor] = size
-            open_nodes[-1] = (open_nodes[-1][0], open_nodes[-1][1] + size)
-        if open_nodes[0][1] > 4 * written + MAX_ALIASED_NODES:
-            raise FileTooLarge(f"{name}: its aliases expand it past {MAX_ALIASED_NODES:,} nodes more than it writes")
+            add(size)
+        elif hasattr(event, "value"):  # a scalar
+            if event.anchor:
+                anchors[event.anchor] = 1
+            if parent[2] and parent[3] % 2 == 0 and event.value == "<<":
+                parent[5] = True
+            add(1)
+        if frames[0][1] + sum(frame[1] for frame in frames[1:]) > 4 * seen + MAX_ALIASED_NODES:
+            raise FileTooLarge(f"{name}: its merge keys expand it past {MAX_ALIASED_NODES:,} nodes more than it writes")
 
 
-MAX_ALIASED_NODES = 100_000  # nodes that aliases may add to a YAML document, beyond four times its own
+MAX_ALIASED_NODES = 100_000  # nodes that merge keys may add to a YAML document, beyond four times its own
 
 
 class YamlStrings(TreeStrings):
