@@ -247,3 +247,45 @@ def test_translate_takes_each_sentence_the_memory_holds_and_the_model_does_the_r
         f"{json.loads(line)['translation']}\n" for line in result.stdout.splitlines()
     )
     assert "2 of 4 sentences from the memory" in evaluated.stderr
+
+
+def test_a_correction_through_suggest_comes_back_for_its_key_on_every_api_and_after_a_restart(trained_run, tmp_path):
+    """LibreTranslate's /suggest with one key: that key's /translate, /v1/translate and DeepL's
+    /v2/translate (through DeepL's own client) answer the correction, with the sentence's spans;
+    another key gets the model's translation; the correction outlives the server."""
+    import deepl
+    import httpx
+    from test_serve import Server
+
+    mine, theirs = "m" * 32, "o" * 32
+    (tmp_path / "keys.txt").write_text(f"{mine} 1000 mine\n{theirs} 1000 theirs\n")
+    options = ("--tm", tmp_path / "tm.db", "--api-keys", tmp_path / "keys.txt")
+    text, correction = "A dog runs on the beach at 7:45.", "Ein Hund läuft um 7:45 am Strand."
+
+    def translated(server, key: str, q: str = text) -> str:
+        answer = server.post("/translate", json={"q": q, "source": "en", "target": "de", "api_key": key})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["translatedText"]
+
+    with Server(trained_run, tmp_path / "serve.log", *options, headers={"Authorization": f"Bearer {mine}"}) as server:
+        by_model = translated(server, mine)
+        assert by_model != correction
+        fields = {"q": text, "s": correction, "source": "en", "target": "de", "api_key": mine}
+        assert server.post("/suggest", json=fields).json() == {"success": True}
+        assert translated(server, mine) == correction
+        assert translated(server, mine, "A dog runs on the beach at 9:30.") == "Ein Hund läuft um 9:30 am Strand."
+        v1 = server.post(
+            "/v1/translate", json={"text": [text, "Two men talk."]}, headers={"Authorization": f"Bearer {mine}"}
+        )
+        assert v1.json()["translations"][0] == correction and v1.json()["origins"] == ["tm 100", "mt"]
+        deepl_client = deepl.Translator(mine, server_url=server.url, send_platform_info=False)
+        assert deepl_client.translate_text(text, source_lang="EN", target_lang="DE").text == correction
+        assert translated(server, theirs) == by_model  # another key does not see it
+        refused = server.post("/suggest", json={**fields, "s": ""})
+        assert refused.status_code == 400 and refused.json() == {"error": "s: give a non-empty string"}
+    with Server(trained_run, tmp_path / "again.log", *options, headers={"Authorization": f"Bearer {mine}"}) as server:
+        assert translated(server, mine) == correction
+    with Server(trained_run, tmp_path / "without.log") as server:
+        answer = server.post("/suggest", json={"q": text, "s": correction, "source": "en", "target": "de"})
+        assert answer.status_code == 403 and answer.json() == {"error": "Suggestions are disabled on this server."}
+        assert httpx.post(f"{server.url}/v1/translate", json={"text": text}).json().get("origins") is None

@@ -126,6 +126,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    tm: Annotated[
+        Path | None,
+        typer.Option(
+            "--tm",
+            help="A translation memory (SQLite file, made where missing): LibreTranslate's /suggest adds each "
+            "key's corrections to it, and a text it holds whole is answered from it.",
+            show_default=False,
+        ),
+    ] = None,
     public_url: Annotated[
         str | None,
         typer.Option(
@@ -221,7 +230,7 @@ def serve(
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
         confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase, max_file_chars,
-        max_stored_bytes, public_url, file_processes, state_dir,
+        max_stored_bytes, public_url, file_processes, state_dir, tm,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":

@@ -51,18 +51,17 @@ def score(query: list[str], candidate: list[str]) -> int:
 
 
 def with_spans(target: str, stored: tuple[str, ...], wanted: tuple[str, ...]) -> str:
-    """A stored translation with each span it took from its source (stored) replaced by the span at
-    the same place in the new source (wanted); spans that only the translation holds stay."""
+    """A stored translation with each span it took from its source (stored) written as the span at the
+    same place among the new source's spans (wanted): the first occurrence of each, as a whole word,
+    not inside another's; what only the translation holds stays."""
     if stored == wanted or len(stored) != len(wanted):
         return target
-    unused = list(range(len(stored)))
-    pieces, at = [], 0
-    for span in find_spans(target):
-        index = next((i for i in unused if stored[i] == span.text), None)
-        if index is None:
-            continue
-        unused.remove(index)
-        pieces += [target[at : span.start], wanted[index]]
-        at = span.end
-    pieces.append(target[at:])
-    return "".join(pieces)
+    taken: list[tuple[int, int, str]] = []
+    for old, new in zip(stored, wanted):
+        for match in re.finditer(rf"(?<!\w){re.escape(old)}(?!\w)", target):
+            if not any(start < match.end() and match.start() < end for start, end, _ in taken):
+                taken.append((match.start(), match.end(), new))
+                break
+    for start, end, new in sorted(taken, reverse=True):
+        target = target[:start] + new + target[end:]
+    return target

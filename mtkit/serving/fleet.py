@@ -21,7 +21,7 @@ from typing import Any
 from mtkit.core.console import warn
 from mtkit.core.errors import MtkitError
 from mtkit.serving.metrics import Metrics
-from mtkit.serving.routes import Pivot, Reachable, RequestError, described
+from mtkit.serving.routes import Pivot, Reachable, RequestError, ServerMemory, described
 from mtkit.serving.service import Service
 from mtkit.serving.settings import Languages, ModelInfo, ServeConfig
 
@@ -73,6 +73,7 @@ class Fleet:
         if not any(slot.error is None for slot in slots):
             raise MtkitError(f"no model could be read: {'; '.join(f'{s.name}: {s.error}' for s in slots)}")
         self.slots, self.cfg, self.pivot = slots, cfg, pivot
+        self.memory = ServerMemory(cfg.tm) if cfg.tm else None  # serve --tm: /suggest's corrections, and found
         self.max_loaded = max_loaded or len(slots)
         self.load_timeout_s, self.several = load_timeout_s, len(slots) > 1
         self.metrics = metrics or Metrics(

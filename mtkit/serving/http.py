@@ -43,6 +43,7 @@ client address (mtkit.serving.access). A client that disconnects has its waiting
 dropped. Needs the optional extra: pip install 'mtkit[serve]'.
 """
 
+import asyncio
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 
@@ -60,6 +61,7 @@ from mtkit.serving.apis.libretranslate import (
 from mtkit.serving.files import DocumentJobs, TranslatedFiles, add_file_routes, add_page, document_workers
 from mtkit.serving.fleet import Fleet
 from mtkit.serving.metrics import ObservedApp
+from mtkit.serving.routes import remembered
 from mtkit.serving.service import RequestError, Service
 from mtkit.serving.terms import GlossaryStore
 
@@ -189,14 +191,15 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
                     request, texts, options, body.format, target, body.split_sentences, body.glossary, source=source
                 )
                 return {"translations": translated}
-            translated, scores = await service.run(
-                request, texts, options, body.split_sentences, target, source, body.glossary
-            )
+            translated, scores, origins = await remembered(fleet.memory, service, request, texts, options, source,
+                                                           target, split_sentences=body.split_sentences,
+                                                           glossary=body.glossary)  # fmt: skip
         missed = getattr(request.state, "missed_terms", [])
         return {
             "translations": translated,
             **({"confidences": scores} if scores is not None else {}),
             **({"missed_terms": missed} if missed else {}),
+            **({"origins": origins} if fleet.memory else {}),
         }
 
     @app.post("/translate")
@@ -213,6 +216,21 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
     state = fleet.cfg.state_dir
     glossaries = GlossaryStore(state / "glossaries" if state else None)
     add_deepl_routes(app, fleet, admit, gate, DocumentJobs(store), glossaries, workers)
+
+    @app.post("/suggest")
+    async def suggest(request: Request):
+        """LibreTranslate's: a correction (q, its translation s, source, target) kept in the key's memory."""
+        fields = await libretranslate_fields(request)
+        key = admit(request, fields.get("api_key") if isinstance(fields.get("api_key"), str) else None)
+        if fleet.memory is None:
+            raise RequestError(403, "Suggestions are disabled on this server.")
+        given = {name: fields.get(name) for name in ("q", "s", "source", "target")}
+        if missing := [name for name, value in given.items() if not (isinstance(value, str) and value.strip())]:
+            raise RequestError(400, f"{missing[0]}: give a non-empty string")
+        if max(len(given["q"]), len(given["s"])) > fleet.cfg.max_chars:
+            raise RequestError(413, f"a suggestion of more than {fleet.cfg.max_chars:,} characters (--max-chars)")
+        await asyncio.to_thread(fleet.memory.suggest, key and key.name, *given.values())
+        return {"success": True}
 
     @app.get("/frontend/settings")
     async def settings():

@@ -4,9 +4,12 @@ Both translate markup the same way (Runs: segments with word alignments, the mar
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.memory.store import TranslationMemory
+from mtkit.memory.tmx import Unit, Variant
 from mtkit.serving.engine import Options
 from mtkit.serving.settings import LanguageError, ModelInfo, aligns
 from mtkit.text.markup import FORMATS
@@ -31,7 +34,15 @@ class RequestError(Exception):
 class Runs:
     """Markup translated through a route's run(): its segments, sentence by sentence where asked, each
     with its word alignment, and the markup put back around the aligned words
-    (mtkit.text.markup_placement). A route has run, can_align, cfg, check_chars and sentence_splitter."""
+    (mtkit.text.markup_placement). A route has run, can_align, cfg, check_chars, languages and
+    sentence_splitter."""
+
+    def check_source(self, source: str | None) -> None:
+        """A request's source language, where it names one, must be one of the route's: a 400 where not."""
+        try:
+            self.languages.check_source(source)
+        except LanguageError as err:
+            raise RequestError(400, str(err)) from None
 
     async def run_markup(
         self,
@@ -213,3 +224,59 @@ def described(slot) -> dict[str, Any]:
             "confidence": default.confidence,
         }
     return entry
+
+
+MAX_UNITS_PER_KEY = 100_000  # the units a key's memory holds at most (serve --tm)
+
+
+class ServerMemory:
+    """The server's translation memory (serve --tm FILE): each API key's own memory in the file (without
+    keys, one for every client). Corrections go in through /suggest; a text it holds whole, spans aside,
+    is answered from it (remembered)."""
+
+    def __init__(self, path: Path):
+        self.path, self._open = path, {}
+
+    def of(self, owner: str | None) -> TranslationMemory:
+        if owner not in self._open:
+            self._open[owner] = TranslationMemory(self.path, "default", owner or "")
+        return self._open[owner]
+
+    def suggest(self, owner: str | None, text: str, translation: str, source: str, target: str) -> None:
+        """A correction kept (one transaction, on disk before the answer); a key's memory is bounded."""
+        memory = self.of(owner)
+        if len(memory) >= MAX_UNITS_PER_KEY:
+            raise RequestError(413, f"the memory holds {MAX_UNITS_PER_KEY:,} units of this key at most")
+        memory.add([Unit([Variant(source, " ".join(text.split())), Variant(target, " ".join(translation.split()))])],
+                   source, origin="suggestion")  # fmt: skip
+
+    def stored(self, owner: str | None, texts: Sequence[str], source: str, target: str) -> dict[int, str]:
+        """The texts (by index) the memory holds whole, each with the stored translation."""
+        memory, found = self.of(owner), {}
+        for i, text in enumerate(texts):
+            if text.strip() and "\n" not in text.strip():
+                if match := memory.lookup(text, source, target, threshold=100, limit=1):
+                    found[i] = match[0].target
+        return found
+
+
+async def remembered(memory: ServerMemory | None, route, request, texts: Sequence[str], options: Options,
+                     source: str | None, target: str | None, **run) -> tuple[list[Any], list[float] | None, list[str]]:  # fmt: skip
+    """route.run's answers, scores and each text's origin ("tm 100" or "mt"), the texts the key's memory
+    holds whole answered from it (one translation a text: not with n-best lists or alignments)."""
+    owner = request.scope.get("state", {}).get("key")
+    plain = options.nbest == 1 and not options.alignment
+    source, target = source or route.info.source_language, target or route.info.target_language
+    stored = memory.stored(owner, texts, source, target) if memory and plain and source and target else {}
+    rest = [text for i, text in enumerate(texts) if i not in stored]
+    if stored and not rest:  # the memory answers all: the request's bounds hold still
+        route.check_chars(texts)
+        answers, scores = [], []
+    else:
+        answers, scores = await route.run(request, rest, options, target=target, source=source, **run)
+    answers, scores = iter(answers), iter(scores or [])
+    out = [
+        (stored[i], 1.0, "tm 100") if i in stored else (next(answers), next(scores, None), "mt")
+        for i in range(len(texts))
+    ]
+    return [a for a, _, _ in out], [s for _, s, _ in out] if options.confidence else None, [o for _, _, o in out]

@@ -99,13 +99,6 @@ class Service(Runs):
         except LanguageError as err:
             raise RequestError(400, str(err)) from None
 
-    def check_source(self, source: str | None) -> None:
-        """A request's source language, where it names one, must be one of the model's: a 400 where not."""
-        try:
-            self.languages.check_source(source)
-        except LanguageError as err:
-            raise RequestError(400, str(err)) from None
-
     def check_chars(self, texts: Sequence[str]) -> None:  # a request over --max-chars is a 413
         if (chars := sum(len(t) for t in texts)) > (most := self.cfg.max_chars):
             raise RequestError(413, f"{chars:,} characters: the limit is {most:,} per request (--max-chars)")

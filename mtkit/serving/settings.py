@@ -36,6 +36,7 @@ class ServeConfig:
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
     file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
     state_dir: Path | None = None  # what outlives the server (DeepL's glossaries); None: kept in memory
+    tm: Path | None = None  # the translation memory (mtkit.memory) corrections go to and texts are found in
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",

@@ -15,6 +15,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.serving.apis.deepl_v3 import add_v3_routes
 from mtkit.serving.apis.libretranslate import LANGUAGE_NAMES, libretranslate_fields
 from mtkit.serving.files import Detached, DocumentJobs, document_formats, file_response, translate_upload
+from mtkit.serving.routes import remembered
 from mtkit.serving.service import RequestError, Service
 from mtkit.serving.terms import GlossaryStore, TermsError, parse_entries
 
@@ -171,7 +172,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
                 kept = tag_list(fields.get("ignore_tags"))
                 work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept, source)  # noqa: E731
             else:
-                work = lambda: _first(service.run(request, texts, options, split, target, source, glossary))  # noqa: E731
+                work = lambda: _first(remembered(fleet.memory, service, request, texts, options, source, target,  # noqa: E731
+                                                 split_sentences=split, glossary=glossary))  # fmt: skip
             with gate.charged(key, sum(map(len, texts)), status=456):
                 translated = await work()
         return {"translations": [{"detected_source_language": detected(service, source, text), "text": out,

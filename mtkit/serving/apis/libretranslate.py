@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from mtkit.core.errors import MtkitError
+from mtkit.serving.routes import remembered
 from mtkit.serving.service import RequestError, Service
 from mtkit.serving.settings import Languages
 
@@ -20,10 +21,12 @@ async def libretranslate(fleet, request, body) -> dict[str, Any]:
     `body` is the validated request; fleet: the server's models (mtkit.serving.fleet)."""
     given = None if body.source == "auto" else body.source
     async with fleet.route(given, body.target, texts_of(body.q)) as (service, source, target):
-        return await _translated(service, request, body, source, target)
+        return await _translated(service, request, body, source, target, fleet.memory)
 
 
-async def _translated(service: Service, request, body, source: str | None, target: str | None) -> dict[str, Any]:
+async def _translated(
+    service: Service, request, body, source: str | None, target: str | None, memory
+) -> dict[str, Any]:
     service.check_source(source)
     service.framing(source, target)  # an unknown language: 400 before anything else
     if body.format not in ("text", "html"):
@@ -42,7 +45,7 @@ async def _translated(service: Service, request, body, source: str | None, targe
     if body.format == "html":
         results = await service.run_markup(request, texts_of(body.q), options, "html", target, source=source)
     else:
-        results, scores = await service.run(request, texts_of(body.q), options, target=target, source=source)
+        results, scores, _ = await remembered(memory, service, request, texts_of(body.q), options, source, target)
     if body.alternatives:
         best = [[h["text"] for h in hyps] or [""] for hyps in results]
         texts, alternatives = [b[0] for b in best], [b[1:] for b in best]
