@@ -4,6 +4,7 @@ Each line's hypothesis says where its translation came from (Hypothesis.origin).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from mtkit.core.errors import MtkitError
@@ -28,6 +29,10 @@ class MemoryTranslator(TextTranslator):
     @property
     def segmenter(self):
         return self.inner.segmenter
+
+    @property
+    def lines_in_pieces(self) -> int:
+        return self.inner.lines_in_pieces
 
     def translate_hypotheses(
         self,
@@ -74,13 +79,7 @@ class MemoryTranslator(TextTranslator):
         return machine[0] if machine else (Hypothesis([], 0.0, 0.0), "")
 
     def _joined(self, pieces: list[tuple[Hypothesis, str]]) -> tuple[Hypothesis, str]:
-        origins = dict.fromkeys(hypothesis.origin for hypothesis, _ in pieces)
-        hypothesis = Hypothesis(
-            tokens=[token for h, _ in pieces for token in h.tokens],
-            score=sum(h.score for h, _ in pieces),
-            log_prob=sum(h.log_prob for h, _ in pieces),
-            ended=all(h.ended for h, _ in pieces),
-            missed_constraints=sum(h.missed_constraints for h, _ in pieces),
-            origin=" + ".join(origins),
-        )
-        return hypothesis, self.segmenter.separator.join(text for _, text in pieces if text)
+        """The line's sentences joined as the segmenter joins them, saying where they came from."""
+        hypothesis, text = self.segmenter.join([[piece] for piece in pieces])[0]
+        origins = dict.fromkeys(h.origin for h, _ in pieces)
+        return dataclasses.replace(hypothesis, origin=" + ".join(origins)), text
