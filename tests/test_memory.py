@@ -252,7 +252,8 @@ def test_translate_takes_each_sentence_the_memory_holds_and_the_model_does_the_r
 def test_a_correction_through_suggest_comes_back_for_its_key_on_every_api_and_after_a_restart(trained_run, tmp_path):
     """LibreTranslate's /suggest with one key: that key's /translate, /v1/translate and DeepL's
     /v2/translate (through DeepL's own client) answer the correction, with the sentence's spans;
-    another key gets the model's translation; the correction outlives the server."""
+    another key gets the model's translation; the correction outlives the server; what the command
+    line imported (the server's own memory) answers every key."""
     import deepl
     import httpx
     from test_serve import Server
@@ -267,7 +268,12 @@ def test_a_correction_through_suggest_comes_back_for_its_key_on_every_api_and_af
         assert answer.status_code == 200, answer.text
         return answer.json()["translatedText"]
 
+    (tmp_path / "server.tsv").write_text("Two girls play.\tZwei Mädchen spielen.\n")  # the server's own memory
+    run_cli("tm", "import", str(tmp_path / "server.tsv"), "--tm", str(tmp_path / "tm.db"), "--src-lang", "en",
+            "--tgt-lang", "de")  # fmt: skip
     with Server(trained_run, tmp_path / "serve.log", *options, headers={"Authorization": f"Bearer {mine}"}) as server:
+        assert translated(server, mine, "Two girls play.") == translated(server, theirs, "Two girls play.")
+        assert translated(server, theirs, "Two girls play.") == "Zwei Mädchen spielen."
         by_model = translated(server, mine)
         assert by_model != correction
         fields = {"q": text, "s": correction, "source": "en", "target": "de", "api_key": mine}

@@ -230,9 +230,9 @@ MAX_UNITS_PER_KEY = 100_000  # the units a key's memory holds at most (serve --t
 
 
 class ServerMemory:
-    """The server's translation memory (serve --tm FILE): each API key's own memory in the file (without
-    keys, one for every client). Corrections go in through /suggest; a text it holds whole, spans aside,
-    is answered from it (remembered)."""
+    """The server's translation memory (serve --tm FILE): each API key's own memory in the file, and the
+    server's (without keys, the one for every client). Corrections go in through /suggest, into the
+    key's; a text either holds whole, spans aside, is answered from it (remembered)."""
 
     def __init__(self, path: Path):
         self.path, self._open = path, {}
@@ -251,12 +251,15 @@ class ServerMemory:
                    source, origin="suggestion")  # fmt: skip
 
     def stored(self, owner: str | None, texts: Sequence[str], source: str, target: str) -> dict[int, str]:
-        """The texts (by index) the memory holds whole, each with the stored translation."""
-        memory, found = self.of(owner), {}
+        """The texts (by index) the key's memory holds whole, or else the server's own (the one the
+        command line imports into: `mtkit tm import`), each with the stored translation."""
+        memories, found = [self.of(owner)] + ([self.of(None)] if owner is not None else []), {}
         for i, text in enumerate(texts):
             if text.strip() and "\n" not in text.strip():
-                if match := memory.lookup(text, source, target, threshold=100, limit=1):
-                    found[i] = match[0].target
+                for memory in memories:
+                    if match := memory.lookup(text, source, target, threshold=100, limit=1):
+                        found[i] = match[0].target
+                        break
         return found
 
 
