@@ -269,8 +269,8 @@ async def remembered(memory: ServerMemory | None, route, request, texts: Sequenc
     holds whole answered from it (one translation a text: not with n-best lists or alignments)."""
     owner = request.scope.get("state", {}).get("key")
     plain = options.nbest == 1 and not options.alignment
-    source, target = source or route.info.source_language, target or route.info.target_language
-    stored = memory.stored(owner, texts, source, target) if memory and plain and source and target else {}
+    languages = (source or route.info.source_language, target or route.info.target_language)  # None: the model's
+    stored = memory.stored(owner, texts, *languages) if memory and plain and all(languages) else {}
     rest = [text for i, text in enumerate(texts) if i not in stored]
     if stored and not rest:  # the memory answers all: the request's bounds hold still
         route.check_chars(texts)
