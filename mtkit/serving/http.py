@@ -22,6 +22,8 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
                       {"translatedFileUrl": ...}, downloadable there for serve --keep-files seconds
   /v2/...             DeepL's API v2 (mtkit.serving.apis.deepl): translate, languages, usage, glossaries,
                       documents, with DeepL-Auth-Key keys and character quotas; errors as {"message": "..."}
+  POST /suggest       LibreTranslate's: a correction (q, s, source, target) kept in the key's translation
+                      memory (serve --tm; 403 without), answering the same text from then on
   GET  /frontend/settings LibreTranslate's: limits, languages and the file types /translate_file takes
   GET  /languages     LibreTranslate's: the model's source with its targets, [{"code", "name",
                       "targets"}, ...]
@@ -132,7 +134,7 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
             workers.close()
 
     app = fastapi.FastAPI(title="mtkit", lifespan=lifespan)
-    routes = {"/v1/translate", "/translate", "/translate_file", "/frontend/settings", "/languages", "/detect",
+    routes = {"/v1/translate", "/translate", "/translate_file", "/suggest", "/frontend/settings", "/languages", "/detect",
               "/health", "/ready", "/v1/models", "/metrics", "/v2/translate", "/v2/languages", "/v2/usage",
               "/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document", "/v3/languages",
               "/v3/glossaries"}  # fmt: skip
