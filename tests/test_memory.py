@@ -287,6 +287,7 @@ def test_a_correction_through_suggest_comes_back_for_its_key_on_every_api_and_af
         deepl_client = deepl.Translator(mine, server_url=server.url, send_platform_info=False)
         assert deepl_client.translate_text(text, source_lang="EN", target_lang="DE").text == correction
         assert translated(server, theirs) == by_model  # another key does not see it
+        assert httpx.get(f"{server.url}/frontend/settings").json()["suggestions"] is True  # LibreTranslate's clients
         refused = server.post("/suggest", json={**fields, "s": ""})
         assert refused.status_code == 400 and refused.json() == {"error": "s: give a non-empty string"}
     with Server(trained_run, tmp_path / "again.log", *options, headers={"Authorization": f"Bearer {mine}"}) as server:
@@ -295,3 +296,4 @@ def test_a_correction_through_suggest_comes_back_for_its_key_on_every_api_and_af
         answer = server.post("/suggest", json={"q": text, "s": correction, "source": "en", "target": "de"})
         assert answer.status_code == 403 and answer.json() == {"error": "Suggestions are disabled on this server."}
         assert httpx.post(f"{server.url}/v1/translate", json={"text": text}).json().get("origins") is None
+        assert httpx.get(f"{server.url}/frontend/settings").json()["suggestions"] is False

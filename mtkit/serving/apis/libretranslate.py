@@ -132,7 +132,7 @@ def frontend_settings(fleet, keys_required: bool) -> dict[str, Any]:
         "frontendTimeout": 500,
         "apiKeys": keys_required,
         "keyRequired": keys_required,
-        "suggestions": False,
+        "suggestions": fleet.memory is not None,  # serve --tm: /suggest keeps corrections
         "filesTranslation": formats is not None,
         "supportedFilesFormat": [f".{ext}" for ext in formats.uploadable()] if formats else [],
         "language": {
