@@ -209,3 +209,46 @@ def test_a_server_whose_every_model_is_unreadable_does_not_start():
                                                                                    error="not a model")]  # fmt: skip
     with pytest.raises(MtkitError, match=r"^no model could be read: x: no such file; y: not a model$"):
         fleet_of(*bad)
+
+
+def test_a_model_whose_file_changes_is_swapped_and_the_old_one_stops_after_its_last_request(tmp_path, monkeypatch):
+    """The file says which version it is; each build reads it (as loading a model file would)."""
+    import mtkit.serving.fleet as fleet_module
+
+    monkeypatch.setattr(fleet_module, "FILE_CHECK_S", 0.0)  # the file looked at on every request
+    log, path = [], tmp_path / "model.pt"
+
+    def write(version: str) -> None:  # a new file renamed over the old one, as mtkit adapt -o writes it
+        (tmp_path / "new").write_text(version)
+        (tmp_path / "new").replace(path)
+
+    def build(metrics):
+        version = path.read_text()
+        if version == "bad":
+            raise RuntimeError("damaged")
+        return StandIn(f"a:{version}", log, "de", "en")
+
+    write("v1")
+    fleet = fleet_of(Slot("a", None, Languages({}, "de", "en", None), build, path=str(path)))
+
+    async def main():
+        fleet.start()
+        await until(lambda: fleet.unready() is None)
+        holding = fleet.route("de", "en")
+        assert (await holding.__aenter__())[0].name == "a:v1"  # a request in flight on v1
+        write("v2")
+        assert await translated_by(fleet, "de", "en") == ("a:v1", "de", "en")  # starts the swap
+        await until(lambda: fleet.slots[0].service.name == "a:v2")
+        assert await translated_by(fleet, "de", "en") == ("a:v2", "de", "en")
+        assert ("stop", "a:v1") not in log  # the request on v1 is not answered yet
+        await holding.__aexit__(None, None, None)
+        await until(lambda: ("stop", "a:v1") in log)
+        write("bad")
+        await translated_by(fleet, "de", "en")
+        await until(lambda: not fleet.slots[0].swapping)
+        assert await translated_by(fleet, "de", "en") == ("a:v2", "de", "en")  # the version before serves on
+        assert fleet.counted.swaps.labels("a")._value.get() == 1
+        fleet.stop()
+
+    asyncio.run(main())
+    assert log == [("start", "a:v1"), ("start", "a:v2"), ("stop", "a:v1"), ("stop", "a:v2")]

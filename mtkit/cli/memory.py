@@ -113,6 +113,73 @@ def lookup(
             sys.stdout.flush()
 
 
+@app.command("adapt")
+@handle_errors
+def adapt_command(
+    model: Annotated[Path, typer.Option("--model", "-m", help="The model to adapt (model file or run directory).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The adapted model file to write.")],
+    memory: Annotated[
+        str | None, typer.Option("--tm", help="A memory's SQLite file: its units are the corrections.")
+    ] = None,
+    name: NameOption = "default",
+    src: Annotated[
+        Path | None, typer.Option("--src", help="Corrections: source sentences, aligned with --ref.")
+    ] = None,
+    ref: Annotated[Path | None, typer.Option("--ref", help="Corrections: their translations, line by line.")] = None,
+    minutes: Annotated[float, typer.Option(help="The whole run's budget, data preparation included.")] = 10.0,
+    replay_share: Annotated[
+        float, typer.Option(help="The part of each epoch taken from the model's original data (0: none).")
+    ] = 0.5,
+    replay_src: Annotated[
+        Path | None, typer.Option(help="Original sources to replay (default: the model's data-bin's training pairs).")
+    ] = None,
+    replay_ref: Annotated[Path | None, typer.Option(help="Their translations, aligned with --replay-src.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="A training setting: train.key=value (repeatable).")
+    ] = None,
+) -> None:
+    """Fine-tune a model on corrections (a memory's units, or two aligned files) within a time budget, with
+    a share of its original data replayed so that it keeps what it knew; writes a new model file that
+    records what it learned from. A server given the same path (serve -m) loads the new file when it changes.
+
+    Example: [bold]mtkit adapt -m model.pt --tm tm.db -o adapted.pt --minutes 10[/bold]
+    """
+    from mtkit.core.textio import check_output_file
+    from mtkit.model.files import load_model_file
+    from mtkit.training.adaptation import adapt, model_languages
+
+    if (memory is None) == (src is None and ref is None) or (src is None) != (ref is None):
+        raise MtkitError("give the corrections: --tm FILE, or --src and --ref")
+    if (replay_src is None) != (replay_ref is None):
+        raise MtkitError("give --replay-src and --replay-ref together")
+    check_output_file(output)
+    model_file = load_model_file(model)
+    src_lang, tgt_lang = model_languages(model_file)
+    if memory is not None:
+        corrections, origin = _memory_pairs(_existing(memory), name, src_lang, tgt_lang), f"memory {name} of {memory}"
+    else:
+        corrections, origin = _aligned_pairs(src, ref), f"{src} + {ref}"
+    replay = _aligned_pairs(replay_src, replay_ref) if replay_src and replay_ref else None
+    done = adapt(model_file, model, corrections, output, minutes, replay, replay_share, overrides or [], origin)
+    console.info(
+        f"wrote {output}: {done.steps:,} updates in {done.seconds / 60:.1f} minutes on {done.corrections:,} corrections"
+        + (f" and {done.replay_share:.0%} replay from {done.replay_pool:,} original pairs" if done.replay_pool else "")
+    )
+
+
+def _memory_pairs(memory: str, name: str, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    from mtkit.memory.store import TranslationMemory
+
+    store = TranslationMemory(memory, name)
+    return [(s, t) for unit in store.units() if (s := unit.text_in(src_lang)) and (t := unit.text_in(tgt_lang))]
+
+
+def _aligned_pairs(src: Path, ref: Path) -> list[tuple[str, str]]:
+    from mtkit.memory.sources import aligned_units
+
+    return [(unit.variants[0].text, unit.variants[1].text) for unit in aligned_units(src, ref, "src", "tgt")]
+
+
 def _counted(units, bar):
     for unit in units:
         yield unit

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Annotated
 
@@ -205,7 +207,8 @@ def serve(
 
     Several models (-m A -m B ..., or --models FILE) are served as one: a request goes to a model that
     translates its languages (with source auto, the language its text is in), or through --pivot
-    where none does; models load on first use, at most --max-loaded at once.
+    where none does; models load on first use, at most --max-loaded at once. A served model file written
+    again (mtkit adapt -o FILE, or a new file renamed over it) is swapped in without dropping a request.
 
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
     [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
@@ -255,7 +258,8 @@ def serve(
         what = f"{len(served.slots)} models ({names}; at most {served.max_loaded} loaded)"
     else:
         service = service_for(loading, *models[0])
-        served, info = Fleet.single(service, load_timeout), service.info
+        rebuild = functools.partial(service_for, loading, *models[0])  # (metrics): its file's new version
+        served, info = Fleet.single(service, load_timeout, models[0][0], rebuild), service.info
         what = f"{info.name} ({info.source_language or '?'}->{info.target_language or '?'}, {engine})"
     run_server(served, host, port, lambda bound: console.info(f"serving {what} on http://{host}:{bound}"), Gate(rules),
                not no_page)  # fmt: skip

@@ -177,6 +177,19 @@ def resolve_model_path(path: Path, checkpoint: str = "best") -> Path:
     return path
 
 
+def file_stamp(path: str | Path | None) -> tuple | None:
+    """What changes when a model file is written again (a new file renamed over it, or rewritten); for a
+    run directory, its checkpoint index's."""
+    if not path:
+        return None
+    target = Path(path) / CHECKPOINT_DIR / INDEX_FILE if Path(path).is_dir() else Path(path)
+    try:
+        found = target.stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
 def load_model_file(path: Path, checkpoint: str = "best") -> ModelFile:
     resolved = resolve_model_path(path, checkpoint)
     return model_file_from_payload(load_payload(resolved, MODEL_FORMAT), str(resolved))

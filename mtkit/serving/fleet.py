@@ -8,54 +8,31 @@ stalls the requests of models already loaded. A request waits for its models wit
 a model in use is never unloaded (the requests in flight finish; a request that needs it next loads
 it again). A model that fails to load is named in /ready, /v1/models and its requests' errors, and the
 others serve on. A request starts loading only when room for all its models can be made at once, so
-two requests never each hold one model of the two the other needs."""
+two requests never each hold one model of the two the other needs. A loaded model whose file is written
+again (`mtkit adapt -o` the served file) is swapped for the new version: loaded beside the old one, then
+put in its place, the old one stopped when the last request it holds is answered."""
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.core.console import warn
+from mtkit.core.console import info, warn
 from mtkit.core.errors import MtkitError
-from mtkit.serving.metrics import Metrics
-from mtkit.serving.routes import Pivot, Reachable, RequestError, ServerMemory, described
+from mtkit.model.files import file_stamp
+from mtkit.serving.metrics import Metrics, ModelMetrics
+from mtkit.serving.routes import Pivot, Reachable, RequestError, ServerMemory, described, detected_language
 from mtkit.serving.service import Service
-from mtkit.serving.settings import Languages, ModelInfo, ServeConfig
+from mtkit.serving.settings import ServeConfig, Slot
 
 STATES = ("unloaded", "loading", "loaded", "unloading", "failed")
-DETECTED_CHARS = 2000  # of a request's texts, for language identification
+FILE_CHECK_S = 1.0  # how often the served files are looked at for a new version
 
 
-@dataclass(eq=False)
-class Slot:
-    """A model the server serves: what its file said when the server started (its information and
-    languages; an error where it could not be read) and its Service while loaded."""
-
-    name: str
-    info: ModelInfo | None
-    languages: Languages | None
-    build: Callable[[Metrics], Service]
-    error: str | None = None
-    state: str = "unloaded"
-    service: Service | None = None
-    in_use: int = 0  # requests holding it (or waiting for it, having started its load)
-    last_used: float = 0.0
-    path: str | None = None  # its file on the server, which clients never read: errors name the model
-
-    def __post_init__(self) -> None:
-        if self.error is not None:
-            self.error, self.state = self.without_path(self.error), "failed"
-
-    def without_path(self, message: str) -> str:
-        """The message with the model's file (as given, or absolute) named by the model's name."""
-        if not self.path:
-            return message
-        for form in sorted({self.path, str(Path(self.path).absolute())}, key=len, reverse=True):
-            message = message.replace(form, f"model {self.name}")
-        return message
+def described_error(err: Exception) -> str:
+    return str(err) if isinstance(err, MtkitError) else f"{type(err).__name__}: {err}"
 
 
 class Fleet:
@@ -81,36 +58,27 @@ class Fleet:
             lambda: sum(s.engines_running() for s in self._services()),
             lambda: sum(s.engines_ready() for s in self._services()),
         )
-        self._watch(self.metrics.registry)
+        self.counted = ModelMetrics(self.metrics.registry, slots, STATES)
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._preloading: list[Slot] = []
         self._stopping = False
         self._reachable: Reachable | None = None
+        self._holding: dict[Service, int] = {}  # requests holding each service (an old one stops at 0)
+        self._retired: set[Service] = set()
+        self._files_checked = 0.0
 
     @classmethod
-    def single(cls, service: Service, load_timeout_s: float = 300.0) -> "Fleet":
-        """A server of one model, made already (loaded and warmed up when the server starts)."""
-        slot = Slot(service.info.name, service.info, service.languages, lambda metrics: service)
+    def single(cls, service: Service, load_timeout_s: float = 300.0, path: Path | None = None, rebuild=None) -> "Fleet":
+        """A server of one model, made already (loaded and warmed up when the server starts); with its
+        path and rebuild(metrics), swapped for its file's new version when that changes."""
+        made = [service]
+        slot = Slot(service.info.name, service.info, service.languages,
+                    lambda metrics: made.pop() if made else rebuild(metrics), path=str(path) if path else None)  # fmt: skip
         return cls([slot], service.cfg, load_timeout_s=load_timeout_s, metrics=service.metrics)
 
     def _services(self) -> list[Service]:
         return [slot.service for slot in self.slots if slot.service is not None]
-
-    def _watch(self, registry) -> None:
-        import prometheus_client as prom
-
-        state = prom.Gauge("mtkit_model_state", "Each model's state (1: the one it is in).", ["model", "state"],
-                           registry=registry)  # fmt: skip
-        for slot in self.slots:
-            for name in STATES:
-                state.labels(slot.name, name).set_function(lambda slot=slot, name=name: float(slot.state == name))
-        self.loads = prom.Counter("mtkit_model_loads", "Models loaded, by model.", ["model"], registry=registry)
-        self.unloads = prom.Counter("mtkit_model_unloads", "Models unloaded, by model.", ["model"], registry=registry)
-        self.load_seconds = prom.Histogram(
-            "mtkit_model_load_seconds", "Time to load a model and translate its warm-up sentence.",
-            buckets=[0.25 * 2**i for i in range(12)], registry=registry,
-        )  # fmt: skip
 
     # Starting and stopping
 
@@ -130,32 +98,41 @@ class Fleet:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _begin_load(self, slot: Slot) -> None:
-        slot.state = "loading"
-        task = asyncio.get_running_loop().create_task(self._load(slot))
+    def _spawn(self, work) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _load(self, slot: Slot) -> None:
-        started, service = time.monotonic(), None
+    def _begin_load(self, slot: Slot) -> None:
+        slot.state = "loading"
+        self._spawn(self._load(slot))
+
+    async def _started(self, slot: Slot) -> Service:
+        """The slot's service built from its file, its engines started and warmed up."""
+        slot.stamp, service = file_stamp(slot.path), None
         try:
             service = await asyncio.to_thread(slot.build, self.metrics)
             await asyncio.to_thread(service.batcher.start)
             await asyncio.wrap_future(service.warm_up())
+            return service
+        except BaseException:
+            if service is not None:
+                await asyncio.to_thread(service.batcher.stop)
+            raise
+
+    async def _load(self, slot: Slot) -> None:
+        started = time.monotonic()
+        try:
+            service = await self._started(slot)
         except Exception as err:  # noqa: BLE001 - any failure of one model is that model's, named
-            slot.state, slot.error = (
-                "failed",
-                slot.without_path(str(err) if isinstance(err, MtkitError) else f"{type(err).__name__}: {err}"),
-            )
+            slot.state, slot.error = "failed", slot.without_path(described_error(err))
             warn(
                 f"model {slot.name} could not be loaded: {slot.error}" + ("; the others serve" if self.several else "")
             )
-            if service is not None:
-                await asyncio.to_thread(service.batcher.stop)
         else:
             slot.service, slot.state = service, "loaded"
-            self.loads.labels(slot.name).inc()
-            self.load_seconds.observe(time.monotonic() - started)
+            self.counted.loads.labels(slot.name).inc()
+            self.counted.load_seconds.observe(time.monotonic() - started)
             if self._stopping:
                 service.batcher.stop()
         self._notify()
@@ -167,12 +144,57 @@ class Fleet:
             service, slot.service = slot.service, None
             await asyncio.to_thread(service.batcher.stop)  # its engine thread or processes end
             slot.state = "unloaded"
-            self.unloads.labels(slot.name).inc()
+            self.counted.unloads.labels(slot.name).inc()
             self._notify()
 
-        task = asyncio.get_running_loop().create_task(unload())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(unload())
+
+    # A model swapped for its file's new version (mtkit adapt -o the served file), no request dropped
+
+    def _check_files(self) -> None:
+        """Start swapping each loaded model whose file changed since it was loaded (looked at once a second)."""
+        if time.monotonic() < self._files_checked + FILE_CHECK_S:
+            return
+        self._files_checked = time.monotonic()
+        for slot in self.slots:
+            if slot.state == "loaded" and slot.path and not slot.swapping and file_stamp(slot.path) != slot.stamp:
+                slot.swapping = True
+                self._spawn(self._swap(slot))
+
+    async def _swap(self, slot: Slot) -> None:
+        """The new version loaded beside the old, then put in its place; the old one stops when the last
+        request holding it is answered. A new version that cannot be loaded leaves the old one serving."""
+        try:
+            service = await self._started(slot)
+        except Exception as err:  # noqa: BLE001 - the old version serves on
+            warn(f"model {slot.name}: its file changed and could not be loaded ({slot.without_path(described_error(err))}); "
+                 "the version loaded before serves on")  # fmt: skip
+        else:
+            if slot.state == "loaded":  # not unloaded meanwhile
+                old, slot.service = slot.service, service
+                self.counted.swaps.labels(slot.name).inc()
+                info(f"model {slot.name}: swapped for its file's new version")
+                self._retire(old)
+            else:
+                await asyncio.to_thread(service.batcher.stop)
+        finally:
+            slot.swapping = False
+            self._notify()
+
+    def _retire(self, service: Service) -> None:
+        if self._holding.get(service, 0):
+            self._retired.add(service)
+        else:
+            self._retired.discard(service)
+            self._spawn(asyncio.to_thread(service.batcher.stop))
+
+    def _hold(self, services: list[Service], change: int) -> None:
+        for service in services:
+            self._holding[service] = self._holding.get(service, 0) + change
+            if not self._holding[service]:
+                del self._holding[service]
+                if service in self._retired:
+                    self._retire(service)
 
     # Routing
 
@@ -182,11 +204,14 @@ class Fleet:
         several models the language the texts are in): (its service or pivot, source, target), its
         models loaded and held until the request is done."""
         source, target, slots = self.plan(source, target, texts)
+        self._check_files()
         await self._acquire(slots)
+        services = [slot.service for slot in slots]
+        self._hold(services, 1)
         try:
-            services = [slot.service for slot in slots]
             yield (services[0] if len(slots) == 1 else Pivot(*services, self.pivot)), source, target
         finally:
+            self._hold(services, -1)
             for slot in slots:
                 slot.in_use -= 1
                 slot.last_used = time.monotonic()
@@ -196,7 +221,7 @@ class Fleet:
         """The request's languages and the models that translate it: one, or two through the pivot."""
         if not self.several:
             return source, target, self.slots
-        source = source or self.detect(texts)
+        source = source or detected_language(texts, self.languages.sources())
         if target is None:
             reachable = sorted({t for s, t in self.languages.directions() if s == source})
             if len(reachable) != 1:
@@ -217,25 +242,6 @@ class Fleet:
         """A model that translates source into target: a loaded one first, one that failed last."""
         found = [slot for slot in self.slots if slot.languages is not None and slot.languages.covers(source, target)]
         return min(found, key=lambda slot: (slot.state == "failed", slot.state != "loaded"), default=None)
-
-    def detect(self, texts: Sequence[str]) -> str:
-        """The texts' language, among those the server translates from."""
-        sources = self.languages.sources()
-        if len(sources) == 1:
-            return sources[0]
-        text = " ".join(texts)[:DETECTED_CHARS].strip()
-        from mtkit.text.langid import identify, require_langid
-
-        try:
-            require_langid("source auto")
-        except MtkitError as err:
-            raise RequestError(400, f"source: give one of {', '.join(sources)} ({err})") from None
-        if not text:
-            raise RequestError(400, f"source: give one of {', '.join(sources)} (no text to identify its language)")
-        try:
-            return identify(text, tuple(sources))[0]
-        except (ValueError, KeyError):  # a code py3langid does not know: among all it knows
-            return identify(text)[0]
 
     async def _acquire(self, slots: list[Slot]) -> None:
         """Wait until every one of the slots is loaded (starting their loads when room for all of them can

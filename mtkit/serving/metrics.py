@@ -89,6 +89,29 @@ class Metrics:
         return sum(n for _, n in self._recent) / THROUGHPUT_WINDOW_S
 
 
+class ModelMetrics:
+    """Each served model's state, loads, swaps and unloads (mtkit.serving.fleet), in the server's registry."""
+
+    def __init__(self, registry, slots, states: tuple[str, ...]):
+        import prometheus_client as prom
+
+        state = prom.Gauge("mtkit_model_state", "Each model's state (1: the one it is in).", ["model", "state"],
+                           registry=registry)  # fmt: skip
+        for slot in slots:
+            for name in states:
+                state.labels(slot.name, name).set_function(lambda slot=slot, name=name: float(slot.state == name))
+        self.loads = prom.Counter("mtkit_model_loads", "Models loaded, by model.", ["model"], registry=registry)
+        self.unloads = prom.Counter("mtkit_model_unloads", "Models unloaded, by model.", ["model"], registry=registry)
+        self.swaps = prom.Counter(
+            "mtkit_model_swaps", "Models replaced by their file's new version while serving, by model.", ["model"],
+            registry=registry,
+        )  # fmt: skip
+        self.load_seconds = prom.Histogram(
+            "mtkit_model_load_seconds", "Time to load a model and translate its warm-up sentence.",
+            buckets=[0.25 * 2**i for i in range(12)], registry=registry,
+        )  # fmt: skip
+
+
 class ObservedApp:
     """ASGI middleware: per request, the latency and status metrics and one JSON log line on stderr.
 

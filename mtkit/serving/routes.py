@@ -31,6 +31,28 @@ class RequestError(Exception):
         self.status, self.message, self.headers = status, message, headers or {}
 
 
+DETECTED_CHARS = 2000  # of a request's texts, for language identification
+
+
+def detected_language(texts: Sequence[str], sources: Sequence[str]) -> str:
+    """The texts' language, among those the server translates from (sources)."""
+    if len(sources) == 1:
+        return sources[0]
+    text = " ".join(texts)[:DETECTED_CHARS].strip()
+    from mtkit.text.langid import identify, require_langid
+
+    try:
+        require_langid("source auto")
+    except MtkitError as err:
+        raise RequestError(400, f"source: give one of {', '.join(sources)} ({err})") from None
+    if not text:
+        raise RequestError(400, f"source: give one of {', '.join(sources)} (no text to identify its language)")
+    try:
+        return identify(text, tuple(sources))[0]
+    except (ValueError, KeyError):  # a code py3langid does not know: among all it knows
+        return identify(text)[0]
+
+
 class Runs:
     """Markup translated through a route's run(): its segments, sentence by sentence where asked, each
     with its word alignment, and the markup put back around the aligned words

@@ -1,11 +1,12 @@
 """What a server starts with: its settings (ServeConfig), the served model's information
-(ModelInfo), and which languages a request translates between (Languages).
+(ModelInfo), which languages a request translates between (Languages), and each model it serves (Slot).
 
 Languages: how a request's pieces say their languages to the engine: a model's one pair, its target tags (a multilingual mtkit or OPUS-MT model: a tag starts the source), or its
 language tokens (NLLB, M2M100: the source's token starts the source, and the target's is given as
 the translation's first token). Requests for different targets share batches either way."""
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,34 @@ class Languages:
             return tag_id(self.tokenizer, target_tag(self.meta, target))
         except MtkitError:
             raise LanguageError(f"target {target}: {into}") from None
+
+
+@dataclass(eq=False)
+class Slot:
+    """A model the server serves: what its file said when the server started (its information and
+    languages; an error where it could not be read) and its Service while loaded."""
+
+    name: str
+    info: ModelInfo | None
+    languages: Languages | None
+    build: Callable[[Any], Any]  # (the server's Metrics) -> its Service
+    error: str | None = None
+    state: str = "unloaded"
+    service: Any = None  # its Service, while loaded
+    in_use: int = 0  # requests holding it (or waiting for it, having started its load)
+    last_used: float = 0.0
+    path: str | None = None  # its file on the server, which clients never read: errors name the model
+    stamp: tuple | None = None  # its file's when last loaded: a new version is swapped in (Fleet._check_files)
+    swapping: bool = False
+
+    def __post_init__(self) -> None:
+        if self.error is not None:
+            self.error, self.state = self.without_path(self.error), "failed"
+
+    def without_path(self, message: str) -> str:
+        """The message with the model's file (as given, or absolute) named by the model's name."""
+        if not self.path:
+            return message
+        for form in sorted({self.path, str(Path(self.path).absolute())}, key=len, reverse=True):
+            message = message.replace(form, f"model {self.name}")
+        return message
