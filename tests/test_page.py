@@ -288,3 +288,30 @@ def test_a_file_the_server_refuses_shows_its_reason(browser, server, tmp_path):
     by_id(browser, "document-go").click()
     wait(browser, lambda: by_id(browser, "error").is_displayed(), "the error")
     assert by_id(browser, "error").text.startswith("broken.docx: not a .docx file (not a readable zip archive")
+
+
+def test_a_correction_saved_on_the_page_comes_back_from_the_memory(browser, trained_run, lines, tmp_path):
+    """With serve --tm the page offers its correction box: a line edited and saved goes through /suggest,
+    and the text translated again gives the correction, marked as the memory's; the other line stays
+    the model's."""
+    with Server(trained_run, tmp_path / "serve.log", "--tm", tmp_path / "tm.db") as server:
+        open_page(browser, server.url)
+        wait(browser, lambda: by_id(browser, "correction-box").is_displayed(), "the correction box")
+        expected = offline(trained_run, lines[:2])
+        type_text(browser, "\n".join(lines[:2]))
+        wait(browser, lambda: output_lines(browser) == expected, "the model's translation")
+        by_id(browser, "correction-box").click()  # opens the details
+        correction = "Eine Korrektur, von Hand geschrieben."
+        wait(browser, lambda: by_id(browser, "correction").get_attribute("value") == "\n".join(expected), "prefilled")
+        by_id(browser, "correction").clear()
+        by_id(browser, "correction").send_keys(f"{correction}\n{expected[1]}")
+        by_id(browser, "save-correction").click()
+        wait(browser, lambda: output_lines(browser) == [correction, expected[1]], "the correction on the page")
+        assert by_id(browser, "correction-status").text == "saved 1 correction"
+        marked = browser.execute_script(
+            "return [...document.querySelectorAll('#output .line')].map((l) => l.classList.contains('remembered'))"
+        )
+        assert marked == [True, False]
+        assert server.post("/translate", json={"q": lines[0], "source": "en", "target": "de"}).json() == {
+            "translatedText": correction
+        }

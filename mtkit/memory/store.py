@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS variants (
     lang TEXT NOT NULL, locale TEXT NOT NULL, text TEXT NOT NULL, key TEXT NOT NULL, spans TEXT NOT NULL,
     segment TEXT, UNIQUE (unit, lang));
 CREATE INDEX IF NOT EXISTS variants_by_key ON variants (memory, lang, key);
+CREATE TABLE IF NOT EXISTS details (
+    memory INTEGER PRIMARY KEY REFERENCES memories (id), display_name TEXT NOT NULL, source_lang TEXT NOT NULL,
+    created TEXT NOT NULL);
 """
 
 
@@ -46,6 +49,20 @@ class Match:
     source: str
     target: str
     unit: int
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """What a memory is (as DeepL's API describes one): its name, the name shown, its source language,
+    the languages it translates into, its units, and when it was made and last changed."""
+
+    name: str
+    display_name: str
+    source_lang: str
+    target_langs: list[str]
+    units: int
+    created: str
+    changed: str
 
 
 @dataclass
@@ -71,12 +88,65 @@ class TranslationMemory:
         except sqlite3.DatabaseError as err:
             raise MtkitError(f"--tm {path}: not a translation memory ({err})") from None
         (self.id,) = self.db.execute("SELECT id FROM memories WHERE name = ? AND owner = ?", (name, owner)).fetchone()
-        self.path, self.name = path, name
+        self.path, self.name, self.owner = path, name, owner
         self._indexes: dict[str, WordIndex] = {}
         self._indexed_at: tuple[int, int] | None = None
 
+    @classmethod
+    def existing(cls, path: Path | str, name: str, owner: str = "") -> TranslationMemory | None:
+        """The memory of that name and owner, where the file holds it (None: it does not)."""
+        db = sqlite3.connect(str(path), timeout=30)
+        try:
+            found = db.execute("SELECT 1 FROM memories WHERE name = ? AND owner = ?", (name, owner)).fetchone()
+        except sqlite3.DatabaseError:  # a file without memories yet
+            found = None
+        finally:
+            db.close()
+        return cls(path, name, owner) if found else None
+
     def close(self) -> None:
         self.db.close()
+
+    def describe(self, display_name: str, source_lang: str) -> None:
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO details VALUES (?, ?, ?, ?)",
+                            (self.id, display_name, language(source_lang), now))  # fmt: skip
+
+    def info(self) -> MemoryInfo:
+        row = self.db.execute("SELECT display_name, source_lang, created FROM details WHERE memory = ?", (self.id,))
+        display_name, source_lang, created = row.fetchone() or (self.name, "", "")
+        langs = [lang for (lang,) in self.db.execute("SELECT DISTINCT lang FROM variants WHERE memory = ?", (self.id,))]
+        changed = self.db.execute("SELECT max(changed) FROM units WHERE memory = ?", (self.id,)).fetchone()[0]
+        targets = sorted(lang for lang in langs if lang != source_lang)
+        return MemoryInfo(self.name, display_name, source_lang, targets, len(self), created, changed or created)
+
+    def delete(self) -> None:
+        """The memory, its units and their texts removed from the file (one transaction)."""
+        with self.db:
+            for table, column in (
+                ("variants", "memory"),
+                ("units", "memory"),
+                ("details", "memory"),
+                ("memories", "id"),
+            ):
+                self.db.execute(f"DELETE FROM {table} WHERE {column} = ?", (self.id,))
+
+    def page(self, src: str, after: int, size: int, contains: str = "", case_sensitive: bool = False) -> list[tuple]:
+        """Up to `size` units after unit id `after`, in order, whose source (src) or a translation holds
+        `contains`: (unit id, source text, [(language, text), ...])."""
+        like = "instr(v.text, ?) > 0" if case_sensitive else "instr(lower(v.text), lower(?)) > 0"
+        where = f" AND EXISTS (SELECT 1 FROM variants v WHERE v.unit = s.unit AND {like})" if contains else ""
+        rows = self.db.execute(
+            f"SELECT s.unit, s.text FROM variants s WHERE s.memory = ? AND s.lang = ? AND s.unit > ?{where}"
+            " ORDER BY s.unit LIMIT ?", (self.id, language(src), after, *([contains] if contains else []), size),
+        ).fetchall()  # fmt: skip
+        out = []
+        for unit, text in rows:
+            targets = self.db.execute("SELECT lang, text FROM variants WHERE unit = ? AND lang != ? ORDER BY lang",
+                                      (unit, language(src))).fetchall()  # fmt: skip
+            out.append((unit, text, targets))
+        return out
 
     def __len__(self) -> int:
         return self.db.execute("SELECT count(*) FROM units WHERE memory = ?", (self.id,)).fetchone()[0]
@@ -165,6 +235,17 @@ class TranslationMemory:
             rows = self.db.execute("SELECT id, key FROM variants WHERE memory = ? AND lang = ?", (self.id, lang))
             self._indexes[lang] = WordIndex(rows)
         return self._indexes[lang]
+
+    def owner_units(self) -> int:
+        """The units of every memory of this memory's owner."""
+        return self.db.execute(
+            "SELECT count(*) FROM units u JOIN memories m ON m.id = u.memory WHERE m.owner = ?", (self.owner,)
+        ).fetchone()[0]
+
+    def owner_memories(self) -> list[str]:
+        """The names of the owner's memories."""
+        rows = self.db.execute("SELECT name FROM memories WHERE owner = ? ORDER BY id", (self.owner,))
+        return [name for (name,) in rows]
 
     def units(self) -> Iterator[Unit]:
         """Every unit of the memory, oldest first, each with all its languages."""

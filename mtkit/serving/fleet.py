@@ -21,9 +21,10 @@ from typing import Any
 
 from mtkit.core.console import info, warn
 from mtkit.core.errors import MtkitError
+from mtkit.memory.owners import OwnedMemories
 from mtkit.model.files import file_stamp
 from mtkit.serving.metrics import Metrics, ModelMetrics
-from mtkit.serving.routes import Pivot, Reachable, RequestError, ServerMemory, described, detected_language
+from mtkit.serving.routes import Pivot, Reachable, RequestError, described, detected_language
 from mtkit.serving.service import Service
 from mtkit.serving.settings import ServeConfig, Slot
 
@@ -50,7 +51,7 @@ class Fleet:
         if not any(slot.error is None for slot in slots):
             raise MtkitError(f"no model could be read: {'; '.join(f'{s.name}: {s.error}' for s in slots)}")
         self.slots, self.cfg, self.pivot = slots, cfg, pivot
-        self.memory = ServerMemory(cfg.tm) if cfg.tm else None  # serve --tm: /suggest's corrections, and found
+        self.memory = OwnedMemories(cfg.tm) if cfg.tm else None  # serve --tm: /suggest's corrections, and found
         self.max_loaded = max_loaded or len(slots)
         self.load_timeout_s, self.several = load_timeout_s, len(slots) > 1
         self.metrics = metrics or Metrics(

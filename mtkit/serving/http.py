@@ -50,8 +50,10 @@ from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 
 from mtkit.core.errors import MtkitError
+from mtkit.memory.owners import MemoryLimit
 from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
 from mtkit.serving.apis.deepl import add_deepl_routes
+from mtkit.serving.apis.deepl_memories import UPLOAD_PATH
 from mtkit.serving.apis.libretranslate import (
     detect_languages,
     frontend_settings,
@@ -137,7 +139,7 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
     routes = {"/v1/translate", "/translate", "/translate_file", "/suggest", "/frontend/settings", "/languages", "/detect",
               "/health", "/ready", "/v1/models", "/metrics", "/v2/translate", "/v2/languages", "/v2/usage",
               "/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document", "/v3/languages",
-              "/v3/glossaries"}  # fmt: skip
+              "/v3/glossaries", "/v3/translation_memories"}  # fmt: skip
 
     def admit(request: Request, body_key: str | None = None):
         """The request's key (None without --api-keys): 403 without a valid one, 429 over its limit."""
@@ -231,7 +233,10 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
             raise RequestError(400, f"{missing[0]}: give a non-empty string")
         if max(len(given["q"]), len(given["s"])) > fleet.cfg.max_chars:
             raise RequestError(413, f"a suggestion of more than {fleet.cfg.max_chars:,} characters (--max-chars)")
-        await asyncio.to_thread(fleet.memory.suggest, key and key.name, *given.values())
+        try:
+            await asyncio.to_thread(fleet.memory.suggest, key and key.name, *given.values())
+        except MemoryLimit as err:
+            raise RequestError(413, str(err)) from None
         return {"success": True}
 
     @app.get("/frontend/settings")
@@ -274,7 +279,7 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
 
     file_limit = fleet.cfg.max_file_bytes + (64 << 10)  # the file, and room for the form's other fields
     limited = BodyLimit(app, max_body_bytes(fleet.cfg.max_chars), {"/translate_file": file_limit,
-                                                                    "/v2/document": file_limit})  # fmt: skip
+                        "/v2/document": file_limit, UPLOAD_PATH: fleet.cfg.max_file_bytes})  # fmt: skip
     translating = {"/v1/translate", "/translate", "/translate_file", "/v2/translate", "/v2/document"}
     return ObservedApp(limited, fleet.metrics, routes, translating=translating)
 

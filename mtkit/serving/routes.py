@@ -4,12 +4,11 @@ Both translate markup the same way (Runs: segments with word alignments, the mar
 
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.memory.owners import OwnedMemories
 from mtkit.memory.store import TranslationMemory
-from mtkit.memory.tmx import Unit, Variant
 from mtkit.serving.engine import Options
 from mtkit.serving.settings import LanguageError, ModelInfo, aligns
 from mtkit.text.markup import FORMATS
@@ -248,51 +247,16 @@ def described(slot) -> dict[str, Any]:
     return entry
 
 
-MAX_UNITS_PER_KEY = 100_000  # the units a key's memory holds at most (serve --tm)
-
-
-class ServerMemory:
-    """The server's translation memory (serve --tm FILE): each API key's own memory in the file, and the
-    server's (without keys, the one for every client). Corrections go in through /suggest, into the
-    key's; a text either holds whole, spans aside, is answered from it (remembered)."""
-
-    def __init__(self, path: Path):
-        self.path, self._open = path, {}
-
-    def of(self, owner: str | None) -> TranslationMemory:
-        if owner not in self._open:
-            self._open[owner] = TranslationMemory(self.path, "default", owner or "")
-        return self._open[owner]
-
-    def suggest(self, owner: str | None, text: str, translation: str, source: str, target: str) -> None:
-        """A correction kept (one transaction, on disk before the answer); a key's memory is bounded."""
-        memory = self.of(owner)
-        if len(memory) >= MAX_UNITS_PER_KEY:
-            raise RequestError(413, f"the memory holds {MAX_UNITS_PER_KEY:,} units of this key at most")
-        memory.add([Unit([Variant(source, " ".join(text.split())), Variant(target, " ".join(translation.split()))])],
-                   source, origin="suggestion")  # fmt: skip
-
-    def stored(self, owner: str | None, texts: Sequence[str], source: str, target: str) -> dict[int, str]:
-        """The texts (by index) the key's memory holds whole, or else the server's own (the one the
-        command line imports into: `mtkit tm import`), each with the stored translation."""
-        memories, found = [self.of(owner)] + ([self.of(None)] if owner is not None else []), {}
-        for i, text in enumerate(texts):
-            if text.strip() and "\n" not in text.strip():
-                for memory in memories:
-                    if match := memory.lookup(text, source, target, threshold=100, limit=1):
-                        found[i] = match[0].target
-                        break
-        return found
-
-
-async def remembered(memory: ServerMemory | None, route, request, texts: Sequence[str], options: Options,
-                     source: str | None, target: str | None, **run) -> tuple[list[Any], list[float] | None, list[str]]:  # fmt: skip
+async def remembered(memories: OwnedMemories | None, route, request, texts: Sequence[str], options: Options,
+                     source: str | None, target: str | None, memory: TranslationMemory | None = None,
+                     **run) -> tuple[list[Any], list[float] | None, list[str]]:  # fmt: skip
     """route.run's answers, scores and each text's origin ("tm 100" or "mt"), the texts the key's memory
-    holds whole answered from it (one translation a text: not with n-best lists or alignments)."""
+    holds whole answered from it (one translation a text: not with n-best lists or alignments); memory:
+    the one the request names (DeepL's translation_memory_id), in place of the key's default one."""
     owner = request.scope.get("state", {}).get("key")
     plain = options.nbest == 1 and not options.alignment
     languages = (source or route.info.source_language, target or route.info.target_language)  # None: the model's
-    stored = memory.stored(owner, texts, *languages) if memory and plain and all(languages) else {}
+    stored = memories.stored(owner, texts, *languages, memory) if memories and plain and all(languages) else {}
     rest = [text for i, text in enumerate(texts) if i not in stored]
     if stored and not rest:  # the memory answers all: the request's bounds hold still
         route.check_chars(texts)

@@ -18,13 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from mtkit.core.config import Config, fine_tuning_config
 from mtkit.core.errors import MtkitError
 from mtkit.data.dataset import ParallelDataset, read_manifest
 from mtkit.data.preprocess import Corpus, preprocess
 from mtkit.model.files import ModelFile, load_model_file, resolve_model_path, save_model_file
-from mtkit.text.tokenizer import Tokenizer
+from mtkit.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from mtkit.training.loss import TrainingObjective
 from mtkit.training.train import train
 
 REPLAY_POOL = 20  # replay pairs kept per pair an epoch takes of them (a new part each epoch), at most MAX_POOL
@@ -70,9 +73,9 @@ def adapt(
     origin: str = "",
 ) -> Adaptation:
     """Fine-tune the model (`model_file`, read from `model_path`) on `corrections` for at most `minutes`
-    (all of it: data and training) and write the result to `output`. replay: the original data's pairs (default: read from the
-    model's data-bin); replay_share: the part of each epoch they make; origin: what the corrections are
-    (a memory's name, or files), recorded in the model file."""
+    (all of it: data and training) and write the result to `output`. replay: the original data's pairs
+    (default: read from the model's data-bin); replay_share: the part of each epoch they make; origin:
+    what the corrections are (a memory's name, or files), recorded in the model file."""
     start = time.monotonic()
     if not corrections:
         raise MtkitError("no corrections to adapt to (the memory or the files hold no pairs in the model's languages)")
@@ -186,7 +189,7 @@ def _record(
     model_path: Path, model_file: ModelFile, origin: str, corrections: Pairs, pool: Pairs, share: float,
     steps: int, seconds: float,
 ) -> dict:  # fmt: skip
-    """What the adapted model learned from, for whoever reads its file later (mtkit inspect)."""
+    """What the adapted model learned from, for whoever reads its file later."""
     digest = hashlib.sha256("".join(f"{s}\t{t}\n" for s, t in corrections).encode()).hexdigest()
     return {
         "from_model": str(Path(model_path).resolve()),
@@ -198,3 +201,31 @@ def _record(
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "previous": model_file.meta.get("adapted"),
     }
+
+
+def steered_translation(translator, model: torch.nn.Module, sentence: str, pairs: Pairs, steps: int, lr: float) -> str:
+    """Request-time adaptation as ModernMT does it: `steps` Adam updates of `model` (the one `translator`
+    searches with, fp32) on a sentence's fuzzy matches `pairs`, all in one batch; the sentence translated;
+    the weights put back as they were."""
+    saved = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    sources = [[*ids, EOS_ID] for ids in translator.src_tokenizer.encode_batch([s for s, _ in pairs])]
+    targets = translator.tgt_tokenizer.encode_batch([t for _, t in pairs])
+    src, tgt_in, tgt_out = (
+        pad_sequence([torch.tensor(row) for row in rows], batch_first=True, padding_value=PAD_ID)
+        for rows in (sources, [[BOS_ID, *ids] for ids in targets], [[*ids, EOS_ID] for ids in targets])
+    )
+    objective = TrainingObjective(model, label_smoothing=0.1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    try:
+        for _ in range(steps):
+            loss, _ = objective(src, tgt_in, tgt_out)
+            optimizer.zero_grad()
+            (loss / int((tgt_out != PAD_ID).sum())).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            return translator.translate_hypotheses([sentence])[0][0][1]
+    finally:
+        model.eval()
+        model.load_state_dict(saved)

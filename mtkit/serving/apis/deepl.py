@@ -7,11 +7,13 @@ be set (DeepL's client libraries take `server_url`) works with an mtkit server u
 DeepL's status codes (400, 403 a key, 404, 413, 429, 456 the quota). Fields come form-encoded (repeated
 `text`) or as JSON, as DeepL takes them. DeepL's v3 routes: mtkit.serving.apis.deepl_v3."""
 
+import asyncio
 import functools
 import re
 from typing import Any
 
 from mtkit.core.errors import MtkitError
+from mtkit.serving.apis.deepl_memories import add_memory_routes, request_memory
 from mtkit.serving.apis.deepl_v3 import add_v3_routes
 from mtkit.serving.apis.libretranslate import LANGUAGE_NAMES, libretranslate_fields
 from mtkit.serving.files import Detached, DocumentJobs, document_formats, file_response, translate_upload
@@ -167,13 +169,14 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         async with fleet.route(model_language(fields, "source_lang"), target, texts) as (service, source, target):
             service.framing(source, target)
             glossary = glossary_of(service, fields, key and key.name, source, target)
+            memory = await asyncio.to_thread(request_memory, fleet.memory, key and key.name, fields)
             options = service.defaults()
             if tags:
                 kept = tag_list(fields.get("ignore_tags"))
                 work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept, source)  # noqa: E731
             else:
                 work = lambda: _first(remembered(fleet.memory, service, request, texts, options, source, target,  # noqa: E731
-                                                 split_sentences=split, glossary=glossary))  # fmt: skip
+                                                 memory, split_sentences=split, glossary=glossary))  # fmt: skip
             with gate.charged(key, sum(map(len, texts)), status=456):
                 translated = await work()
         return {"translations": [{"detected_source_language": detected(service, source, text), "text": out,
@@ -312,6 +315,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         return file_response(*jobs.take(document_id, job))
 
     add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries, forget)
+    add_memory_routes(app, fleet.memory, authorized, fields_of, fleet.cfg.max_file_bytes)
 
 
 async def _first(answer):

@@ -6,7 +6,9 @@
 // (Word, slides, OpenDocument, subtitles, PO, XLIFF, Markdown, EPUB: /frontend/settings) is uploaded
 // to /translate_file, with the upload's progress, and its translation offered for download. Where the server gives confidences
 // (serve --confidence), lines below UNSURE_BELOW are shaded: worth a person's check. The glossary box
-// (pairs typed or a .tsv read) goes with every request, and the terms it placed are marked.
+// (pairs typed or a .tsv read) goes with every request, and the terms it placed are marked. Where the
+// server keeps a translation memory (serve --tm), the translation can be corrected and saved, a line
+// at a time, through LibreTranslate's /suggest; lines the memory answered are marked.
 "use strict";
 
 const DEBOUNCE_MS = 300;
@@ -131,7 +133,8 @@ async function translateText() {
     if (glossary.length) body.glossary = glossary;
     const answer = await call("POST", "v1/translate", body, controller.signal);
     if (seq !== state.seq) return;  // a newer request is on its way
-    render(lines, answer.translations, answer.confidences, glossary);
+    render(lines, answer.translations, answer.confidences, glossary, answer.origins);
+    offerCorrection(lines, source, target, answer.translations);
     showError("");
   } catch (error) {
     if (error.name !== "AbortError" && seq === state.seq) {
@@ -195,7 +198,7 @@ function markTerms(targetLine, source, target, glossary) {
 
 // One line of the output per line of the input; each is a list of hypotheses, best first; with
 // confidences, a line below UNSURE_BELOW is shaded and says its confidence; glossary terms marked.
-function render(lines, translations, confidences, glossary = []) {
+function render(lines, translations, confidences, glossary = [], origins = null) {
   const source = $("source-words");
   const output = $("output");
   source.replaceChildren();
@@ -217,6 +220,10 @@ function render(lines, translations, confidences, glossary = []) {
     if (confidence !== undefined && confidence < UNSURE_BELOW && best && best.text) {
       targetLine.classList.add("unsure");
       targetLine.title = `confidence ${confidence.toFixed(2)}: worth checking`;
+    }
+    if (origins && origins[i] && origins[i].startsWith("tm")) {
+      targetLine.classList.add("remembered");
+      targetLine.title = "from the translation memory";
     }
     output.append(targetLine);
     state.alignments.push(parseAlignment(best && best.alignment));
@@ -250,6 +257,36 @@ function clearPointing() {
   document.querySelectorAll(".word.aligned, .word.pointed").forEach((w) => w.classList.remove("aligned", "pointed"));
 }
 
+// --- corrections ----------------------------------------------------------------------------------
+
+function offerCorrection(lines, source, target, translations) {
+  const best = translations.map((item) => (typeof item === "string" ? item : (item && item[0] && item[0].text) || ""));
+  state.translated = { lines, source, target, best };
+  $("correction").value = best.join("\n");
+  $("correction-status").textContent = "";
+}
+
+// Each line whose correction differs from the translation is sent to /suggest; then the text is
+// translated again, so that the lines come back from the memory.
+async function saveCorrections() {
+  const done = state.translated;
+  if (!done) return;
+  const corrected = $("correction").value.split("\n");
+  const changed = done.lines
+    .map((line, i) => [line.trim(), (corrected[i] || "").trim(), done.best[i]])
+    .filter(([line, fixed, machine]) => line && fixed && fixed !== machine);
+  try {
+    for (const [q, s] of changed) {
+      await call("POST", "suggest", { q, s, source: done.source, target: done.target });
+    }
+    $("correction-status").textContent = `saved ${changed.length} correction${changed.length === 1 ? "" : "s"}`;
+    showError("");
+    if (changed.length) translateText();
+  } catch (error) {
+    showError(error.message);
+  }
+}
+
 // --- document mode --------------------------------------------------------------------------------
 
 const EDITED_HERE = /\.(txt|html?)$/i;  // shown in the box and translated by /v1/translate
@@ -262,6 +299,7 @@ async function loadFileTypes() {
   try {
     const settings = await call("GET", "frontend/settings");
     if (settings.filesTranslation) $("document-file").accept = settings.supportedFilesFormat.join(",");
+    $("correction-box").hidden = !settings.suggestions;
   } catch (_) {
     // an older server: .txt and .html only
   }
@@ -411,6 +449,7 @@ window.addEventListener("DOMContentLoaded", () => {
   $("mode-document").addEventListener("click", () => setMode(true));
   $("document-file").addEventListener("change", (event) => event.target.files[0] && readDocument(event.target.files[0]));
   $("document-go").addEventListener("click", translateDocument);
+  $("save-correction").addEventListener("click", saveCorrections);
   loadLanguages().catch((error) => showError(error.message));
   loadFileTypes();
 });
