@@ -198,7 +198,7 @@ def test_a_server_that_asks_for_a_key_says_so_until_the_page_has_one(browser, tr
         type_text(browser, lines[0])
         message = "a valid API key is needed: api_key in the body, or Authorization: Bearer KEY"
         wait(browser, lambda: by_id(browser, "error").text == message, "the server's 403 message")
-        browser.find_element("css selector", "details:not(#glossary-box) summary").click()
+        browser.find_element("css selector", "#key-box summary").click()
         by_id(browser, "api-key").send_keys("page-key-7c1d", Keys.TAB)  # the key is taken when the field changes
         expected = offline(trained_run, lines[:1])
         wait(browser, lambda: output_lines(browser) == expected, "the translation with the key")
@@ -300,7 +300,7 @@ def test_a_correction_saved_on_the_page_comes_back_from_the_memory(browser, trai
         expected = offline(trained_run, lines[:2])
         type_text(browser, "\n".join(lines[:2]))
         wait(browser, lambda: output_lines(browser) == expected, "the model's translation")
-        by_id(browser, "correction-box").click()  # opens the details
+        browser.find_element("css selector", "#correction-box summary").click()
         correction = "Eine Korrektur, von Hand geschrieben."
         wait(browser, lambda: by_id(browser, "correction").get_attribute("value") == "\n".join(expected), "prefilled")
         by_id(browser, "correction").clear()

@@ -251,12 +251,15 @@ async def remembered(memories: OwnedMemories | None, route, request, texts: Sequ
                      source: str | None, target: str | None, memory: TranslationMemory | None = None,
                      **run) -> tuple[list[Any], list[float] | None, list[str]]:  # fmt: skip
     """route.run's answers, scores and each text's origin ("tm 100" or "mt"), the texts the key's memory
-    holds whole answered from it (one translation a text: not with n-best lists or alignments); memory:
-    the one the request names (DeepL's translation_memory_id), in place of the key's default one."""
+    holds whole answered from it (with n-best lists or alignments asked for, as a list of one translation,
+    its alignment empty: the memory has none); memory: the one the request names (DeepL's
+    translation_memory_id), in place of the key's default one."""
     owner = request.scope.get("state", {}).get("key")
-    plain = options.nbest == 1 and not options.alignment
     languages = (source or route.info.source_language, target or route.info.target_language)  # None: the model's
-    stored = memories.stored(owner, texts, *languages, memory) if memories and plain and all(languages) else {}
+    stored = memories.stored(owner, texts, *languages, memory) if memories and all(languages) else {}
+    if options.nbest > 1 or options.alignment:
+        alignment = {"alignment": ""} if options.alignment else {}
+        stored = {i: [{"text": text, "score": 0.0, **alignment}] for i, text in stored.items()}
     rest = [text for i, text in enumerate(texts) if i not in stored]
     if stored and not rest:  # the memory answers all: the request's bounds hold still
         route.check_chars(texts)

@@ -279,9 +279,9 @@ async function saveCorrections() {
     for (const [q, s] of changed) {
       await call("POST", "suggest", { q, s, source: done.source, target: done.target });
     }
-    $("correction-status").textContent = `saved ${changed.length} correction${changed.length === 1 ? "" : "s"}`;
     showError("");
-    if (changed.length) translateText();
+    if (changed.length) await translateText();
+    $("correction-status").textContent = `saved ${changed.length} correction${changed.length === 1 ? "" : "s"}`;
   } catch (error) {
     showError(error.message);
   }
