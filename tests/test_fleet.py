@@ -33,7 +33,7 @@ class StandIn:
 
     def __init__(self, name: str, log: list, source: str, target: str):
         self.name, self.batcher, self.ready = name, Batcher(log, name), True
-        self.cfg, self.languages = ServeConfig(), None
+        self.cfg, self.languages = ServeConfig(), Languages({}, source, target, None)
         self.info = ModelInfo(name, Path(name), "pytorch", source, target)
 
     def warm_up(self) -> Future:
@@ -226,7 +226,7 @@ def test_a_model_whose_file_changes_is_swapped_and_the_old_one_stops_after_its_l
         version = path.read_text()
         if version == "bad":
             raise RuntimeError("damaged")
-        return StandIn(f"a:{version}", log, "de", "en")
+        return StandIn(f"a:{version}", log, "de", "fr" if version == "french" else "en")
 
     write("v1")
     fleet = fleet_of(Slot("a", None, Languages({}, "de", "en", None), build, path=str(path)))
@@ -243,12 +243,14 @@ def test_a_model_whose_file_changes_is_swapped_and_the_old_one_stops_after_its_l
         assert ("stop", "a:v1") not in log  # the request on v1 is not answered yet
         await holding.__aexit__(None, None, None)
         await until(lambda: ("stop", "a:v1") in log)
-        write("bad")
-        await translated_by(fleet, "de", "en")
-        await until(lambda: not fleet.slots[0].swapping)
-        assert await translated_by(fleet, "de", "en") == ("a:v2", "de", "en")  # the version before serves on
+        for version in ("bad", "french"):  # a damaged file, a model of other languages
+            write(version)
+            await translated_by(fleet, "de", "en")
+            await until(lambda: not fleet.slots[0].swapping)
+            assert await translated_by(fleet, "de", "en") == ("a:v2", "de", "en")  # the version before serves on
         assert fleet.counted.swaps.labels("a")._value.get() == 1
         fleet.stop()
 
     asyncio.run(main())
-    assert log == [("start", "a:v1"), ("start", "a:v2"), ("stop", "a:v1"), ("stop", "a:v2")]
+    assert log == [("start", "a:v1"), ("start", "a:v2"), ("stop", "a:v1"), ("start", "a:french"), ("stop", "a:french"),
+                   ("stop", "a:v2")]  # fmt: skip

@@ -171,7 +171,11 @@ class Fleet:
             warn(f"model {slot.name}: its file changed and could not be loaded ({slot.without_path(described_error(err))}); "
                  "the version loaded before serves on")  # fmt: skip
         else:
-            if slot.state == "loaded":  # not unloaded meanwhile
+            if slot.languages is not None and service.languages.directions() != slot.languages.directions():
+                warn(f"model {slot.name}: its file changed to a model of other languages; the version loaded before "
+                     "serves on (restart the server to serve the new one)")  # fmt: skip
+                await asyncio.to_thread(service.batcher.stop)
+            elif slot.state == "loaded":  # not unloaded meanwhile
                 old, slot.service = slot.service, service
                 self.counted.swaps.labels(slot.name).inc()
                 info(f"model {slot.name}: swapped for its file's new version")
