@@ -297,3 +297,26 @@ def test_a_correction_through_suggest_comes_back_for_its_key_on_every_api_and_af
         assert answer.status_code == 403 and answer.json() == {"error": "Suggestions are disabled on this server."}
         assert httpx.post(f"{server.url}/v1/translate", json={"text": text}).json().get("origins") is None
         assert httpx.get(f"{server.url}/frontend/settings").json()["suggestions"] is False
+
+
+def test_translate_file_takes_the_memory_s_sentences_into_a_file_without_formatting(trained_run, tmp_path):
+    """Subtitles: a cue the memory holds (spans aside) is its stored translation, the other the model's,
+    as translate gives them; a Markdown file with emphasis inside its paragraph is the model's alone."""
+    (tmp_path / "tm.tsv").write_text("A dog runs at 7:45.\tEin Hund rennt um 7:45.\n")
+    run_cli("tm", "import", str(tmp_path / "tm.tsv"), "--tm", str(tmp_path / "tm.db"), "--src-lang", "en",
+            "--tgt-lang", "de")  # fmt: skip
+    cues = (
+        "1\n00:00:01,000 --> 00:00:02,000\nA dog runs at 9:30.\n\n2\n00:00:03,000 --> 00:00:04,000\nTwo men talk.\n\n"
+    )
+    (tmp_path / "in.srt").write_text(cues)
+    alone = run_cli("translate", "-m", str(trained_run), "--beam", "2", input="Two men talk.\n").stdout.strip()
+    memory = ["--tm", str(tmp_path / "tm.db"), "--src-lang", "en", "--tgt-lang", "de"]
+    result = run_cli("translate-file", str(tmp_path / "in.srt"), "-o", str(tmp_path / "out.srt"), "-m",
+                     str(trained_run), "--beam", "2", *memory)  # fmt: skip
+    assert (tmp_path / "out.srt").read_text().split("\n")[2::4][:2] == ["Ein Hund rennt um 9:30.", alone]
+    assert "1 of 2 sentences from the memory" in result.stderr
+    (tmp_path / "in.md").write_text("A dog runs at **9:30**.\n")
+    formatted = run_cli("translate-file", str(tmp_path / "in.md"), "-o", str(tmp_path / "out.md"), "-m",
+                        str(trained_run), "--beam", "2", *memory)  # fmt: skip
+    assert "has formatting inside its segments" in formatted.stderr
+    assert "Ein Hund rennt" not in (tmp_path / "out.md").read_text()

@@ -35,6 +35,8 @@ from mtkit.cli.options import (
     SrcLangOption,
     TgtLangOption,
     ThenOption,
+    TmNameOption,
+    TmOption,
     chained,
     load_glossary,
     model_beam,
@@ -108,6 +110,8 @@ def translate_file(
         int, typer.Option(help="Most characters of text the file may hold (a bound on files from strangers).")
     ] = 5_000_000,
     glossary: GlossaryOption = None,
+    tm: TmOption = None,
+    tm_name: TmNameOption = "default",
     then: ThenOption = None,
     pivot: PivotOption = None,
     case_sensitive_terms: CaseSensitiveTermsOption = False,
@@ -126,7 +130,9 @@ def translate_file(
     styled span) is put back around the target words aligned to its own; fields, code, footnote
     references, placeholders, timings and whatever else is not text are kept as they are. PO entries
     come out marked fuzzy, XLIFF targets as machine translation; messages already translated are left
-    alone unless --retranslate. The document's language is set to the target's.
+    alone unless --retranslate. The document's language is set to the target's. With --tm, each
+    sentence the memory holds is its stored translation, in a file without formatting inside its
+    segments (a file with it is translated by the model alone, saying so).
     Formats with formatting need one model and --engine pytorch. Needs pip install 'mtkit\\[documents]'.
 
     Example: [bold]mtkit translate-file report.docx -o report.de.docx -m model.pt[/bold]
@@ -167,6 +173,13 @@ def translate_file(
     load_glossary(first, glossary, src_lang, tgt_lang, case_sensitive_terms)
     translator = chained(first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t))
     target = tgt_lang or translator.model_meta.get("tgt_lang")
+    if tm and _formatted(document):
+        console.warn(f"--tm: {name} has formatting inside its segments, which a stored translation has no alignment "
+                     "to place: it is translated by the model alone")  # fmt: skip
+    elif tm:
+        from mtkit.cli.translation import with_memory
+
+        translator = with_memory(translator, tm, tm_name, src_lang, target)
     with console.progress(f"translating {input.name}") as bar:
         progress = lambda done, total: bar.set(done, f"of {total:,}")  # noqa: E731
         data = translate_document(translator, document, target, split_sentences, progress, name)
@@ -178,3 +191,11 @@ def translate_file(
             tmp.write_bytes(data)
         console.info(f"wrote {output} ({len(data):,} bytes)")
     report_pieces(translator)
+    if tm and not _formatted(document):
+        console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}")
+
+
+def _formatted(document) -> bool:
+    from mtkit.documents.inline import without_codes
+
+    return not without_codes(document.markup, document.segments())

@@ -34,6 +34,13 @@ class MemoryTranslator(TextTranslator):
     def lines_in_pieces(self) -> int:
         return self.inner.lines_in_pieces
 
+    def set_segmenter(
+        self, split_sentences: bool = True, max_len: int = 0, keep_spans: bool = True, recase: bool = True
+    ) -> None:
+        """The inner translator's; a line is looked up whole where sentences are not split."""
+        self.inner.set_segmenter(split_sentences, max_len, keep_spans, recase)
+        self.splitter = default_splitter(self.src_lang) if split_sentences else None
+
     def translate_hypotheses(
         self,
         lines: Sequence[str],
@@ -48,7 +55,8 @@ class MemoryTranslator(TextTranslator):
         if prefixes or encoded is not None or starts is not None:
             raise MtkitError("a translation memory is used for plain lines: not with target prefixes")
         number = (lambda i: first_line + i) if isinstance(first_line, int) else first_line.__getitem__
-        sentences = [self.splitter.split(line.strip()) if line.strip() else [] for line in lines]
+        split = self.splitter.split if self.splitter else lambda text: [text]
+        sentences = [split(line.strip()) if line.strip() else [] for line in lines]
         stored: dict[tuple[int, int], str] = {}
         for i, line_sentences in enumerate(sentences):
             for k, sentence in enumerate(line_sentences):
