@@ -3,7 +3,7 @@ set (the corrections a translator made), within a budget, scored on tatoeba-de-e
 domain) and on Multi30k's test2016 (the model's own), against the model before.
 
     python bench/adapt.py -m runs/demo/model.pt [--corrections 2000,20000] [--minutes 10]
-                          [--replay-share 0.5] [--beam 5] [--test-lines 2000] [--keep DIR] [--set KEY=VALUE ...]
+                          [--replay-share 0.25] [--beam 5] [--test-lines 2000] [--keep DIR] [--set KEY=VALUE ...]
 
 Each N takes the first N pairs of train.en/train.de as two aligned files (`adapt --src --ref`); the
 replay share comes from the model's data-bin. Each row: N, the minutes adapt took (all of it: data and
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--multi30k", type=Path, default=DEFAULT_MULTI30K)
     parser.add_argument("--corrections", default="2000,20000", help="comma-separated numbers of corrections")
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--replay-share", type=float, default=0.5)
+    parser.add_argument("--replay-share", type=float, default=0.25)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--test-lines", type=int, default=2000, help="tatoeba test sentences scored")
     parser.add_argument("--keep", type=Path, default=None, help="keep the adapted models in this folder")

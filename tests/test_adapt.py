@@ -59,7 +59,7 @@ def test_adapting_to_a_memory_teaches_its_corrections_and_records_them(fluent, t
 
     record = load_model_file(adapted).meta["adapted"]
     assert record["corrections"]["pairs"] == 100 and record["corrections"]["source"].startswith("memory default")
-    assert record["steps"] == 80 and record["replay"]["share"] == 0.5
+    assert record["steps"] == 80 and record["replay"]["share"] == 0.25
     assert record["replay"]["pairs"] == 400  # the whole training split: fewer pairs than REPLAY_POOL x 100
     assert load_model_file(adapted).meta["data_dir"] == load_model_file(fluent).meta["data_dir"]
 

@@ -129,7 +129,7 @@ def adapt_command(
     minutes: Annotated[float, typer.Option(help="The whole run's budget, data preparation included.")] = 10.0,
     replay_share: Annotated[
         float, typer.Option(help="The part of each epoch taken from the model's original data (0: none).")
-    ] = 0.5,
+    ] = 0.25,
     replay_src: Annotated[
         Path | None, typer.Option(help="Original sources to replay (default: the model's data-bin's training pairs).")
     ] = None,

@@ -34,10 +34,11 @@ REPLAY_POOL = 20  # replay pairs kept per pair an epoch takes of them (a new par
 MAX_POOL = 100_000
 SAVE_SECONDS = 15.0  # kept from the training's budget for writing the model file (at most 5% of the budget)
 # The training settings adapt starts from (--set changes any): small batches (many updates in a few minutes
-# on a CPU), a short warm-up and a linear decay to zero at the end of the budget.
+# on a CPU), a short warm-up and a linear decay to zero at the end of the budget. The learning rate and
+# the replay share (0.25) were chosen by bench/adapt.py (docs/results/memory.md#adaptation).
 ADAPT_SETTINGS = {
     "max_tokens": 2048,
-    "lr": 5e-4,
+    "lr": 1e-3,
     "warmup": 50,
     "lr_schedule": "linear",
     "log_every": 20,
@@ -68,7 +69,7 @@ def adapt(
     output: Path,
     minutes: float,
     replay: Pairs | None = None,
-    replay_share: float = 0.5,
+    replay_share: float = 0.25,
     overrides: Sequence[str] = (),
     origin: str = "",
 ) -> Adaptation:
