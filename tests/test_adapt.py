@@ -153,3 +153,36 @@ def test_a_server_swaps_to_the_adapted_model_without_dropping_a_request(fluent, 
     finally:
         stop.set()
         server.stop()
+
+
+def test_fuzzy_matches_steer_the_model_one_sentence_at_a_time(fluent, tmp_path):
+    """--tm-steer 75: a sentence whose fuzzy matches say "Junge" for a dog is translated so (its origin "tm
+    SCORE + mt"); a sentence without matches, translated after it, is the model's own: the weights were
+    put back. (A word the tiny model knows: ten updates teach it, where a new one like "Rüde" takes more.)"""
+    import json
+
+    memory = [  # "A dog" = "Ein Junge"
+        (
+            "A dog waits on the street with a blue backpack.",
+            "Ein Junge wartet auf der Straße mit einem blauen Rucksack.",
+        ),
+        ("A dog waits on the street with a red backpack.", "Ein Junge wartet auf der Straße mit einem roten Rucksack."),
+        ("A dog waits on the street with a blue ball.", "Ein Junge wartet auf der Straße mit einem blauen Ball."),
+    ]
+    tsv = write_lines(tmp_path / "m.tsv", [f"{en}\t{de}" for en, de in memory])
+    run_mtkit("tm", "import", tsv, "--tm", tmp_path / "tm.db", "--src-lang", "en", "--tgt-lang", "de")
+    near = memory[0][0].replace("A dog", "A dog always")  # one word more: a fuzzy match, not a 100% one
+    other = "Two children play in the park."
+    lines = f"{near}\n{other}\n".encode()
+    plain = run_mtkit("translate", "-m", fluent, "--beam", "2", stdin=lines).stdout.decode().splitlines()
+    args = ["translate", "-m", fluent, "--beam", "2", "--tm", tmp_path / "tm.db", "--json"]
+    unsteered = [json.loads(line) for line in run_mtkit(*args, stdin=lines).stdout.decode().splitlines()]
+    result = run_mtkit(*args, "--tm-steer", "75", stdin=lines)
+    assert result.returncode == 0, result.stderr.decode()
+    steered = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert [u["translation"] for u in unsteered] == plain and "Junge" not in plain[0]
+    assert "Junge" in steered[0]["translation"] and re.fullmatch(r"tm (7[5-9]|8\d|9\d) \+ mt", steered[0]["origin"])
+    assert steered[1] == {"translation": plain[1], "origin": "mt"}
+    assert "0 of 2 sentences from the memory" in result.stderr.decode() and "1 steered" in result.stderr.decode()
+    refused = run_mtkit("translate", "-m", fluent, "--tm-steer", "75", stdin=lines)
+    assert refused.returncode != 0 and "--tm-steer: give the memory" in refused.stderr.decode()

@@ -42,6 +42,7 @@ from mtkit.cli.options import (
     TgtLangOption,
     TmNameOption,
     TmOption,
+    TmSteerOption,
     check_markup_options,
     load_glossary,
     mbr_config,
@@ -107,6 +108,7 @@ def evaluate(
     cuda_graphs: CudaGraphsOption = False,
     tm: TmOption = None,
     tm_name: TmNameOption = "default",
+    tm_steer: TmSteerOption = 0,
 ) -> None:
     """Translate a test set (or take translations) and score it with sacrebleu: BLEU, chrF, TER.
 
@@ -184,10 +186,11 @@ def evaluate(
         )  # fmt: skip
         load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
         inner = translator
-        if tm:
-            from mtkit.cli.translation import with_memory
+        if tm or tm_steer:
+            from mtkit.cli.translation import steering, with_memory
 
-            translator = with_memory(translator, tm, tm_name, src_lang, tgt_lang)
+            steer = steering(tm_steer, tm, engine, model, checkpoint, None)
+            translator = with_memory(translator, tm, tm_name, src_lang, tgt_lang, steer)
         if markup != "text":
             from mtkit.translation.markup import MarkupTranslator
 
@@ -196,7 +199,10 @@ def evaluate(
         hypotheses = translator.translate(sources)
         report_pieces(translator)
         if tm:
-            console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}")
+            steered = f", {translator.steered:,} steered by its fuzzy matches" if tm_steer else ""
+            console.info(
+                f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}{steered}"
+            )
     seconds = time.perf_counter() - started
     if output:
         from mtkit.core.textio import write_text_atomic

@@ -43,6 +43,7 @@ from mtkit.cli.options import (
     ThenOption,
     TmNameOption,
     TmOption,
+    TmSteerOption,
     chained,
     check_markup_options,
     input_lines,
@@ -121,8 +122,12 @@ def translate(
     pivot: PivotOption = None,
     tm: TmOption = None,
     tm_name: TmNameOption = "default",
+    tm_steer: TmSteerOption = 0,
     as_json: Annotated[
-        bool, typer.Option("--json", help='One JSON object a line: {"translation", "origin"} ("mt", "tm 100", both).')
+        bool,
+        typer.Option(
+            "--json", help='One JSON object a line: {"translation", "origin"} ("mt", "tm 100", "tm 83 + mt", ...).'
+        ),
     ] = False,
     calibration: Annotated[
         Path | None, typer.Option(help="--confidence's calibration (default: MODEL.confidence.json where it exists).")
@@ -216,8 +221,9 @@ def translate(
         first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t, mbr_cfg if m == then[-1] else None)
     )
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
+    steer = steering(tm_steer, tm, engine, model, checkpoint, then)
     if tm:
-        translator = with_memory(translator, tm, tm_name, src_lang, tgt_lang)
+        translator = with_memory(translator, tm, tm_name, src_lang, tgt_lang, steer)
     if markup != "text":  # it splits each segment's sentences itself, keeping count of the words
         translator = MarkupTranslator(translator, markup, split_sentences)
     interactive = input is None and sys.stdin.isatty()
@@ -249,11 +255,13 @@ def translate(
         write_all(sys.stdout)
     report_pieces(translator)
     if tm:
-        console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}")
+        steered = f", {translator.steered:,} steered by its fuzzy matches" if tm_steer else ""
+        console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}{steered}")
 
 
-def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang: str | None):
-    """The translator, taking each sentence the memory holds from it (languages: given, or the model's)."""
+def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang: str | None, steer=None):
+    """The translator, taking each sentence the memory holds from it (languages: given, or the model's);
+    steer: (the model file, --tm-steer's threshold) where fuzzy matches steer the model."""
     from mtkit.memory.store import TranslationMemory
     from mtkit.memory.translator import MemoryTranslator
 
@@ -263,4 +271,23 @@ def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang:
         raise MtkitError("--tm: the model does not say its languages: give --src-lang and --tgt-lang")
     if not Path(tm).is_file():
         raise MtkitError(f"--tm {tm}: no such file (mtkit tm import makes one)")
-    return MemoryTranslator(translator, TranslationMemory(tm, name), source, target)
+    memory = TranslationMemory(tm, name)
+    if not steer:
+        return MemoryTranslator(translator, memory, source, target)
+    from mtkit.training.adaptation import Steering
+
+    model_file, threshold = steer
+    return MemoryTranslator(translator, memory, source, target, Steering(model_file, translator.cfg), threshold)
+
+
+def steering(tm_steer: int, tm: Path | None, engine: str, models: list[Path], checkpoint: str, then) -> tuple | None:
+    """--tm-steer's (model file, threshold), checked: one model of mtkit's engine, which a copy of trains."""
+    if not tm_steer:
+        return None
+    if not tm:
+        raise MtkitError("--tm-steer: give the memory its matches come from (--tm)")
+    if engine != "pytorch" or len(models) != 1 or then:
+        raise MtkitError("--tm-steer: one model and --engine pytorch (a copy of the model trains on the matches)")
+    from mtkit.model.files import load_model_file
+
+    return load_model_file(models[0], checkpoint), tm_steer

@@ -204,10 +204,30 @@ def _record(
     }
 
 
+STEER_STEPS, STEER_LR, STEER_MATCHES = 10, 1e-3, 3  # chosen by bench/fuzzy_steering.py (results/memory.md)
+
+
+class Steering:
+    """Fuzzy matches steering the model at request time, as ModernMT does: a sentence's translation made
+    after a few updates of a copy of the model (fp32, on the CPU) on the sentence's matches; the weights
+    put back after each sentence. Called with (sentence, [(source, target) of its matches, best first])."""
+
+    def __init__(self, model_file: ModelFile, cfg, steps: int = STEER_STEPS, lr: float = STEER_LR):
+        from mtkit.translation.translate import Translator
+
+        self.translator = Translator(model_file, cfg, device="cpu", precision="fp32")
+        self.model = model_file.build_model("cpu")  # its own copy, not packed for inference: it trains
+        self.translator.model = self.translator.searcher = self.model
+        self.steps, self.lr = steps, lr
+
+    def __call__(self, sentence: str, pairs: Pairs) -> str:
+        return steered_translation(self.translator, self.model, sentence, pairs[:STEER_MATCHES], self.steps, self.lr)
+
+
 def steered_translation(translator, model: torch.nn.Module, sentence: str, pairs: Pairs, steps: int, lr: float) -> str:
     """Request-time adaptation as ModernMT does it: `steps` Adam updates of `model` (the one `translator`
-    searches with, fp32) on a sentence's fuzzy matches `pairs`, all in one batch; the sentence translated;
-    the weights put back as they were."""
+    searches with, fp32) on a sentence's fuzzy matches `pairs`, all in one batch, without dropout; the
+    sentence translated; the weights put back as they were."""
     saved = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     sources = [[*ids, EOS_ID] for ids in translator.src_tokenizer.encode_batch([s for s, _ in pairs])]
     targets = translator.tgt_tokenizer.encode_batch([t for _, t in pairs])
@@ -217,16 +237,14 @@ def steered_translation(translator, model: torch.nn.Module, sentence: str, pairs
     )
     objective = TrainingObjective(model, label_smoothing=0.1)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
+    model.eval()  # no dropout: a sentence with the same matches is translated the same way every time
     try:
         for _ in range(steps):
             loss, _ = objective(src, tgt_in, tgt_out)
             optimizer.zero_grad()
             (loss / int((tgt_out != PAD_ID).sum())).backward()
             optimizer.step()
-        model.eval()
         with torch.no_grad():
             return translator.translate_hypotheses([sentence])[0][0][1]
     finally:
-        model.eval()
         model.load_state_dict(saved)
