@@ -84,7 +84,7 @@ def main() -> None:
         ways = [[outputs[i] for i in chosen] for outputs in (plain, [m.target if m else "" for m in best], steered)]
         for hyps in ways:
             row += [sacrebleu.corpus_bleu(hyps, refs).score, sacrebleu.corpus_chrf(hyps, refs).score]
-        rows.append(row + [f"{_p_value(ways[0], ways[2], refs[0]):.3f}", f"{_p_value(ways[1], ways[2], refs[0]):.3f}"])
+        rows.append(row + [_p_value(ways[0], ways[2], refs[0]), _p_value(ways[1], ways[2], refs[0])])
     headers = ["best match", "sentences", "model BLEU", "chrF", "match BLEU", "chrF", "steered BLEU", "chrF",
                "p, steered vs model", "p, vs match"]  # fmt: skip
     print_table(headers, rows)
@@ -92,15 +92,17 @@ def main() -> None:
         print(f"\nsteered sentences: {len(seconds)}, {sum(seconds) / len(seconds):.3f} s each on average")
 
 
-def _p_value(baseline: list[str], system: list[str], references: list[str]) -> float:
+def _p_value(baseline: list[str], system: list[str], references: list[str]) -> str:
     """sacrebleu's paired bootstrap resampling (1,000 samples): the p-value of the system's BLEU against
-    the baseline's."""
+    the baseline's ("same": the outputs are the same)."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
+    if baseline == system:
+        return "same"
     test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU(references=[references])},
                       references=None, test_type="bs", n_samples=1000)  # fmt: skip
-    return test()[1]["BLEU"][1].p_value
+    return f"{test()[1]['BLEU'][1].p_value:.3f}"
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ TmSteerOption = Annotated[
     typer.Option(
         "--tm-steer", min=0, max=100,
         help="Fuzzy matches of at least this score (75, say) steer the model: a copy takes a few updates on a "
-        "sentence's matches before translating it (request-time adaptation; about 0.8 s a sentence on 2 cores). 0: off.",
+        "sentence's matches before translating it (request-time adaptation; about 0.6 s a sentence on 2 cores). 0: off.",
     ),
 ]  # fmt: skip
 ThenOption = Annotated[
