@@ -94,6 +94,11 @@ CASES = {
     "train-resume-with-config": ("train --resume {run} -c {root}/x.yaml", "", "--config cannot be combined with --resume", 1),
     "train-init-from-missing": ("train -d {data} -o {root}/r --init-from {root}/none.pt", "", "none.pt: no such model file", 1),
     "train-init-from-with-resume": ("train --resume {run} --init-from {model}", "", "--init-from cannot be combined with --resume", 1),
+    # adapt
+    "adapt-no-corrections": ("adapt -m {model} -o {root}/a.pt", "", "give the corrections: --tm FILE, or --src and --ref", 1),
+    "adapt-mismatch": ("adapt -m {model} -o {root}/a.pt --src {root}/mismatch.en --ref {root}/mismatch.de", "", "different numbers of lines", 1),
+    "adapt-output-is-dir": ("adapt -m {model} -o {root}/dir --src {root}/three.de --ref {root}/three.de", "", "dir: is a directory", 1),
+    "adapt-zero-minutes": ("adapt -m {model} -o {root}/a.pt --src {root}/three.de --ref {root}/three.de --minutes 0", "", "--minutes 0: must be more than 0", 1),
     # average
     "avg-missing": ("average {root}/none.pt -o {root}/avg.pt", "", "none.pt: no such model file", 1),
     "avg-wrong-kind": ("average {root}/notes.txt -o {root}/avg.pt", "", "notes.txt: not an mtkit model file", 1),

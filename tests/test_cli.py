@@ -378,7 +378,7 @@ def test_help_lists_the_commands_in_the_order_of_the_data_path():
 
     names = [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
     assert names == ["train-tokenizer", "preprocess", "distill", "train", "average", "choose", "import", "trim-vocab", "export", "translate",
-                     "translate-file", "evaluate", "score", "calibrate", "serve", "attention", "plot"]  # fmt: skip
+                     "translate-file", "evaluate", "score", "calibrate", "serve", "adapt", "attention", "plot"]  # fmt: skip
 
 
 def test_ctrl_c_exits_130_with_one_line(trained_run):

@@ -91,9 +91,8 @@ class Fleet:
 
     def stop(self) -> None:
         self._stopping = True
-        for slot in self.slots:
-            if slot.service is not None:
-                slot.service.batcher.stop()
+        for service in [*self._services(), *self._retired]:  # an old version still answering included
+            service.batcher.stop()
 
     def _notify(self) -> None:
         self._changed.set()
