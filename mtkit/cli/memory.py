@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from mtkit.cli.app import app, handle_errors
+from mtkit.cli.options import TmNameOption
 from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
@@ -121,7 +122,7 @@ def adapt_command(
     memory: Annotated[
         str | None, typer.Option("--tm", help="A memory's SQLite file: its units are the corrections.")
     ] = None,
-    name: NameOption = "default",
+    name: TmNameOption = "default",
     src: Annotated[
         Path | None, typer.Option("--src", help="Corrections: source sentences, aligned with --ref.")
     ] = None,
