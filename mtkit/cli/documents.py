@@ -173,10 +173,11 @@ def translate_file(
     load_glossary(first, glossary, src_lang, tgt_lang, case_sensitive_terms)
     translator = chained(first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t))
     target = tgt_lang or translator.model_meta.get("tgt_lang")
-    if tm and _formatted(document):
+    remembering = tm and not _formatted(document)
+    if tm and not remembering:
         console.warn(f"--tm: {name} has formatting inside its segments, which a stored translation has no alignment "
                      "to place: it is translated by the model alone")  # fmt: skip
-    elif tm:
+    elif remembering:
         from mtkit.cli.translation import with_memory
 
         translator = with_memory(translator, tm, tm_name, src_lang, target)
@@ -191,8 +192,10 @@ def translate_file(
             tmp.write_bytes(data)
         console.info(f"wrote {output} ({len(data):,} bytes)")
     report_pieces(translator)
-    if tm and not _formatted(document):
-        console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}")
+    if remembering:
+        from mtkit.cli.translation import report_memory
+
+        report_memory(translator, tm)
 
 
 def _formatted(document) -> bool:

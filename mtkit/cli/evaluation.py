@@ -51,7 +51,6 @@ from mtkit.cli.options import (
     report_pieces,
     search_config,
 )
-from mtkit.core import console
 from mtkit.core.errors import MtkitError
 
 
@@ -199,10 +198,9 @@ def evaluate(
         hypotheses = translator.translate(sources)
         report_pieces(translator)
         if tm:
-            steered = f", {translator.steered:,} steered by its fuzzy matches" if tm_steer else ""
-            console.info(
-                f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}{steered}"
-            )
+            from mtkit.cli.translation import report_memory
+
+            report_memory(translator, tm, tm_steer)
     seconds = time.perf_counter() - started
     if output:
         from mtkit.core.textio import write_text_atomic

@@ -255,8 +255,7 @@ def translate(
         write_all(sys.stdout)
     report_pieces(translator)
     if tm:
-        steered = f", {translator.steered:,} steered by its fuzzy matches" if tm_steer else ""
-        console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}{steered}")
+        report_memory(translator, tm, tm_steer)
 
 
 def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang: str | None, steer=None):
@@ -278,6 +277,12 @@ def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang:
 
     model_file, threshold = steer
     return MemoryTranslator(translator, memory, source, target, Steering(model_file, translator.cfg), threshold)
+
+
+def report_memory(translator, tm: Path, tm_steer: int = 0) -> None:
+    """stderr's count of the sentences a MemoryTranslator took from its memory (and steered)."""
+    steered = f", {translator.steered:,} steered by its fuzzy matches" if tm_steer else ""
+    console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}{steered}")
 
 
 def steering(tm_steer: int, tm: Path | None, engine: str, models: list[Path], checkpoint: str, then) -> tuple | None:

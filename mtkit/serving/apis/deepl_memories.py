@@ -125,9 +125,6 @@ def add_memory_routes(app, memories: OwnedMemories | None, authorized, fields_of
             raise RequestError(403, "Translation memories are disabled on this server (serve --tm FILE).")
         return memories, key and key.name
 
-    def found(owned: OwnedMemories, owner: str | None, memory_id: str) -> TranslationMemory:
-        return memory_named(owned, owner, memory_id)
-
     def new_job(owner: str | None, operation: str, **about) -> tuple[str, Job]:
         now = time.time()
         for job_id in [i for i, job in jobs.items() if job.expires < now]:
@@ -210,13 +207,13 @@ def add_memory_routes(app, memories: OwnedMemories | None, authorized, fields_of
     @app.get("/v3/translation_memories/{memory_id}")
     async def described(memory_id: str, request: Request):
         owned, owner = enabled(request, await fields_of(request))
-        return await asyncio.to_thread(memory_info, found(owned, owner, memory_id))
+        return await asyncio.to_thread(memory_info, memory_named(owned, owner, memory_id))
 
     @app.get("/v3/translation_memories/{memory_id}/segments")
     async def segments(memory_id: str, request: Request):
         fields = await fields_of(request)
         owned, owner = enabled(request, fields)
-        memory = found(owned, owner, memory_id)
+        memory = memory_named(owned, owner, memory_id)
         size, after = _page_size(fields.get("page_size")), _cursor(fields.get("page_cursor"))
         contains = str(fields.get("filter_text") or "")
         case_sensitive = str(fields.get("filter_case_sensitive", "false")).lower() == "true"
@@ -228,7 +225,7 @@ def add_memory_routes(app, memories: OwnedMemories | None, authorized, fields_of
     @app.post("/v3/translation_memories/{memory_id}/export")
     async def export(memory_id: str, request: Request):
         owned, owner = enabled(request, await fields_of(request))
-        found(owned, owner, memory_id)
+        memory_named(owned, owner, memory_id)
         job_id, job = new_job(owner, "export", memory_id=memory_id)
         job.status = "completed"  # the file is written when it is downloaded
         return JSONResponse({"job_id": job_id, "parameters": {"translation_memory_id": memory_id}}, status_code=202)
@@ -236,7 +233,7 @@ def add_memory_routes(app, memories: OwnedMemories | None, authorized, fields_of
     @app.delete("/v3/translation_memories/{memory_id}")
     async def delete(memory_id: str, request: Request):
         owned, owner = enabled(request, await fields_of(request))
-        found(owned, owner, memory_id)
+        memory_named(owned, owner, memory_id)
         await asyncio.to_thread(owned.delete, owner, memory_id)
         return Response(status_code=204)
 
