@@ -63,7 +63,7 @@ def test_a_fourth_column_is_a_character_quota_that_the_gate_charges():
     assert refused.value.status == 456 and refused.value.message == "quota exceeded: 100 of 100 characters used"
     gate.charge(other, 10**9)  # no quota
     gate.charge(office, 5, check=False)  # a document's characters, counted once known
-    assert gate.used == {"office": 105, other.name: 10**9}
+    assert (gate.usage.of("office"), gate.usage.of(other.name)) == (105, 10**9)
 
 
 def _default_name(key: str) -> str:

@@ -191,8 +191,8 @@ def test_bad_inputs_are_one_line_naming_the_file_and_line(tmp_path, args, named)
 
 
 def test_a_memory_on_a_server_url_is_refused_in_one_line(tmp_path):
-    with pytest.raises(MtkitError, match="give a SQLite file"):
-        TranslationMemory("postgresql://localhost/tm")
+    with pytest.raises(MtkitError, match="cannot connect|needs psycopg"):
+        TranslationMemory("postgresql://nobody:secret@127.0.0.1:9/tm")
     (tmp_path / "junk.db").write_bytes(b"not a database at all" * 100)
     with pytest.raises(MtkitError, match="junk.db: not a translation memory"):
         TranslationMemory(tmp_path / "junk.db")

@@ -12,12 +12,15 @@ import typer
 from mtkit.cli.app import app, handle_errors
 from mtkit.cli.options import TmNameOption
 from mtkit.core import console
+from mtkit.core.database import is_url, without_password
 from mtkit.core.errors import MtkitError
 
 tm_app = typer.Typer(help="Translation memories: import, export and look up stored translations.", no_args_is_help=True)
 app.add_typer(tm_app, name="tm")
 
-MemoryOption = Annotated[str, typer.Option("--tm", help="The memory's SQLite file (created where missing).")]
+MemoryOption = Annotated[
+    str, typer.Option("--tm", help="The memory: a SQLite file (created where missing) or a postgresql:// URL.")
+]
 NameOption = Annotated[str, typer.Option("--name", help="Which memory of the file.")]
 SrcLangOption = Annotated[str | None, typer.Option("--src-lang", help="The source language (e.g. en).")]
 TgtLangOption = Annotated[str | None, typer.Option("--tgt-lang", help="The target language (e.g. de).")]
@@ -55,7 +58,7 @@ def import_units(
     with console.progress("importing", unit="units") as bar:
         counts = store.add(_counted(units, bar), source_lang)
     console.info(
-        f"{memory} ({name}): {counts.added:,} units added, {counts.updated:,} updated, {counts.skipped:,} skipped"
+        f"{without_password(memory)} ({name}): {counts.added:,} units added, {counts.updated:,} updated, {counts.skipped:,} skipped"
         f" (no text in two languages); {len(store):,} in all"
     )
 
@@ -120,7 +123,8 @@ def adapt_command(
     model: Annotated[Path, typer.Option("--model", "-m", help="The model to adapt (model file or run directory).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The adapted model file to write.")],
     memory: Annotated[
-        str | None, typer.Option("--tm", help="A memory's SQLite file: its units are the corrections.")
+        str | None,
+        typer.Option("--tm", help="A memory (SQLite file or postgresql:// URL): its units are the corrections."),
     ] = None,
     name: TmNameOption = "default",
     src: Annotated[
@@ -157,7 +161,10 @@ def adapt_command(
     model_file = load_model_file(model)
     src_lang, tgt_lang = model_languages(model_file)
     if memory is not None:
-        corrections, origin = _memory_pairs(_existing(memory), name, src_lang, tgt_lang), f"memory {name} of {memory}"
+        corrections, origin = (
+            _memory_pairs(_existing(memory), name, src_lang, tgt_lang),
+            f"memory {name} of {without_password(memory)}",
+        )
     else:
         corrections, origin = _aligned_pairs(src, ref), f"{src} + {ref}"
     replay = _aligned_pairs(replay_src, replay_ref) if replay_src and replay_ref else None
@@ -188,6 +195,6 @@ def _counted(units, bar):
 
 
 def _existing(memory: str) -> str:
-    if "://" not in memory and not Path(memory).is_file():
+    if not is_url(memory) and not Path(memory).is_file():
         raise MtkitError(f"--tm {memory}: no such file")
     return memory

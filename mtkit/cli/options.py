@@ -97,9 +97,11 @@ GlossaryOption = Annotated[
     typer.Option(help="source term<TAB>target term lines: a sentence holding a source term gets its target term."),
 ]
 TmOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
-        "--tm", help="A translation memory (mtkit tm import): each sentence it holds is its stored translation."
+        "--tm",
+        help="A translation memory (mtkit tm import; a SQLite file or a postgresql:// URL): each sentence it "
+        "holds is its stored translation.",
     ),
 ]
 TmNameOption = Annotated[str, typer.Option("--tm-name", help="Which memory of the --tm file.")]

@@ -120,19 +120,21 @@ def serve(
         int, typer.Option(help="Processes that read and write uploaded documents (off the server's own).")
     ] = 1,
     state_dir: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            help="A folder for what outlives the server: glossaries made through DeepL's API "
-            "(default: kept in memory).",
+            help="Where what outlives the server is kept: glossaries made through DeepL's API and the keys' "
+            "character usage. A folder (its state.db), or a postgresql:// URL that several servers behind one "
+            "address share (default: kept in memory).",
             show_default=False,
         ),
     ] = None,
     tm: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--tm",
-            help="A translation memory (SQLite file, made where missing): LibreTranslate's /suggest adds each "
-            "key's corrections to it, and a text it holds whole is answered from it.",
+            help="A translation memory (SQLite file, made where missing, or a postgresql:// URL that several "
+            "servers share): LibreTranslate's /suggest adds each key's corrections to it, and a text it holds "
+            "whole is answered from it.",
             show_default=False,
         ),
     ] = None,

@@ -258,9 +258,10 @@ def translate(
         report_memory(translator, tm, tm_steer)
 
 
-def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang: str | None, steer=None):
+def with_memory(translator, tm: str, name: str, src_lang: str | None, tgt_lang: str | None, steer=None):
     """The translator, taking each sentence the memory holds from it (languages: given, or the model's);
     steer: (the model file, --tm-steer's threshold) where fuzzy matches steer the model."""
+    from mtkit.core.database import is_url
     from mtkit.memory.store import TranslationMemory
     from mtkit.memory.translator import MemoryTranslator
 
@@ -268,7 +269,7 @@ def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang:
     target = tgt_lang or translator.model_meta.get("tgt_lang")
     if not (source and target):
         raise MtkitError("--tm: the model does not say its languages: give --src-lang and --tgt-lang")
-    if not Path(tm).is_file():
+    if not is_url(tm) and not Path(tm).is_file():
         raise MtkitError(f"--tm {tm}: no such file (mtkit tm import makes one)")
     memory = TranslationMemory(tm, name)
     if not steer:
@@ -279,13 +280,16 @@ def with_memory(translator, tm: Path, name: str, src_lang: str | None, tgt_lang:
     return MemoryTranslator(translator, memory, source, target, Steering(model_file, translator.cfg), threshold)
 
 
-def report_memory(translator, tm: Path, tm_steer: int = 0) -> None:
+def report_memory(translator, tm: str, tm_steer: int = 0) -> None:
     """stderr's count of the sentences a MemoryTranslator took from its memory (and steered)."""
+    from mtkit.core.database import without_password
+
     steered = f", {translator.steered:,} steered by its fuzzy matches" if tm_steer else ""
-    console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {tm}{steered}")
+    where = without_password(tm)
+    console.info(f"{translator.remembered:,} of {translator.sentences:,} sentences from the memory {where}{steered}")
 
 
-def steering(tm_steer: int, tm: Path | None, engine: str, models: list[Path], checkpoint: str, then) -> tuple | None:
+def steering(tm_steer: int, tm: str | None, engine: str, models: list[Path], checkpoint: str, then) -> tuple | None:
     """--tm-steer's (model file, threshold), checked: one model of mtkit's engine, which a copy of trains."""
     if not tm_steer:
         return None

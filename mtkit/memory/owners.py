@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
 from mtkit.memory.store import DEFAULT_MEMORY, Imported, TranslationMemory
 from mtkit.memory.tmx import Unit, Variant
@@ -23,8 +24,9 @@ class MemoryLimit(MtkitError):
 
 
 class OwnedMemories:
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, where: Path | str):
+        """where: a SQLite file, or a postgresql:// URL that several servers share."""
+        self.db = Database(where)  # one connection for all the memories
         self._open: dict[tuple[str, str], TranslationMemory] = {}
         self._lock = threading.Lock()  # opened from several threads (asyncio.to_thread)
 
@@ -32,14 +34,14 @@ class OwnedMemories:
         """The owner's memory of that name, made where missing."""
         with self._lock:
             if (owner or "", name) not in self._open:
-                self._open[owner or "", name] = TranslationMemory(self.path, name, owner or "")
+                self._open[owner or "", name] = TranslationMemory(self.db, name, owner or "")
             return self._open[owner or "", name]
 
     def named(self, owner: str | None, name: str) -> TranslationMemory | None:
         """The owner's memory of that name where it has one (another owner's is None)."""
         if (owner or "", name) in self._open:
             return self._open[owner or "", name]
-        found = TranslationMemory.existing(self.path, name, owner or "")
+        found = TranslationMemory.existing(self.db, name, owner or "")
         if found is not None:
             with self._lock:
                 self._open.setdefault((owner or "", name), found)

@@ -1,7 +1,8 @@
 """A translation memory in SQLite: named memories of units, each unit one sentence in several languages.
 
 SQLite, because a memory is read far more often than written, by one process or a few on one machine,
-and must survive a crash mid-import (each import is one transaction) without a server to run. Units
+and must survive a crash mid-import (each import is one transaction) without a server to run; the same
+tables in PostgreSQL (a `postgresql://` URL) where several servers share one memory. Units
 are found again two ways: a 100% match by the sentence's key (its text with spans as placeholders:
 mtkit.memory.matching) through an index of the file; a fuzzy match among the CANDIDATES units that a
 word index in memory (mtkit.memory.index, built from the file on first use) proposes, rescored
@@ -10,13 +11,13 @@ exactly, word by word, as CAT tools score."""
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
-import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.core.errors import MtkitError
+from mtkit.core.database import Database
 from mtkit.memory.index import WordIndex
 from mtkit.memory.matching import keyed, score, with_spans, words
 from mtkit.memory.tmx import Unit, Variant, language
@@ -37,6 +38,7 @@ CREATE INDEX IF NOT EXISTS variants_by_key ON variants (memory, lang, key);
 CREATE TABLE IF NOT EXISTS details (
     memory INTEGER PRIMARY KEY REFERENCES memories (id), display_name TEXT NOT NULL, source_lang TEXT NOT NULL,
     created TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS versions (memory INTEGER PRIMARY KEY, version INTEGER NOT NULL);
 """
 
 
@@ -75,81 +77,78 @@ class Imported:
 class TranslationMemory:
     """One named memory (of one owner: an API key, or "" for the command line) in a SQLite file."""
 
-    def __init__(self, path: Path | str, name: str = DEFAULT_MEMORY, owner: str = ""):
-        path = str(path)
-        if "://" in path:
-            raise MtkitError(f"--tm {path}: give a SQLite file (a memory on a database server is not supported)")
-        try:
-            self.db = sqlite3.connect(path, timeout=30, check_same_thread=False)
-            self.db.executescript(SCHEMA)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("INSERT OR IGNORE INTO memories (name, owner) VALUES (?, ?)", (name, owner))
-            self.db.commit()
-        except sqlite3.DatabaseError as err:
-            raise MtkitError(f"--tm {path}: not a translation memory ({err})") from None
-        (self.id,) = self.db.execute("SELECT id FROM memories WHERE name = ? AND owner = ?", (name, owner)).fetchone()
-        self.path, self.name, self.owner = path, name, owner
+    def __init__(self, where: Path | str | Database, name: str = DEFAULT_MEMORY, owner: str = ""):
+        """where: a SQLite file, a postgresql:// URL, or a Database open already (shared by memories)."""
+        self.db = where if isinstance(where, Database) else Database(where)
+        self.db.script(SCHEMA)
+        self.db.run("INSERT INTO memories (name, owner) VALUES (?, ?) ON CONFLICT (name, owner) DO NOTHING",
+                    (name, owner))  # fmt: skip
+        self.id = self.db.value("SELECT id FROM memories WHERE name = ? AND owner = ?", (name, owner))
+        self.path, self.name, self.owner = self.db.where, name, owner
         self._indexes: dict[str, WordIndex] = {}
-        self._indexed_at: tuple[int, int] | None = None
+        self._indexed_at: int | None = None
 
     @classmethod
-    def existing(cls, path: Path | str, name: str, owner: str = "") -> TranslationMemory | None:
-        """The memory of that name and owner, where the file holds it (None: it does not)."""
-        db = sqlite3.connect(str(path), timeout=30)
-        try:
-            found = db.execute("SELECT 1 FROM memories WHERE name = ? AND owner = ?", (name, owner)).fetchone()
-        except sqlite3.DatabaseError:  # a file without memories yet
-            found = None
-        finally:
-            db.close()
-        return cls(path, name, owner) if found else None
+    def existing(cls, where: Path | str | Database, name: str, owner: str = "") -> TranslationMemory | None:
+        """The memory of that name and owner, where the database holds it (None: it does not)."""
+        db = where if isinstance(where, Database) else Database(where)
+        db.script(SCHEMA)
+        found = db.value("SELECT 1 FROM memories WHERE name = ? AND owner = ?", (name, owner))
+        return cls(db, name, owner) if found else None
 
     def close(self) -> None:
         self.db.close()
 
+    def _changed(self) -> None:
+        """One more change to the memory (in the writer's transaction): word indexes built before are stale."""
+        self.db.run("INSERT INTO versions (memory, version) VALUES (?, 1)"
+                    " ON CONFLICT (memory) DO UPDATE SET version = versions.version + 1", (self.id,))  # fmt: skip
+
     def describe(self, display_name: str, source_lang: str) -> None:
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        with self.db:
-            self.db.execute("INSERT OR REPLACE INTO details VALUES (?, ?, ?, ?)",
-                            (self.id, display_name, language(source_lang), now))  # fmt: skip
+        self.db.run("INSERT INTO details (memory, display_name, source_lang, created) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (memory) DO UPDATE SET display_name = excluded.display_name,"
+                    " source_lang = excluded.source_lang, created = excluded.created",
+                    (self.id, display_name, language(source_lang), now))  # fmt: skip
 
     def info(self) -> MemoryInfo:
-        row = self.db.execute("SELECT display_name, source_lang, created FROM details WHERE memory = ?", (self.id,))
-        display_name, source_lang, created = row.fetchone() or (self.name, "", "")
-        langs = [lang for (lang,) in self.db.execute("SELECT DISTINCT lang FROM variants WHERE memory = ?", (self.id,))]
-        changed = self.db.execute("SELECT max(changed) FROM units WHERE memory = ?", (self.id,)).fetchone()[0]
+        row = self.db.one("SELECT display_name, source_lang, created FROM details WHERE memory = ?", (self.id,))
+        display_name, source_lang, created = row or (self.name, "", "")
+        langs = [lang for (lang,) in self.db.rows("SELECT DISTINCT lang FROM variants WHERE memory = ?", (self.id,))]
+        changed = self.db.value("SELECT max(changed) FROM units WHERE memory = ?", (self.id,))
         targets = sorted(lang for lang in langs if lang != source_lang)
         return MemoryInfo(self.name, display_name, source_lang, targets, len(self), created, changed or created)
 
     def delete(self) -> None:
         """The memory, its units and their texts removed from the file (one transaction)."""
-        with self.db:
+        with self.db.transaction():
             for table, column in (
                 ("variants", "memory"),
                 ("units", "memory"),
                 ("details", "memory"),
+                ("versions", "memory"),
                 ("memories", "id"),
             ):
-                self.db.execute(f"DELETE FROM {table} WHERE {column} = ?", (self.id,))
+                self.db.run(f"DELETE FROM {table} WHERE {column} = ?", (self.id,))
 
     def page(self, src: str, after: int, size: int, contains: str = "", case_sensitive: bool = False) -> list[tuple]:
         """Up to `size` units after unit id `after`, in order, whose source (src) or a translation holds
         `contains`: (unit id, source text, [(language, text), ...])."""
         like = "instr(v.text, ?) > 0" if case_sensitive else "instr(lower(v.text), lower(?)) > 0"
         where = f" AND EXISTS (SELECT 1 FROM variants v WHERE v.unit = s.unit AND {like})" if contains else ""
-        rows = self.db.execute(
+        rows = self.db.rows(
             f"SELECT s.unit, s.text FROM variants s WHERE s.memory = ? AND s.lang = ? AND s.unit > ?{where}"
             " ORDER BY s.unit LIMIT ?", (self.id, language(src), after, *([contains] if contains else []), size),
-        ).fetchall()  # fmt: skip
+        )  # fmt: skip
         out = []
         for unit, text in rows:
-            targets = self.db.execute("SELECT lang, text FROM variants WHERE unit = ? AND lang != ? ORDER BY lang",
-                                      (unit, language(src))).fetchall()  # fmt: skip
+            targets = self.db.rows("SELECT lang, text FROM variants WHERE unit = ? AND lang != ? ORDER BY lang",
+                                   (unit, language(src)))  # fmt: skip
             out.append((unit, text, targets))
         return out
 
     def __len__(self) -> int:
-        return self.db.execute("SELECT count(*) FROM units WHERE memory = ?", (self.id,)).fetchone()[0]
+        return self.db.value("SELECT count(*) FROM units WHERE memory = ?", (self.id,))
 
     def add(self, units: Iterable[Unit], source_lang: str | None = None, origin: str = "import") -> Imported:
         """Add units in one transaction; a unit whose source-language text the memory holds already
@@ -157,7 +156,8 @@ class TranslationMemory:
         is known by (default: its first variant's)."""
         counts = Imported()
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        with self.db:
+        with self.db.transaction():
+            self._changed()
             for unit in units:
                 by = language(source_lang) if source_lang else language(unit.variants[0].locale)
                 source = next((v for v in unit.variants if language(v.locale) == by), None)
@@ -166,30 +166,28 @@ class TranslationMemory:
                     continue
                 unit_id = self._unit_of(by, source.text)
                 if unit_id is None:
-                    unit_id = self.db.execute(
-                        "INSERT INTO units (memory, origin, changed) VALUES (?, ?, ?)", (self.id, origin, now)
-                    ).lastrowid
+                    unit_id = self.db.value(
+                        "INSERT INTO units (memory, origin, changed) VALUES (?, ?, ?) RETURNING id",
+                        (self.id, origin, now),
+                    )
                     counts.added += 1
                 else:
-                    self.db.execute("UPDATE units SET origin = ?, changed = ? WHERE id = ?", (origin, now, unit_id))
+                    self.db.run("UPDATE units SET origin = ?, changed = ? WHERE id = ?", (origin, now, unit_id))
                     counts.updated += 1
                 for variant in unit.variants:
                     self._put_variant(unit_id, variant)
         return counts
 
     def _unit_of(self, lang: str, text: str) -> int | None:
-        row = self.db.execute(
+        return self.db.value(
             "SELECT unit FROM variants WHERE memory = ? AND lang = ? AND key = ? AND text = ?",
             (self.id, lang, keyed(text).key, text),
-        ).fetchone()
-        return row[0] if row else None
+        )
 
     def _put_variant(self, unit_id: int, variant: Variant) -> None:
         lang, key = language(variant.locale), keyed(variant.text)
-        old = self.db.execute("SELECT id, key FROM variants WHERE unit = ? AND lang = ?", (unit_id, lang)).fetchone()
-        if old:
-            self.db.execute("DELETE FROM variants WHERE id = ?", (old[0],))
-        self.db.execute(
+        self.db.run("DELETE FROM variants WHERE unit = ? AND lang = ?", (unit_id, lang))
+        self.db.run(
             "INSERT INTO variants (unit, memory, lang, locale, text, key, spans, segment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (unit_id, self.id, lang, variant.locale, variant.text, key.key, json.dumps(key.spans), variant.segment),
         )
@@ -197,12 +195,12 @@ class TranslationMemory:
     def lookup(self, text: str, src: str, tgt: str, threshold: int = 75, limit: int = 5) -> list[Match]:
         """The best units for a sentence from src to tgt, at least `threshold` percent, best first."""
         query, src, tgt = keyed(text), language(src), language(tgt)
-        exact = self.db.execute(
+        exact = self.db.rows(
             "SELECT s.unit, s.text, s.spans, t.text FROM variants s JOIN variants t ON t.unit = s.unit AND t.lang = ?"
             " JOIN units u ON u.id = s.unit WHERE s.memory = ? AND s.lang = ? AND s.key = ?"
             " ORDER BY s.text = ? DESC, u.changed DESC LIMIT ?",
             (tgt, self.id, src, query.key, " ".join(text.split()), limit),
-        ).fetchall()
+        )
         found = [
             Match(100, source, with_spans(target, tuple(json.loads(spans)), query.spans), unit)
             for unit, source, spans, target in exact
@@ -216,48 +214,44 @@ class TranslationMemory:
         chosen = self._index(src).candidates(key, threshold, CANDIDATES)
         if not chosen:
             return []
-        rows = self.db.execute(
+        rows = self.db.rows(
             f"SELECT s.unit, s.text, s.key, t.text FROM variants s JOIN variants t ON t.unit = s.unit AND t.lang = ?"
             f" WHERE s.id IN ({','.join('?' * len(chosen))})",
             (tgt, *chosen),
-        ).fetchall()
+        )
         query = words(key)
         scored = [(score(query, words(candidate)), unit, source, target) for unit, source, candidate, target in rows]
         return [Match(value, source, target, unit) for value, unit, source, target in scored if value >= threshold]
 
     def _index(self, lang: str) -> WordIndex:
         """The word index of the memory's sentences in `lang`, built on first use and again after any
-        change to the file (from this connection or another: SQLite's data_version)."""
-        version = (self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes)
+        change to the memory (from this process or another: its version)."""
+        version = self.db.value("SELECT version FROM versions WHERE memory = ?", (self.id,)) or 0
         if version != self._indexed_at:
             self._indexes, self._indexed_at = {}, version
         if lang not in self._indexes:
-            rows = self.db.execute("SELECT id, key FROM variants WHERE memory = ? AND lang = ?", (self.id, lang))
+            rows = self.db.rows("SELECT id, key FROM variants WHERE memory = ? AND lang = ?", (self.id, lang))
             self._indexes[lang] = WordIndex(rows)
         return self._indexes[lang]
 
     def owner_units(self) -> int:
         """The units of every memory of this memory's owner."""
-        return self.db.execute(
+        return self.db.value(
             "SELECT count(*) FROM units u JOIN memories m ON m.id = u.memory WHERE m.owner = ?", (self.owner,)
-        ).fetchone()[0]
+        )
 
     def owner_memories(self) -> list[str]:
         """The names of the owner's memories."""
-        rows = self.db.execute("SELECT name FROM memories WHERE owner = ? ORDER BY id", (self.owner,))
+        rows = self.db.rows("SELECT name FROM memories WHERE owner = ? ORDER BY id", (self.owner,))
         return [name for (name,) in rows]
 
-    def units(self) -> Iterator[Unit]:
-        """Every unit of the memory, oldest first, each with all its languages."""
-        rows = self.db.execute(
-            "SELECT unit, locale, text, segment FROM variants WHERE memory = ? ORDER BY unit, id", (self.id,)
-        )
-        current, unit = None, Unit()
-        for unit_id, locale, text, segment in rows:
-            if unit_id != current and unit.variants:
-                yield unit
-                unit = Unit()
-            current = unit_id
-            unit.variants.append(Variant(locale, text, segment))
-        if unit.variants:
-            yield unit
+    def units(self, page: int = 5000) -> Iterator[Unit]:
+        """Every unit of the memory, oldest first, each with all its languages (read `page` units at a time)."""
+        after = 0
+        while rows := self.db.rows(
+            "SELECT v.unit, v.locale, v.text, v.segment FROM variants v WHERE v.unit IN (SELECT id FROM units"
+            " WHERE memory = ? AND id > ? ORDER BY id LIMIT ?) ORDER BY v.unit, v.id", (self.id, after, page),
+        ):  # fmt: skip
+            for _, group in itertools.groupby(rows, key=lambda row: row[0]):
+                yield Unit([Variant(locale, text, segment) for _, locale, text, segment in group])
+            after = rows[-1][0]

@@ -4,7 +4,8 @@ without keys, per client address.
 The key file holds one key a line, optionally followed by its limit in requests per minute, a
 name for the metrics and the request log (default: `key-` and the first 8 hex digits of the key's
 SHA-256) and a quota of characters to translate (DeepL's API reports and enforces it: 456 once it is
-used up; counted since the server started), with `#` comments and blank lines ignored:
+used up; counted since the server started, or kept with --state-dir: several servers given one
+postgresql:// URL count together), with `#` comments and blank lines ignored:
 
     # key                               limit  name      characters
     3f9c2d7e-aa41-4c0e-9d55-ffc1e2d0b8a1  60     newsroom  500000
@@ -31,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
 from mtkit.serving.service import RequestError
 
@@ -131,6 +133,30 @@ class SlidingWindow:
             return 0.0
 
 
+class Usage:
+    """Characters translated by each key (by name; "" without keys), in the server's state database."""
+
+    def __init__(self, db: Database | None = None):
+        self.db = db or Database(":memory:", "--state-dir", "mtkit's server state")
+        self.db.script("CREATE TABLE IF NOT EXISTS usage (name TEXT PRIMARY KEY, used BIGINT NOT NULL)")
+
+    def of(self, name: str | None) -> int:
+        return self.db.value("SELECT used FROM usage WHERE name = ?", (name or "",)) or 0
+
+    def add(self, name: str | None, characters: int, limit: int = 0) -> bool:
+        """Count the characters, in one statement (servers sharing the database cannot both pass the
+        limit); False, counting nothing, where they would take the total past limit (0: no limit)."""
+        if limit and characters > limit:
+            return False
+        bound = limit or 2**62
+        row = self.db.one(
+            "INSERT INTO usage (name, used) VALUES (?, ?) ON CONFLICT (name) DO UPDATE"
+            " SET used = usage.used + excluded.used WHERE usage.used + excluded.used <= ? RETURNING used",
+            (name or "", characters, bound),
+        )
+        return row is not None
+
+
 @dataclass
 class AccessRules:
     keys: KeyFile | None = None
@@ -152,7 +178,7 @@ class Gate:
     def __init__(self, rules: AccessRules, clock: Callable[[], float] = time.monotonic):
         self.rules, self.windows = rules, SlidingWindow(clock)
         self._reload = threading.Event()
-        self.used: dict[str | None, int] = {}  # characters translated, by key name (None: without keys)
+        self.usage = Usage()  # characters translated, by key name: the server keeps them with its state
 
     def reload_soon(self) -> None:
         """SIGHUP: read the key file again at the next request."""
@@ -184,11 +210,14 @@ class Gate:
     ) -> None:
         """Count characters against the key's quota (count), after checking that they fit (check);
         `status` where they do not (DeepL's 456 "quota exceeded"; 429 on the other APIs)."""
-        name, used = key and key.name, self.used.get(key and key.name, 0)
-        if check and key is not None and key.characters and used + characters > key.characters:
-            raise RequestError(status, f"quota exceeded: {used:,} of {key.characters:,} characters used")
-        if count:
-            self.used[name] = used + characters
+        name = key and key.name
+        limit = key.characters if check and key is not None else 0
+        fits = (
+            self.usage.add(name, characters, limit) if count else self.usage.of(name) + characters <= (limit or 2**62)
+        )
+        if not fits:
+            used = self.usage.of(name)
+            raise RequestError(status, f"quota exceeded: {used:,} of {limit:,} characters used")
 
     @contextlib.contextmanager
     def charged(self, key: ApiKey | None, characters: int, status: int = 429) -> Iterator[None]:

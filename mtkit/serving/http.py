@@ -48,10 +48,12 @@ dropped. Needs the optional extra: pip install 'mtkit[serve]'.
 import asyncio
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+from mtkit.core.database import is_url, state_database
 from mtkit.core.errors import MtkitError
 from mtkit.memory.owners import MemoryLimit
-from mtkit.serving.access import AccessRules, BodyLimit, Gate, bearer_key
+from mtkit.serving.access import AccessRules, BodyLimit, Gate, Usage, bearer_key
 from mtkit.serving.apis.deepl import add_deepl_routes
 from mtkit.serving.apis.deepl_memories import UPLOAD_PATH
 from mtkit.serving.apis.libretranslate import (
@@ -217,8 +219,10 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
             return await libretranslate(fleet, request, body)
 
     add_file_routes(app, fleet, admit, gate, store, workers)
-    state = fleet.cfg.state_dir
-    glossaries = GlossaryStore(state / "glossaries" if state else None)
+    state = state_database(fleet.cfg.state_dir)  # DeepL's glossaries and the keys' usage
+    gate.usage, glossaries = Usage(state), GlossaryStore(state)
+    if fleet.cfg.state_dir and not is_url(fleet.cfg.state_dir):
+        glossaries.take_folder(Path(fleet.cfg.state_dir) / "glossaries")  # an earlier version's files
     add_deepl_routes(app, fleet, admit, gate, DocumentJobs(store), glossaries, workers)
 
     @app.post("/suggest")

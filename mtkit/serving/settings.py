@@ -36,8 +36,10 @@ class ServeConfig:
     max_stored_bytes: int = 1 << 30  # translated documents kept for download, in bytes at most (oldest go first)
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
     file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
-    state_dir: Path | None = None  # what outlives the server (DeepL's glossaries); None: kept in memory
-    tm: Path | None = None  # the translation memory (mtkit.memory) corrections go to and texts are found in
+    state_dir: str | Path | None = None  # what outlives the server (glossaries, usage): a folder or a URL; None: memory
+    tm: str | None = (
+        None  # the translation memory (a file or a postgresql:// URL) (mtkit.memory) corrections go to and texts are found in
+    )
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",

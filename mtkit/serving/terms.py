@@ -12,13 +12,14 @@ import io
 import json
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
-from mtkit.core.textio import atomic_path
 from mtkit.text.glossary import Glossary, Term, encode_terms
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.translate import NbestList
@@ -174,42 +175,41 @@ def parse_entries(text: str, entries_format: str) -> list[tuple[str, str]]:
     return entries
 
 
+GLOSSARY_SCHEMA = """CREATE TABLE IF NOT EXISTS glossaries (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created TEXT NOT NULL, revision INTEGER NOT NULL, data TEXT NOT NULL)"""
+CACHED_GLOSSARIES = 32  # glossaries kept read (the rest stay in the database until asked for)
+
+
 class GlossaryStore:
-    """Stored glossaries by id, kept in a folder where one is given (a JSON file each, written to a
-    temporary file, synced and renamed), so that they outlive the server; else in memory."""
+    """Stored glossaries by id, in the server's state database (mtkit.core.database.state_database: in
+    memory, a folder's SQLite file, or PostgreSQL shared by servers), each read when first asked for and
+    read again when another server changed it: a server starts without reading any."""
 
-    def __init__(self, folder: Path | None = None):
-        self.folder, self.glossaries = folder, {}
+    def __init__(self, db: Database | None = None):
+        self.db = db or Database(":memory:", "--state-dir", "mtkit's server state")
+        self.db.script(GLOSSARY_SCHEMA)
+        self._read: OrderedDict[str, StoredGlossary] = OrderedDict()
         self._lock = threading.Lock()
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            for path in sorted(folder.glob("*.json")):
-                try:
-                    data = json.loads(path.read_text(encoding="utf-8"))
-                    data["entries"] = [tuple(pair) for pair in data["entries"]]
-                    data["more"] = [(s, t, [tuple(pair) for pair in e]) for s, t, e in data.get("more", [])]
-                    self.glossaries[data["glossary_id"]] = StoredGlossary(**data)
-                except (ValueError, KeyError, TypeError) as err:
-                    raise MtkitError(f"{path}: not a glossary mtkit stored ({type(err).__name__}: {err})") from None
 
-    def create(self, owner: str | None, name: str, source: str, target: str, entries: list) -> StoredGlossary:
-        with self._lock:
-            if len(self.glossaries) >= MAX_GLOSSARIES:
+    def create(self, owner: str | None, name: str, source: str, target: str, entries: list,
+               more: Sequence[Dictionary] = ()) -> StoredGlossary:  # fmt: skip
+        created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        glossary = StoredGlossary(str(uuid.uuid4()), name, source, target, created, entries, owner, list(more))
+        with self.db.transaction():
+            self.db.exclusive("glossaries")
+            if self.db.value("SELECT count(*) FROM glossaries") >= MAX_GLOSSARIES:
                 raise TermsError(f"this server keeps {MAX_GLOSSARIES:,} glossaries at most: delete one first")
-            if owner is not None and len(self.owned(owner)) >= MAX_GLOSSARIES_PER_KEY:
+            if owner is not None and self._count(owner) >= MAX_GLOSSARIES_PER_KEY:
                 raise TermsError(f"a key keeps {MAX_GLOSSARIES_PER_KEY:,} glossaries at most: delete one first")
-            created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            glossary = StoredGlossary(str(uuid.uuid4()), name, source, target, created, entries, owner)
-            self._save(glossary)
-            return glossary
+            self.db.run("INSERT INTO glossaries (id, owner, created, revision, data) VALUES (?, ?, ?, 0, ?)",
+                        (glossary.glossary_id, owner or "", created, _stored(glossary)))  # fmt: skip
+        return glossary
 
     def create_multilingual(self, owner: str | None, name: str, dictionaries: list[Dictionary]) -> StoredGlossary:
         """A glossary of several language pairs (DeepL's /v3/glossaries)."""
         _check_dictionaries(dictionaries)
         (source, target, entries), *more = dictionaries
-        glossary = self.create(owner, name, source, target, entries)
-        with self._lock:
-            return self._save(dataclasses.replace(glossary, more=more))
+        return self.create(owner, name, source, target, entries, more)
 
     def change(
         self,
@@ -222,7 +222,8 @@ class GlossaryStore:
     ) -> StoredGlossary | None:
         """The glossary renamed, each given dictionary merged into its pair's (merge: entries of the same
         source term replaced) or put in its place, or one pair's dropped; None where the owner has no such glossary."""  # fmt: skip
-        with self._lock:
+        with self.db.transaction():
+            self.db.exclusive("glossaries")
             glossary = self.get(owner, glossary_id)
             if glossary is None:
                 return None
@@ -237,34 +238,75 @@ class GlossaryStore:
                 raise TermsError("a glossary keeps one dictionary at least: delete the glossary instead")
             _check_dictionaries(list(current.values()))
             (source, target, entries), *more = current.values()
-            return self._save(dataclasses.replace(
+            changed = dataclasses.replace(
                 glossary, name=name or glossary.name, source_lang=source, target_lang=target, entries=entries,
                 more=more, revision=glossary.revision + 1,
-            ))  # fmt: skip
-
-    def _save(self, glossary: StoredGlossary) -> StoredGlossary:
-        """Kept (written to a temporary file, synced and renamed where there is a folder); under the lock."""
-        if self.folder is not None:
-            with atomic_path(self.folder / f"{glossary.glossary_id}.json") as tmp:
-                tmp.write_text(json.dumps(dataclasses.asdict(glossary), ensure_ascii=False), encoding="utf-8")
-        self.glossaries[glossary.glossary_id] = glossary
-        return glossary
+            )  # fmt: skip
+            self.db.run("UPDATE glossaries SET revision = ?, data = ? WHERE id = ?",
+                        (changed.revision, _stored(changed), glossary_id))  # fmt: skip
+        return changed
 
     def get(self, owner: str | None, glossary_id: str) -> StoredGlossary | None:
-        glossary = self.glossaries.get(glossary_id)
-        return glossary if glossary is not None and glossary.owner == owner else None
+        row = self.db.one("SELECT revision FROM glossaries WHERE id = ? AND owner = ?", (glossary_id, owner or ""))
+        if row is None:
+            return None
+        with self._lock:
+            glossary = self._read.get(glossary_id)
+            if glossary is not None and glossary.revision == row[0]:
+                self._read.move_to_end(glossary_id)
+                return glossary
+        data = self.db.value("SELECT data FROM glossaries WHERE id = ?", (glossary_id,))
+        if data is None:  # deleted meanwhile
+            return None
+        glossary = _read(data)
+        with self._lock:
+            self._read[glossary_id] = glossary
+            while len(self._read) > CACHED_GLOSSARIES:
+                self._read.popitem(last=False)
+        return glossary
 
     def owned(self, owner: str | None) -> list[StoredGlossary]:
-        return [glossary for glossary in self.glossaries.values() if glossary.owner == owner]
+        ids = self.db.rows("SELECT id FROM glossaries WHERE owner = ? ORDER BY created, id", (owner or "",))
+        return [glossary for (glossary_id,) in ids if (glossary := self.get(owner, glossary_id)) is not None]
 
     def delete(self, owner: str | None, glossary_id: str) -> bool:
+        deleted = self.db.run("DELETE FROM glossaries WHERE id = ? AND owner = ?", (glossary_id, owner or ""))
         with self._lock:
-            if self.get(owner, glossary_id) is None:
-                return False
-            del self.glossaries[glossary_id]
-            if self.folder is not None:
-                (self.folder / f"{glossary_id}.json").unlink(missing_ok=True)
-            return True
+            self._read.pop(glossary_id, None)
+        return deleted > 0
+
+    def _count(self, owner: str | None) -> int:
+        return self.db.value("SELECT count(*) FROM glossaries WHERE owner = ?", (owner or "",))
+
+    def take_folder(self, folder: Path) -> int:
+        """Glossaries an earlier version kept as JSON files in `folder` moved into the database (one
+        transaction; the files removed after it): how many."""
+        files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+        glossaries = []
+        for path in files:
+            try:
+                glossaries.append(_read(path.read_text(encoding="utf-8")))
+            except (ValueError, KeyError, TypeError) as err:
+                raise MtkitError(f"{path}: not a glossary mtkit stored ({type(err).__name__}: {err})") from None
+        with self.db.transaction():
+            for glossary in glossaries:
+                self.db.run("INSERT INTO glossaries (id, owner, created, revision, data) VALUES (?, ?, ?, ?, ?)"
+                            " ON CONFLICT (id) DO NOTHING", (glossary.glossary_id, glossary.owner or "",
+                            glossary.creation_time, glossary.revision, _stored(glossary)))  # fmt: skip
+        for path in files:
+            path.unlink()
+        return len(files)
+
+
+def _stored(glossary: StoredGlossary) -> str:
+    return json.dumps(dataclasses.asdict(glossary), ensure_ascii=False)
+
+
+def _read(data: str) -> StoredGlossary:
+    fields = json.loads(data)
+    fields["entries"] = [tuple(pair) for pair in fields["entries"]]
+    fields["more"] = [(s, t, [tuple(pair) for pair in e]) for s, t, e in fields.get("more", [])]
+    return StoredGlossary(**fields)
 
 
 def _check_dictionaries(dictionaries: list[Dictionary]) -> None:

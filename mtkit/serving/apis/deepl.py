@@ -195,7 +195,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
     async def usage(request: Request):
         key = authorized(request, await fields_of(request))
         limit = key.characters if key is not None and key.characters else UNLIMITED
-        return {"character_count": gate.used.get(key and key.name, 0), "character_limit": limit}
+        return {"character_count": gate.usage.of(key and key.name), "character_limit": limit}
 
     @app.get("/v2/glossary-language-pairs")
     async def glossary_pairs(request: Request):
