@@ -11,7 +11,7 @@ DEMO_OUT ?= runs/demo
 AUTO_LOG := $(abspath $(VENV))/auto-precision.log
 AUTO_ON_THIS_CPU := import torch; from mtkit.core.device import resolve_precision; print(resolve_precision("auto", torch.device("cpu")))
 
-.PHONY: setup test demo clean browser office
+.PHONY: setup test demo clean browser office postgres
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,18 @@ office:
 		&& echo "office: installed LibreOffice, gettext and poppler"; \
 	else \
 		echo "office: not installed (run: sudo apt-get install libreoffice-writer-nogui libreoffice-impress-nogui libreoffice-calc-nogui gettext poppler-utils); those tests will skip"; \
+	fi
+
+# PostgreSQL's server, which the tests of state shared between servers start and stop themselves (they
+# skip, saying so, without it).
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null; then \
+		echo "postgres: PostgreSQL is installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null \
+		&& echo "postgres: installed PostgreSQL"; \
+	else \
+		echo "postgres: not installed (run: sudo apt-get install postgresql); the shared-state tests will skip"; \
 	fi
 
 demo: setup

@@ -1,10 +1,11 @@
 """A translation memory at the size of tatoeba-de-en's training set: how long its import takes, how long
 a lookup takes, and what the matches are worth (the stored German alone, scored against the references).
 
-    python bench/memory.py [--data ../shared/data/tatoeba-de-en] [--lookups 500] [--memory DIR/tm.db]
+    python bench/memory.py [--data ../shared/data/tatoeba-de-en] [--lookups 500]
+                           [--memory DIR/tm.db | --memory postgresql://USER@HOST/DB]
 
-Imports train.en/train.de (154,696 pairs) into a fresh SQLite memory (the import's wall time, one
-transaction), builds the word index (the first lookup), looks up the first --lookups test sentences
+Imports train.en/train.de (154,696 pairs) into a fresh SQLite memory, or PostgreSQL's (the memory
+`default` of that database, emptied first) (the import's wall time, one transaction), builds the word index (the first lookup), looks up the first --lookups test sentences
 with the default threshold, 75 (each lookup's wall time: median, 95th percentile, mean), and groups
 them by their best match's band at threshold 60 (100, 90-99, 75-89, 60-74, none); per band, the BLEU
 and chrF of the best match's German alone against the references.
@@ -23,6 +24,7 @@ import sacrebleu
 from common import REPO, conditions, print_table
 
 sys.path.insert(0, str(REPO))
+from mtkit.core.database import is_url, without_password  # noqa: E402
 from mtkit.memory.sources import aligned_units  # noqa: E402
 from mtkit.memory.store import TranslationMemory  # noqa: E402
 
@@ -34,12 +36,17 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "tatoeba-de-en")
     parser.add_argument("--lookups", type=int, default=500)
     parser.add_argument(
-        "--memory", type=Path, default=None, help="where the memory is built (default: a temporary file)"
+        "--memory",
+        default=None,
+        help="where the memory is built: a file, or a postgresql:// URL (default: a temporary file)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.memory or Path(tmp) / "tm.db"
-        path.unlink(missing_ok=True)
+        path = args.memory or str(Path(tmp) / "tm.db")
+        if is_url(path):
+            TranslationMemory(path).delete()
+        else:
+            Path(path).unlink(missing_ok=True)
         memory = TranslationMemory(path)
         started = time.perf_counter()
         counts = memory.add(aligned_units(args.data / "train.en", args.data / "train.de", "en", "de"), "en")
@@ -55,9 +62,10 @@ def main() -> None:
             memory.lookup(sentence, "en", "de", threshold=75, limit=1)
             times.append(1000 * (time.perf_counter() - started))
         best = [next(iter(memory.lookup(sentence, "en", "de", threshold=60, limit=1)), None) for sentence in sources]
-        size = path.stat().st_size / 2**20
+        database_size = "SELECT pg_database_size(current_database())"
+        size = (memory.db.value(database_size) if is_url(path) else Path(path).stat().st_size) / 2**20
     print(f"conditions: {conditions()}")
-    print(f"memory: {args.data}/train ({counts.added:,} units added, {counts.updated:,} merged), {size:,.0f} MiB; "
+    print(f"memory: {without_password(path) if args.memory else 'SQLite, a temporary file'}; {args.data}/train ({counts.added:,} units added, {counts.updated:,} merged), {size:,.0f} MiB; "
           f"{len(sources):,} test sentences looked up\n")  # fmt: skip
     times.sort()
     print_table(

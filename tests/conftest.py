@@ -69,6 +69,22 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server of this test process (tests/postgres.py); skips where none can start."""
+    from postgres import PostgresServer
+
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def postgres_url(postgres_server) -> str:
+    """A new empty database on it: its URL."""
+    return postgres_server.database()
+
+
+@pytest.fixture(scope="session")
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():
         pytest.skip(f"needs the Multi30k corpus, not found at {MULTI30K}: set MTKIT_MULTI30K=/path/to/multi30k")

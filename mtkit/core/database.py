@@ -19,6 +19,7 @@ from mtkit.core.errors import MtkitError
 
 POSTGRES_EXTRA = "pip install 'mtkit[postgres]'"
 URL_SCHEMES = ("postgresql://", "postgres://")
+MAX_PARAMS = 30_000  # placeholders a statement (SQLite allows 32,766; PostgreSQL 65,535)
 
 
 def is_url(where: Path | str) -> bool:
@@ -52,7 +53,8 @@ class Database:
                 f"{self.option} {without_password(self.where)}: PostgreSQL needs psycopg: {POSTGRES_EXTRA}"
             ) from None
         try:
-            conn = psycopg.connect(self.where, autocommit=True, connect_timeout=10)
+            # RawCursor: $1, $2... placeholders as the server takes them (psycopg parses no query text)
+            conn = psycopg.connect(self.where, autocommit=True, connect_timeout=10, cursor_factory=psycopg.RawCursor)
         except psycopg.Error as err:
             why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise MtkitError(f"{self.option} {without_password(self.where)}: cannot connect ({why})") from None
@@ -136,10 +138,53 @@ class Database:
         with self._lock:
             return self._run(sql, params).rowcount
 
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for each row, sent together (PostgreSQL: pipelined, not a round trip each)."""
+        if not rows:
+            return
+        with self._lock:
+            if self.postgres:
+                self.conn.cursor().executemany(self._sql(sql), rows)
+            else:
+                self.conn.executemany(sql, rows)
+
+    def insert_values(self, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> None:
+        """`head VALUES (...), (...) tail`: many rows an INSERT, the fewest statements the placeholders'
+        limit allows (a row that an ON CONFLICT of the tail updates must be there once)."""
+        if not rows:
+            return
+        per_statement = max(1, MAX_PARAMS // len(rows[0]))
+        marks = "(" + ", ".join("?" * len(rows[0])) + ")"
+        with self._lock:
+            for start in range(0, len(rows), per_statement):
+                part = rows[start : start + per_statement]
+                values = ", ".join([marks] * len(part))
+                self._run(f"{head} VALUES {values} {tail}", [value for row in part for value in row])
+
+    def rows_many(self, sql: str, params: Sequence[Sequence[Any]]) -> list[list[tuple]]:
+        """A statement that returns rows (a SELECT, an INSERT ... RETURNING) for each of the params,
+        sent together: the rows of each, in order."""
+        if not params:
+            return []
+        with self._lock:
+            if not self.postgres:
+                return [self.conn.execute(sql, each).fetchall() for each in params]
+            cursor = self.conn.cursor()
+            cursor.executemany(self._sql(sql), params, returning=True)
+            results = [cursor.fetchall()]
+            while cursor.nextset():
+                results.append(cursor.fetchall())
+            return results
+
+    def _sql(self, sql: str) -> str:
+        """The callers' ? placeholders as PostgreSQL's $1, $2..."""
+        if not self.postgres:
+            return sql
+        parts = sql.split("?")
+        return "".join(part + (f"${n}" if n < len(parts) else "") for n, part in enumerate(parts, 1))
+
     def _run(self, sql: str, params: Sequence[Any]):
-        if self.postgres:
-            sql = sql.replace("%", "%%").replace("?", "%s")
-        return self.conn.execute(sql, tuple(params))
+        return self.conn.execute(self._sql(sql), tuple(params))
 
 
 def state_database(where: Path | str | None) -> Database:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from mtkit.memory.matching import keyed, score, with_spans, words
 from mtkit.memory.tmx import Unit, Variant, language
 
 DEFAULT_MEMORY = "default"
+IMPORT_CHUNK = 1000  # units written together
 CANDIDATES = 300  # units the word index proposes for exact rescoring (docs/results/memory.md)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -153,44 +154,65 @@ class TranslationMemory:
     def add(self, units: Iterable[Unit], source_lang: str | None = None, origin: str = "import") -> Imported:
         """Add units in one transaction; a unit whose source-language text the memory holds already
         updates that unit (its other languages replaced or added). source_lang: the language a unit
-        is known by (default: its first variant's)."""
+        is known by (default: its first variant's). Written IMPORT_CHUNK units a statement batch, so
+        that a database server is not waited for unit by unit."""
         counts = Imported()
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         with self.db.transaction():
             self._changed()
-            for unit in units:
-                by = language(source_lang) if source_lang else language(unit.variants[0].locale)
-                source = next((v for v in unit.variants if language(v.locale) == by), None)
-                if source is None or len({language(v.locale) for v in unit.variants}) < 2 or not source.text:
-                    counts.skipped += 1
-                    continue
-                unit_id = self._unit_of(by, source.text)
-                if unit_id is None:
-                    unit_id = self.db.value(
-                        "INSERT INTO units (memory, origin, changed) VALUES (?, ?, ?) RETURNING id",
-                        (self.id, origin, now),
-                    )
-                    counts.added += 1
-                else:
-                    self.db.run("UPDATE units SET origin = ?, changed = ? WHERE id = ?", (origin, now, unit_id))
-                    counts.updated += 1
-                for variant in unit.variants:
-                    self._put_variant(unit_id, variant)
+            stream = iter(units)
+            while chunk := list(itertools.islice(stream, IMPORT_CHUNK)):
+                self._add_chunk(chunk, source_lang, origin, now, counts)
         return counts
 
-    def _unit_of(self, lang: str, text: str) -> int | None:
-        return self.db.value(
-            "SELECT unit FROM variants WHERE memory = ? AND lang = ? AND key = ? AND text = ?",
-            (self.id, lang, keyed(text).key, text),
+    def _add_chunk(self, chunk: Sequence[Unit], source_lang: str | None, origin: str, now: str, counts: Imported):
+        wanted = []  # (unit, the language it is known by, its text in it)
+        for unit in chunk:
+            by = language(source_lang) if source_lang else language(unit.variants[0].locale)
+            source = next((v for v in unit.variants if language(v.locale) == by), None)
+            if source is None or len({language(v.locale) for v in unit.variants}) < 2 or not source.text:
+                counts.skipped += 1
+                continue
+            wanted.append((unit, by, source.text))
+        known = self._units_of({(by, text) for _, by, text in wanted})
+        plan, new = [], 0  # (unit id, or -n for the chunk's n-th new unit; the unit)
+        for unit, by, text in wanted:
+            if (by, text) in known:
+                counts.updated += 1  # a unit of the memory, or one this chunk adds twice
+            else:
+                new += 1
+                known[by, text] = -new
+                counts.added += 1
+            plan.append((known[by, text], unit))
+        added = self.db.rows_many("INSERT INTO units (memory, origin, changed) VALUES (?, ?, ?) RETURNING id",
+                                  [(self.id, origin, now)] * new)  # fmt: skip
+        ids = [rows[0][0] for rows in added]
+        self.db.run_many("UPDATE units SET origin = ?, changed = ? WHERE id = ?",
+                         [(origin, now, unit_id) for unit_id in {u for u, _ in plan if u > 0}])  # fmt: skip
+        rows = {}  # the last of each unit's language, as adding them one by one would leave it
+        for unit_id, unit in plan:
+            for variant in unit.variants:
+                row = self._variant_row(ids[-unit_id - 1] if unit_id < 0 else unit_id, variant)
+                rows[row[0], row[2]] = row
+        self.db.insert_values(
+            "INSERT INTO variants (unit, memory, lang, locale, text, key, spans, segment)",
+            list(rows.values()),
+            "ON CONFLICT (unit, lang) DO UPDATE SET locale = excluded.locale, text = excluded.text,"
+            " key = excluded.key, spans = excluded.spans, segment = excluded.segment",
         )
 
-    def _put_variant(self, unit_id: int, variant: Variant) -> None:
-        lang, key = language(variant.locale), keyed(variant.text)
-        self.db.run("DELETE FROM variants WHERE unit = ? AND lang = ?", (unit_id, lang))
-        self.db.run(
-            "INSERT INTO variants (unit, memory, lang, locale, text, key, spans, segment) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (unit_id, self.id, lang, variant.locale, variant.text, key.key, json.dumps(key.spans), variant.segment),
-        )
+    def _units_of(self, sources: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The units the memory holds of these (language, text) sources (one indexed lookup each: a
+        long IN list would have PostgreSQL scan the table)."""
+        asked = sorted({(lang, keyed(text).key) for lang, text in sources})
+        found = self.db.rows_many("SELECT lang, text, unit FROM variants WHERE memory = ? AND lang = ? AND key = ?",
+                                  [(self.id, lang, key) for lang, key in asked])  # fmt: skip
+        return {(lang, text): unit for rows in found for lang, text, unit in rows if (lang, text) in sources}
+
+    def _variant_row(self, unit_id: int, variant: Variant) -> tuple:
+        key = keyed(variant.text)
+        return (unit_id, self.id, language(variant.locale), variant.locale, variant.text, key.key,
+                json.dumps(key.spans), variant.segment)  # fmt: skip
 
     def lookup(self, text: str, src: str, tgt: str, threshold: int = 75, limit: int = 5) -> list[Match]:
         """The best units for a sentence from src to tgt, at least `threshold` percent, best first."""
