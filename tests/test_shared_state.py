@@ -10,8 +10,8 @@ import json
 import deepl
 import httpx
 import pytest
-
 from test_memory import run_cli
+
 from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
 from mtkit.memory.store import TranslationMemory
