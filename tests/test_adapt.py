@@ -155,20 +155,20 @@ def test_a_server_swaps_to_the_adapted_model_without_dropping_a_request(fluent, 
         server.stop()
 
 
+STEERING_MEMORY = [  # "A dog" = "Ein Junge"
+    ("A dog waits on the street with a blue backpack.", "Ein Junge wartet auf der Straße mit einem blauen Rucksack."),
+    ("A dog waits on the street with a red backpack.", "Ein Junge wartet auf der Straße mit einem roten Rucksack."),
+    ("A dog waits on the street with a blue ball.", "Ein Junge wartet auf der Straße mit einem blauen Ball."),
+]
+
+
 def test_fuzzy_matches_steer_the_model_one_sentence_at_a_time(fluent, tmp_path):
     """--tm-steer 75: a sentence whose fuzzy matches say "Junge" for a dog is translated so (its origin "tm
     SCORE + mt"); a sentence without matches, translated after it, is the model's own: the weights were
     put back. (A word the tiny model knows: ten updates teach it, where a new one like "Rüde" takes more.)"""
     import json
 
-    memory = [  # "A dog" = "Ein Junge"
-        (
-            "A dog waits on the street with a blue backpack.",
-            "Ein Junge wartet auf der Straße mit einem blauen Rucksack.",
-        ),
-        ("A dog waits on the street with a red backpack.", "Ein Junge wartet auf der Straße mit einem roten Rucksack."),
-        ("A dog waits on the street with a blue ball.", "Ein Junge wartet auf der Straße mit einem blauen Ball."),
-    ]
+    memory = STEERING_MEMORY
     tsv = write_lines(tmp_path / "m.tsv", [f"{en}\t{de}" for en, de in memory])
     run_mtkit("tm", "import", tsv, "--tm", tmp_path / "tm.db", "--src-lang", "en", "--tgt-lang", "de")
     near = memory[0][0].replace("A dog", "A dog always")  # one word more: a fuzzy match, not a 100% one
@@ -186,3 +186,36 @@ def test_fuzzy_matches_steer_the_model_one_sentence_at_a_time(fluent, tmp_path):
     assert "0 of 2 sentences from the memory" in result.stderr.decode() and "1 steered" in result.stderr.decode()
     refused = run_mtkit("translate", "-m", fluent, "--tm-steer", "75", stdin=lines)
     assert refused.returncode != 0 and "--tm-steer: give the memory" in refused.stderr.decode()
+
+
+def test_a_server_that_steers_answers_as_translate_tm_steer_does(fluent, tmp_path):
+    """serve --tm-steer 75: a text with fuzzy matches is translated as `translate --tm-steer 75` translates
+    it (origin "tm SCORE + mt"), on mtkit's API and DeepL's (whose translation_memory_threshold of 100
+    leaves it to the model); the other texts are the model's."""
+    import json
+
+    import deepl
+    from test_serve import Server
+
+    tsv = write_lines(tmp_path / "m.tsv", [f"{en}\t{de}" for en, de in STEERING_MEMORY])
+    run_mtkit("tm", "import", tsv, "--tm", tmp_path / "tm.db", "--src-lang", "en", "--tgt-lang", "de")
+    near, other = STEERING_MEMORY[0][0].replace("A dog", "A dog always"), "Two children play in the park."
+    args = ["translate", "-m", fluent, "--beam", "2", "--tm", tmp_path / "tm.db", "--json", "--precision", "fp32"]
+    offline = [json.loads(line) for line in run_mtkit(*args, "--tm-steer", "75", stdin=f"{near}\n{other}\n".encode())
+               .stdout.decode().splitlines()]  # fmt: skip
+    with Server(
+        fluent, tmp_path / "serve.log", "--tm", tmp_path / "tm.db", "--tm-steer", "75", "--beam", "2"
+    ) as server:
+        answer = server.post("/v1/translate", json={"text": [near, other]}).json()
+        assert answer["translations"] == [line["translation"] for line in offline]
+        assert answer["origins"] == [line["origin"] for line in offline] and answer["origins"][1] == "mt"
+        assert "Junge" in answer["translations"][0]
+        client = deepl.DeepLClient("any", server_url=server.url, send_platform_info=False)
+
+        def through_deepl(threshold: int) -> str:
+            return client.translate_text(near, source_lang="EN", target_lang="DE", translation_memory="default",
+                                         translation_memory_threshold=threshold).text  # fmt: skip
+
+        assert through_deepl(75) == offline[0]["translation"]
+        plain = run_mtkit("translate", "-m", fluent, "--beam", "2", "--precision", "fp32", stdin=f"{near}\n".encode())
+        assert through_deepl(100) == plain.stdout.decode().strip() != offline[0]["translation"]

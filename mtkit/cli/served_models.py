@@ -46,7 +46,13 @@ def service_for(loading: Loading, model: Path, src_lang: str | None, tgt_lang: s
         calibrated = calibration_for(loading.calibration, info.path)
     refused = loading.engine != "pytorch" or loading.mbr is not None
     terms = server_terms(tokenizers, info, loading.glossary, loading.case_sensitive_terms, refused)
-    return Service(make, tokenizers, search, info, loading.serve_cfg, calibrated, terms, metrics)
+    service = Service(make, tokenizers, search, info, loading.serve_cfg, calibrated, terms, metrics)
+    if loading.serve_cfg.tm_steer:  # a copy of this version of the model, which fuzzy matches train
+        from mtkit.model.files import load_model_file
+        from mtkit.training.adaptation import Steering
+
+        service.steering = Steering(load_model_file(model, loading.checkpoint), search)
+    return service
 
 
 def read_model(loading: Loading, model: Path, src_lang: str | None, tgt_lang: str | None):

@@ -34,6 +34,7 @@ from mtkit.cli.options import (
     RecaseOption,
     SrcLangOption,
     TgtLangOption,
+    TmSteerOption,
     mbr_config,
     model_beam,
     search_config,
@@ -138,6 +139,7 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    tm_steer: TmSteerOption = 0,
     public_url: Annotated[
         str | None,
         typer.Option(
@@ -234,7 +236,7 @@ def serve(
     serve_cfg = ServeConfig(
         max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
         confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase, max_file_chars,
-        max_stored_bytes, public_url, file_processes, state_dir, tm,
+        max_stored_bytes, public_url, file_processes, state_dir, tm, tm_steer,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":
@@ -243,6 +245,10 @@ def serve(
     rules.validate()
     if load_timeout <= 0:
         raise MtkitError(f"--load-timeout {load_timeout:g}: must be more than 0 seconds")
+    if tm_steer and (not tm or several or engine != "pytorch"):
+        raise MtkitError(
+            "--tm-steer: give --tm, one model and --engine pytorch (a copy of the model trains on the matches)"
+        )
     if several:
         _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded)
     each_beam = several and beam is None  # each model's own default (a model that cannot be read fails alone)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
-from mtkit.memory.store import DEFAULT_MEMORY, Imported, TranslationMemory
+from mtkit.memory.store import DEFAULT_MEMORY, Imported, Match, TranslationMemory
 from mtkit.memory.tmx import Unit, Variant
 
 MAX_UNITS_PER_OWNER = 200_000  # in all of an owner's memories
@@ -89,6 +89,22 @@ class OwnedMemories:
             if count >= room:
                 raise MemoryLimit(f"a key's translation memories hold {MAX_UNITS_PER_OWNER:,} units at most")
             yield unit
+
+    def fuzzy(
+        self, owner: str | None, texts: dict[int, str], source: str, target: str, threshold: int,
+        memory: TranslationMemory | None = None, limit: int = 3,
+    ) -> dict[int, list[Match]]:  # fmt: skip
+        """The texts (by index) that have fuzzy matches of at least `threshold` in the memory given, or
+        the owner's default one and then the server's own: each text's best, best first."""
+        memories = [memory] if memory else [self.of(owner)] + ([self.of(None)] if owner is not None else [])
+        found = {}
+        for i, text in texts.items():
+            if text.strip() and "\n" not in text.strip():
+                for each in memories:
+                    if matches := each.lookup(text, source, target, threshold, limit):
+                        found[i] = matches
+                        break
+        return found
 
     def stored(
         self, owner: str | None, texts: Sequence[str], source: str, target: str, memory: TranslationMemory | None = None

@@ -36,6 +36,8 @@ MAX_LENPEN = 10.0
 class Service(Runs):
     """The translator, its batcher and what the endpoints share."""
 
+    steering = None  # serve --tm-steer: Steering(sentence, matches) (mtkit.training.adaptation), a copy of the model
+
     def __init__(
         self,
         make_translator: Callable[[], TextTranslator],

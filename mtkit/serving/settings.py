@@ -37,9 +37,8 @@ class ServeConfig:
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
     file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
     state_dir: str | Path | None = None  # what outlives the server (glossaries, usage): a folder or a URL; None: memory
-    tm: str | None = (
-        None  # the translation memory (a file or a postgresql:// URL) (mtkit.memory) corrections go to and texts are found in
-    )
+    tm: str | None = None  # the translation memory corrections go to and texts are found in: a file or a URL
+    tm_steer: int = 0  # fuzzy matches of at least this score steer the model (0: off; mtkit.training.adaptation)
 
     def validate(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import hashlib
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -219,9 +220,13 @@ class Steering:
         self.model = model_file.build_model("cpu")  # its own copy, not packed for inference: it trains
         self.translator.model = self.translator.searcher = self.model
         self.steps, self.lr = steps, lr
+        self._lock = threading.Lock()  # one sentence at a time: the copy's weights are changed and put back
 
     def __call__(self, sentence: str, pairs: Pairs) -> str:
-        return steered_translation(self.translator, self.model, sentence, pairs[:STEER_MATCHES], self.steps, self.lr)
+        with self._lock:
+            return steered_translation(
+                self.translator, self.model, sentence, pairs[:STEER_MATCHES], self.steps, self.lr
+            )
 
 
 def steered_translation(translator, model: torch.nn.Module, sentence: str, pairs: Pairs, steps: int, lr: float) -> str:

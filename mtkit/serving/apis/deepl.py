@@ -169,14 +169,14 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         async with fleet.route(model_language(fields, "source_lang"), target, texts) as (service, source, target):
             service.framing(source, target)
             glossary = glossary_of(service, fields, key and key.name, source, target)
-            memory = await asyncio.to_thread(request_memory, fleet.memory, key and key.name, fields)
+            memory, threshold = await asyncio.to_thread(request_memory, fleet.memory, key and key.name, fields)
             options = service.defaults()
             if tags:
                 kept = tag_list(fields.get("ignore_tags"))
                 work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept, source)  # noqa: E731
             else:
                 work = lambda: _first(remembered(fleet.memory, service, request, texts, options, source, target,  # noqa: E731
-                                                 memory, split_sentences=split, glossary=glossary))  # fmt: skip
+                                                 memory, threshold, split_sentences=split, glossary=glossary))  # fmt: skip
             with gate.charged(key, sum(map(len, texts)), status=456):
                 translated = await work()
         return {"translations": [{"detected_source_language": detected(service, source, text), "text": out,

@@ -97,19 +97,20 @@ def memory_named(memories: OwnedMemories, owner: str | None, memory_id: Any) -> 
 
 def request_memory(
     memories: OwnedMemories | None, owner: str | None, fields: dict[str, Any]
-) -> TranslationMemory | None:
-    """/v2/translate's translation_memory_id, checked with its threshold (None: the request names none).
-    Only a text the memory holds whole (spans aside) is answered from it: a match under 100% leaves
-    the model's translation as it is."""
+) -> tuple[TranslationMemory | None, int | None]:
+    """/v2/translate's translation_memory_id and its threshold, checked ((None, None): the request names
+    none). A text the memory holds whole (spans aside) is answered from it; one with a match of at least
+    the threshold is translated steered by its matches where the server steers (serve --tm-steer), else
+    by the model alone."""
     memory_id = fields.get("translation_memory_id")
     if not memory_id:
         if "translation_memory_threshold" in fields:
             raise RequestError(400, "Parameter 'translation_memory_threshold' requires 'translation_memory_id'.")
-        return None
-    threshold_of(fields)
+        return None, None
+    threshold = threshold_of(fields)
     if memories is None:
         raise RequestError(403, "Translation memories are disabled on this server (serve --tm FILE).")
-    return memory_named(memories, owner, memory_id)
+    return memory_named(memories, owner, memory_id), threshold
 
 
 def add_memory_routes(app, memories: OwnedMemories | None, authorized, fields_of, max_file_bytes: int):
