@@ -6,7 +6,7 @@ of --requests single-sentence requests per API, each API measured --rounds times
     python bench/api_overhead.py -m runs/demo/model.pt [--requests 2000] [--rounds 3]
 
 /v1/translate (mtkit's own, JSON through pydantic) against /v2/translate (DeepL's, fields parsed
-by hand, mtkit.serving.apis.deepl) and /translate (LibreTranslate's).
+by hand, mtkit.api.deepl) and /translate (LibreTranslate's).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ APIS = {
 
 
 def echo_app(model: Path):
+    from mtkit.api.app import create_app
     from mtkit.decoding.search import SearchConfig
     from mtkit.model.files import load_model_file, resolve_model_path
-    from mtkit.serving.http import create_app
     from mtkit.serving.service import Service
     from mtkit.serving.settings import ModelInfo, ServeConfig
     from mtkit.translation.translate import Translator

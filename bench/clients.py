@@ -60,9 +60,9 @@ def tempting_lines(count: int, rng: random.Random) -> list[str]:
 def serve(model: Path, beam: int, lenpen: float):
     from fastapi.testclient import TestClient
 
+    from mtkit.api.app import create_app
     from mtkit.decoding.search import SearchConfig
     from mtkit.model.files import load_model_file, resolve_model_path
-    from mtkit.serving.http import create_app
     from mtkit.serving.service import Service
     from mtkit.serving.settings import ModelInfo, ServeConfig
     from mtkit.translation.translate import Translator

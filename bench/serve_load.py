@@ -15,7 +15,7 @@ kept busy (CPU seconds per second); a server near 1.0 is held by one Python thre
       [--threads N] [--replicas N] [--in-process | --engine-process]
 
 --apis v1,deepl sends the same load through /v1/translate and through DeepL's /v2/translate
-(mtkit.serving.apis.deepl; one sentence a request, target_lang --tgt), in turn, on the same server.
+(mtkit.api.deepl; one sentence a request, target_lang --tgt), in turn, on the same server.
 
 Needs pip install 'mtkit[serve]' httpx. The load generator runs on the same machine: a thread per
 client, in --client-processes processes (default: one per 32 clients, at most half the cores), so

@@ -13,9 +13,9 @@ import pytest
 from conftest import run_mtkit
 from test_serve import Server, offline, wait_until
 
+from mtkit.api.access import WINDOW_S, AccessRules, Gate, KeyFile, SlidingWindow, bearer_key, parse_key_file
+from mtkit.api.edge import RequestError
 from mtkit.core.errors import MtkitError
-from mtkit.serving.access import WINDOW_S, AccessRules, Gate, KeyFile, SlidingWindow, bearer_key, parse_key_file
-from mtkit.serving.service import RequestError
 
 pytest.importorskip("fastapi")
 

@@ -1,4 +1,4 @@
-"""DeepL's API on `mtkit serve` (mtkit.serving.apis.deepl), exercised with DeepL's own Python client
+"""DeepL's API on `mtkit serve` (mtkit.api.deepl), exercised with DeepL's own Python client
 library pointed at the server by its server_url, and with form posts as older plugins send them:
 its request shapes, answers and errors are the contract."""
 
@@ -12,7 +12,8 @@ import pytest
 from test_documents import RUNS, word_document, word_runs
 from test_serve import Server, offline
 
-from mtkit.serving.terms import TermsError, parse_entries
+from mtkit.api.glossaries import parse_entries
+from mtkit.serving.terms import TermsError
 
 KEY, SMALL, SLOW = "k" * 32, "s" * 32, "r" * 32  # SMALL's quota is 40 characters, SLOW's one request a minute
 TINY = "t" * 32  # a quota of 30 characters, for the quota on every route
@@ -201,8 +202,8 @@ def test_glossary_entries_that_do_not_read_are_named(text, fmt, message):
 
 
 def test_one_key_cannot_fill_the_glossary_store_for_the_others(monkeypatch):
-    from mtkit.serving import terms
-    from mtkit.serving.terms import GlossaryStore
+    from mtkit.api import glossaries as terms
+    from mtkit.api.glossaries import GlossaryStore
 
     monkeypatch.setattr(terms, "MAX_GLOSSARIES_PER_KEY", 3)
     store = GlossaryStore()

@@ -57,7 +57,7 @@ class MirrorTranslator(TextTranslator):
 @contextmanager
 def mirror_server(tokenizer, rule: str, tmp_path, **settings):
     """`mtkit serve`'s app over a MirrorTranslator, on a uvicorn thread of this process."""
-    from mtkit.serving.http import create_app
+    from mtkit.api.app import create_app
     from mtkit.serving.service import Service
 
     path = tmp_path / f"{rule}.pt"

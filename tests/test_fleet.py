@@ -12,8 +12,10 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from mtkit.api.edge import answered  # noqa: E402
+from mtkit.serving.calls import Reason, Refused  # noqa: E402
 from mtkit.serving.fleet import Fleet, Slot  # noqa: E402
-from mtkit.serving.routes import Pivot, RequestError, described  # noqa: E402
+from mtkit.serving.pivot import Pivot, described  # noqa: E402
 from mtkit.serving.settings import Languages, ModelInfo, ServeConfig  # noqa: E402
 
 
@@ -88,11 +90,11 @@ def test_a_pair_goes_to_its_model_and_a_pair_no_model_has_through_the_pivot():
         fleet.start()
         assert await translated_by(fleet, "de", "en") == ("de-en", "de", "en")
         assert await translated_by(fleet, "de", "fr") == (("de-en", "en-fr"), "de", "fr")
-        with pytest.raises(RequestError, match=r"^target: give one of cs, en, fr$"):
+        with pytest.raises(Refused, match=r"^target: give one of cs, en, fr$"):
             await translated_by(fleet, "de", None)
-        with pytest.raises(RequestError, match=r"^fr->de: no model translates it, directly or through en"):
+        with pytest.raises(Refused, match=r"^fr->de: no model translates it, directly or through en"):
             await translated_by(fleet, "fr", "de")
-        with pytest.raises(RequestError, match=r"^target: give one of cs, fr$"):
+        with pytest.raises(Refused, match=r"^target: give one of cs, fr$"):
             await translated_by(fleet, "en", None)
         fleet.stop()
 
@@ -139,7 +141,7 @@ def test_a_request_for_a_model_without_room_waits_for_the_one_in_use_to_finish()
         await holding.__aexit__(None, None, None)
         assert await waiting == ("b", "en", "fr")
         assert fleet.states() == {"a": "unloaded", "b": "loaded"}
-        with pytest.raises(RequestError, match=r"^this pair needs 2 models loaded at once: --max-loaded is 1$"):
+        with pytest.raises(Refused, match=r"^this pair needs 2 models loaded at once: --max-loaded is 1$"):
             await translated_by(fleet, "de", "fr")
         fleet.stop()
 
@@ -172,11 +174,9 @@ def test_a_model_that_fails_to_load_is_named_and_the_others_serve():
         await until(lambda: fleet.unready() is None)
         assert fleet.states() == {"de-en": "loaded", "en-fr": "failed"}
         assert await translated_by(fleet, "de", "en") == ("de-en", "de", "en")
-        with pytest.raises(
-            RequestError, match=r"^model en-fr could not be loaded: RuntimeError: bad weights$"
-        ) as failed:
+        with pytest.raises(Refused, match=r"^model en-fr could not be loaded: RuntimeError: bad weights$") as failed:
             await translated_by(fleet, "en", "fr")
-        assert failed.value.status == 503
+        assert failed.value.reason == Reason.UNAVAILABLE and answered(failed.value).status == 503
         fleet.stop()
 
     asyncio.run(main())
@@ -189,9 +189,10 @@ def test_a_model_still_loading_past_the_timeout_is_a_503_to_retry():
 
     async def main():
         fleet.start()
-        with pytest.raises(RequestError, match=r"^model en-fr is not loaded yet \(--load-timeout\); retry$") as late:
+        with pytest.raises(Refused, match=r"^model en-fr is not loaded yet \(--load-timeout\); retry$") as late:
             await translated_by(fleet, "en", "fr")
-        assert late.value.status == 503 and late.value.headers == {"Retry-After": "5"}
+        assert (late.value.reason, late.value.retry_after) == (Reason.UNAVAILABLE, 5)
+        assert (answered(late.value).status, answered(late.value).headers) == (503, {"Retry-After": "5"})
         assert fleet.unready() == "loading en-fr"
         gate.set()
         await until(lambda: fleet.unready() is None)

@@ -472,7 +472,7 @@ def test_ready_answers_503_over_http_until_the_warm_up_translation_is_back(train
     test sets, so the 503 is certain, not a race with a fast warm-up."""
     import uvicorn
 
-    from mtkit.serving.http import create_app
+    from mtkit.api.app import create_app
 
     path = resolve_model_path(trained_run)
     model_file = load_model_file(path)

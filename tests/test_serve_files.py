@@ -17,8 +17,8 @@ from hostile import deep, endless, hold_until, inflating_word_file, plural_po
 from test_documents import RUNS, word_document, word_runs
 from test_serve import Server, app_on_a_thread, wait_until
 
+from mtkit.api.files import TranslatedFiles, content_disposition, safe_name
 from mtkit.core.errors import MtkitError
-from mtkit.serving.files import TranslatedFiles, content_disposition, safe_name
 
 KEY = "k" * 32
 
@@ -199,9 +199,9 @@ def test_hostile_files_are_refused_while_other_clients_translate(keyed_server, t
 def in_process_server(trained_run, workers=None, **settings):
     """The app of `mtkit serve` (ServeConfig with these settings, these document workers) on a uvicorn
     thread of this process."""
+    from mtkit.api.app import create_app
     from mtkit.decoding.search import SearchConfig
     from mtkit.model.files import load_model_file, resolve_model_path
-    from mtkit.serving.http import create_app
     from mtkit.serving.service import Service
     from mtkit.serving.settings import ModelInfo, ServeConfig
     from mtkit.translation.translate import Translator

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from test_memory import run_cli
 
+from mtkit.api.access import Usage
+from mtkit.api.glossaries import GlossaryStore
 from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
 from mtkit.memory.store import TranslationMemory
 from mtkit.memory.tmx import Unit, Variant
-from mtkit.serving.access import Usage
-from mtkit.serving.terms import GlossaryStore
 
 UNITS = [
     Unit([Variant("en", "A dog runs on the beach at 7:45."), Variant("de", "Ein Hund läuft um 7:45 am Strand.")]),
@@ -121,7 +121,7 @@ def test_glossaries_are_read_when_asked_for_and_again_after_another_server_chang
 
 
 def test_glossaries_an_earlier_version_kept_as_files_move_into_the_state_database(tmp_path):
-    from mtkit.serving.terms import StoredGlossary, _stored
+    from mtkit.api.glossaries import StoredGlossary, _stored
 
     folder = tmp_path / "state" / "glossaries"
     folder.mkdir(parents=True)

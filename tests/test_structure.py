@@ -3,6 +3,7 @@ imports run only from a later stage to an earlier one; no module imports itself 
 others (at module level or inside a function); no module outgrows its room, nor any stage."""
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import REPO
@@ -24,6 +25,7 @@ STAGES = [
     "training",
     "interop",
     "serving",
+    "api",
     "cli",
 ]
 
@@ -119,6 +121,21 @@ def test_a_stage_says_in_one_sentence_what_it_does_and_hands_on_no_names():
 def test_no_stage_holds_more_than_a_dozen_modules():
     counts = {stage: len([p for p in (PACKAGE / stage).glob("*.py") if p.name != "__init__.py"]) for stage in STAGES}
     assert {stage: n for stage, n in counts.items() if n > MAX_MODULES} == {}
+
+
+HTTP_NAMES = ("fastapi", "starlette", "uvicorn", "request.state", "request.receive", "status_code")
+
+
+def test_the_serving_engine_knows_nothing_of_http():
+    """Requests reach the engine as values (mtkit.serving.calls) and its refusals become statuses at the
+    edge (mtkit.api.edge): no engine module names an HTTP library, a request's state or a status code."""
+    found = {}
+    for path in (PACKAGE / "serving").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        named = [name for name in HTTP_NAMES if name in text]
+        if named or re.search(r"\b(Refused|RequestError)\(\s*[1-5]\d\d\b", text):
+            found[path.name] = named or ["a status code"]
+    assert found == {}
 
 
 def test_no_module_imports_itself_back():

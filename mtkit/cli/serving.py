@@ -1,4 +1,4 @@
-"""The serve command: a model behind HTTP (mtkit.serving.http)."""
+"""The serve command: a model behind HTTP (mtkit.api.app)."""
 
 from __future__ import annotations
 
@@ -216,11 +216,11 @@ def serve(
     Example: [bold]mtkit serve -m model.pt --port 8000[/bold], then
     [bold]curl -s localhost:8000/v1/translate -H 'Content-Type: application/json' -d '{"text": "A dog runs."}'[/bold]
     """
+    from mtkit.api.access import AccessRules, Gate, KeyFile
+    from mtkit.api.app import _require_extra
+    from mtkit.api.app import serve as run_server
     from mtkit.cli.served_models import Loading, read_models_file, service_for, slots
-    from mtkit.serving.access import AccessRules, Gate, KeyFile
     from mtkit.serving.fleet import Fleet
-    from mtkit.serving.http import _require_extra
-    from mtkit.serving.http import serve as run_server
     from mtkit.serving.settings import ServeConfig
 
     _require_extra()

@@ -1,2 +1,1 @@
-"""Translation over HTTP: the service, its dynamic batching, its metrics and request log, and the
-routes."""
+"""The serving engine, which knows nothing of HTTP: the service of one model, its dynamic batching and engines, the models of a server and their pivots, the server's terms and metrics."""

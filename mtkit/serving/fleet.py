@@ -1,5 +1,5 @@
 """The models behind one server (`mtkit serve -m A -m B ...`): each request's languages routed to a
-model that translates them, or through a pivot language to two (mtkit.serving.routes.Pivot), and the
+model that translates them, or through a pivot language to two (mtkit.serving.pivot.Pivot), and the
 models loaded on first use within --max-loaded (the least recently used idle one unloaded first).
 
 A model's languages are read from its file when the server starts; the model itself (its engine
@@ -23,8 +23,9 @@ from mtkit.core.console import info, warn
 from mtkit.core.errors import MtkitError
 from mtkit.memory.owners import OwnedMemories
 from mtkit.model.files import file_stamp
+from mtkit.serving.calls import Reason, Refused
 from mtkit.serving.metrics import Metrics, ModelMetrics
-from mtkit.serving.routes import Pivot, Reachable, RequestError, described, detected_language
+from mtkit.serving.pivot import Pivot, Reachable, described, detected_language
 from mtkit.serving.service import Service
 from mtkit.serving.settings import ServeConfig, Slot
 
@@ -229,17 +230,18 @@ class Fleet:
         if target is None:
             reachable = sorted({t for s, t in self.languages.directions() if s == source})
             if len(reachable) != 1:
-                raise RequestError(400, f"target: give one of {', '.join(reachable) or 'none (see /languages)'}")
+                raise Refused(Reason.INVALID, f"target: give one of {', '.join(reachable) or 'none (see /languages)'}")
             target = reachable[0]
         if source == target:
-            raise RequestError(400, f"source and target are both {source}")
+            raise Refused(Reason.INVALID, f"source and target are both {source}")
         if direct := self._covering(source, target):
             return source, target, [direct]
         first, second = self._covering(source, self.pivot), self._covering(self.pivot, target)
         if first and second and self.pivot not in (source, target):
             return source, target, [first, second]
-        raise RequestError(
-            400, f"{source}->{target}: no model translates it, directly or through {self.pivot} (see /languages)"
+        raise Refused(
+            Reason.INVALID,
+            f"{source}->{target}: no model translates it, directly or through {self.pivot} (see /languages)",
         )
 
     def _covering(self, source: str, target: str) -> Slot | None:
@@ -251,14 +253,15 @@ class Fleet:
         """Wait until every one of the slots is loaded (starting their loads when room for all of them can
         be made), then hold them; 503 if one fails or the wait passes --load-timeout."""
         if len(slots) > self.max_loaded:
-            raise RequestError(
-                503, f"this pair needs {len(slots)} models loaded at once: --max-loaded is {self.max_loaded}"
+            raise Refused(
+                Reason.UNAVAILABLE,
+                f"this pair needs {len(slots)} models loaded at once: --max-loaded is {self.max_loaded}",
             )
         deadline, reserved = time.monotonic() + self.load_timeout_s, False
         try:
             while True:
                 if failed := [slot for slot in slots if slot.state == "failed"]:
-                    raise RequestError(503, f"model {failed[0].name} could not be loaded: {failed[0].error}")
+                    raise Refused(Reason.UNAVAILABLE, f"model {failed[0].name} could not be loaded: {failed[0].error}")
                 if all(slot.state == "loaded" for slot in slots):
                     break
                 if not reserved and self._room_for(slots):
@@ -270,8 +273,8 @@ class Fleet:
                 changed, remaining = self._changed, deadline - time.monotonic()
                 if remaining <= 0:
                     names = ", ".join(slot.name for slot in slots if slot.state != "loaded")
-                    raise RequestError(
-                        503, f"model {names} is not loaded yet (--load-timeout); retry", {"Retry-After": "5"}
+                    raise Refused(
+                        Reason.UNAVAILABLE, f"model {names} is not loaded yet (--load-timeout); retry", retry_after=5
                     )
                 try:
                     await asyncio.wait_for(changed.wait(), remaining)

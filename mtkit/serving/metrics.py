@@ -1,12 +1,10 @@
-"""What `mtkit serve` reports about itself: Prometheus metrics, and per request a latency, a status
-and one JSON log line (an ASGI middleware). Needs prometheus-client (pip install 'mtkit[serve]')."""
+"""What the engine reports about itself: Prometheus metrics of its requests, batches, queue and models
+(the API's middleware, mtkit.api.observed, adds each request's latency, status and log line). Needs
+prometheus-client (pip install 'mtkit[serve]')."""
 
-import json
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timezone
 
 from mtkit.serving.dynamic_batching import BatchStats
 
@@ -110,58 +108,3 @@ class ModelMetrics:
             "mtkit_model_load_seconds", "Time to load a model and translate its warm-up sentence.",
             buckets=[0.25 * 2**i for i in range(12)], registry=registry,
         )  # fmt: skip
-
-
-class ObservedApp:
-    """ASGI middleware: per request, the latency and status metrics and one JSON log line on stderr.
-
-    (Plain ASGI rather than Starlette's BaseHTTPMiddleware, which hides a client's disconnect
-    from the endpoint.)"""
-
-    def __init__(self, app, metrics: Metrics, routes: set[str], translating: set[str]):
-        """routes: the paths metrics name (others count as "other"); translating: those whose
-        requests count as in flight, from their arrival until their metrics and log line are written."""
-        self.app, self.metrics, self.routes, self.translating = app, metrics, routes, translating
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        start = time.perf_counter()
-        status = 500  # unless the app answers
-        scope.setdefault("state", {})
-        in_flight = scope["path"] in self.translating
-        if in_flight:
-            self.metrics.in_flight.inc()
-
-        async def observed_send(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observed_send)
-        finally:
-            seconds = time.perf_counter() - start
-            path = scope["path"] if scope["path"] in self.routes else "other"
-            self.metrics.latency.labels(path).observe(seconds)
-            self.metrics.requests.labels(path, str(status)).inc()
-            state, client = scope["state"], scope.get("client")
-            record = {
-                "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                "client": client[0] if client else None,
-                "method": scope["method"],
-                "path": scope["path"],
-                "status": status,
-                "ms": round(1000 * seconds, 1),
-                "sentences": state.get("sentences", 0),
-            }
-            if state.get("key"):
-                record["key"] = state["key"]  # the key's name from the key file, never the key
-                self.metrics.key_requests.labels(state["key"], str(status)).inc()
-            if state.get("long"):
-                record["long"] = state["long"]  # texts longer than --max-source-len: translated in pieces
-            sys.stderr.write(json.dumps(record) + "\n")
-            sys.stderr.flush()
-            if in_flight:
-                self.metrics.in_flight.dec()

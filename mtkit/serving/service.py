@@ -1,6 +1,6 @@
 """The translation service behind `mtkit serve`: request options, the queue and the engine behind it
 (mtkit.serving.dynamic_batching and mtkit.serving.engine in this process, or mtkit.serving.replicas),
-model information and the warm-up; no HTTP here (mtkit.serving.http adds it)."""
+model information and the warm-up; no HTTP here (mtkit.api.app adds it)."""
 
 import asyncio
 import functools
@@ -15,11 +15,12 @@ from mtkit.core.errors import MtkitError
 from mtkit.core.textio import sha256_file
 from mtkit.decoding.constraints import without_made_up_spans
 from mtkit.decoding.search_rules import SearchConfig
+from mtkit.serving.calls import Call, Reason, Refused
 from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Engine, Options, Result, Sentence, when_all
 from mtkit.serving.metrics import Metrics
+from mtkit.serving.pivot import Runs
 from mtkit.serving.replicas import Replicas
-from mtkit.serving.routes import RequestError, Runs
 from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig, aligns
 from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
 from mtkit.text.sentence_splitter import SentenceSplitter, require_splitter, split_lines
@@ -99,11 +100,11 @@ class Service(Runs):
         try:
             return self.languages.framing(source, target)
         except LanguageError as err:
-            raise RequestError(400, str(err)) from None
+            raise Refused(Reason.INVALID, str(err)) from None
 
     def check_chars(self, texts: Sequence[str]) -> None:  # a request over --max-chars is a 413
         if (chars := sum(len(t) for t in texts)) > (most := self.cfg.max_chars):
-            raise RequestError(413, f"{chars:,} characters: the limit is {most:,} per request (--max-chars)")
+            raise Refused(Reason.TOO_LARGE, f"{chars:,} characters: the limit is {most:,} per request (--max-chars)")
 
     def segmenter(self, split_sentences: bool) -> Segmenter:
         """How texts are cut into the pieces translated one by one (mtkit.translation.sentences)."""
@@ -111,7 +112,7 @@ class Service(Runs):
             try:
                 require_splitter("split_sentences")
             except MtkitError as err:
-                raise RequestError(422, f"{err} (on the server)") from None
+                raise Refused(Reason.UNUSABLE, f"{err} (on the server)") from None
             self._segmenters[True] = self._segmenter_for(True)
         return self._segmenters[split_sentences]
 
@@ -132,17 +133,17 @@ class Service(Runs):
         nbest = 1 if nbest is None else nbest
         lenpen = default.lenpen if lenpen is None else lenpen
         if not 1 <= beam <= MAX_BEAM:
-            raise RequestError(422, f"beam {beam}: must be between 1 and {MAX_BEAM}")
+            raise Refused(Reason.UNUSABLE, f"beam {beam}: must be between 1 and {MAX_BEAM}")
         if not 1 <= nbest <= beam:
-            raise RequestError(422, f"nbest {nbest}: must be between 1 and beam ({beam})")
+            raise Refused(Reason.UNUSABLE, f"nbest {nbest}: must be between 1 and beam ({beam})")
         if not 0 <= lenpen <= MAX_LENPEN:  # (not NaN either)
-            raise RequestError(422, f"lenpen {lenpen}: must be between 0 and {MAX_LENPEN:g}")
+            raise Refused(Reason.UNUSABLE, f"lenpen {lenpen}: must be between 0 and {MAX_LENPEN:g}")
         if alignment and not self.can_align:
             if self.info.engine != "pytorch":
-                raise RequestError(422, "alignment needs a server started with --engine pytorch")
-            raise RequestError(422, "alignment is not available for a model with target tags or language tokens")
+                raise Refused(Reason.UNUSABLE, "alignment needs a server started with --engine pytorch")
+            raise Refused(Reason.UNUSABLE, "alignment is not available for a model with target tags or language tokens")
         if confidence and (self.info.engine != "pytorch" or self.info.meta.get(LANGUAGE_TOKENS)):
-            raise RequestError(422, "confidence needs --engine pytorch and a model without language tokens")
+            raise Refused(Reason.UNUSABLE, "confidence needs --engine pytorch and a model without language tokens")
         return Options(beam, nbest, lenpen, alignment, confidence)
 
     @property
@@ -178,12 +179,14 @@ class Service(Runs):
         if checked:
             self.check_chars(texts)
         if not texts:
-            raise RequestError(422, "text: give at least one")
+            raise Refused(Reason.UNUSABLE, "text: give at least one")
         if self.cfg.max_texts and len(texts) > self.cfg.max_texts:
             limit = f"the limit is {self.cfg.max_texts:,} per request (--max-texts)"
-            raise RequestError(413, f"{len(texts):,} texts: {limit}")
+            raise Refused(Reason.TOO_LARGE, f"{len(texts):,} texts: {limit}")
         if len(texts) > self.cfg.max_queue:
-            raise RequestError(413, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)")
+            raise Refused(
+                Reason.TOO_LARGE, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)"
+            )
         segmenter = self.segmenter(split_sentences)
         stripped = [t.strip() for t in texts]
         encoded = self.src_tokenizer.encode_batch(stripped)
@@ -193,7 +196,7 @@ class Service(Runs):
         if options.alignment and any(len(p) > 1 for p in pieces):
             n = next(i for i, p in enumerate(pieces) if len(p) > 1)
             why = f"text {n} is translated in {len(pieces[n])} pieces; an alignment is of one"
-            raise RequestError(422, f"alignment: {why}")
+            raise Refused(Reason.UNUSABLE, f"alignment: {why}")
         pieced = [
             (n, piece, ids if tag is None else [tag, *ids])
             for n, (text, parts) in enumerate(zip(texts, pieces))
@@ -202,13 +205,13 @@ class Service(Runs):
         try:  # each piece's terms (mtkit.serving.terms)
             found = self.terms.per_piece(self.terms.for_request(glossary), [(n, t) for n, t, _ in pieced], options.beam)
         except TermsError as err:
-            raise RequestError(422, str(err)) from None
+            raise Refused(Reason.UNUSABLE, str(err)) from None
         jobs = [Job(Sentence(t, ids, given, terms), len(ids) + 1, options) for (_, t, ids), terms in zip(pieced, found)]
         return jobs, pieces, sum(len(ids) > segmenter.max_len for ids in encoded)
 
     async def run(
         self,
-        request,
+        call: Call,
         texts: Sequence[str],
         options: Options,
         split_sentences: bool | None = None,
@@ -227,15 +230,15 @@ class Service(Runs):
         jobs, cuts, long = await asyncio.to_thread(
             self.jobs, texts, options, split_sentences, target, source, glossary, checked
         )
-        request.state.sentences, request.state.long = len(jobs), long
+        call.sentences, call.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
         except QueueFull as err:
-            raise RequestError(503, f"busy: {err}; retry later", {"Retry-After": "1"}) from None
+            raise Refused(Reason.UNAVAILABLE, f"busy: {err}; retry later", retry_after=1) from None
         except EngineStopped as err:
-            raise RequestError(503, f"{err}; retry later", {"Retry-After": "1"}) from None
+            raise Refused(Reason.UNAVAILABLE, f"{err}; retry later", retry_after=1) from None
         waiting = asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
-        gone = asyncio.ensure_future(_disconnect(request))
+        gone = asyncio.ensure_future(call.gone())
         try:
             done, _ = await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -244,13 +247,13 @@ class Service(Runs):
             try:
                 results = waiting.result()
             except EngineStopped as err:
-                raise RequestError(503, f"{err}; retry", {"Retry-After": "1"}) from None
-            request.state.missed_terms = missed_terms(results, [len(cut) for cut in cuts])
+                raise Refused(Reason.UNAVAILABLE, f"{err}; retry", retry_after=1) from None
+            call.missed_terms = missed_terms(results, [len(cut) for cut in cuts])
             return self._joined(results, cuts, options)
         for future in futures:
             future.cancel()
         waiting.cancel()
-        raise RequestError(499, "the client closed the connection")
+        raise Refused(Reason.CANCELLED, "the client closed the connection")
 
     def sentence_splitter(self) -> SentenceSplitter:
         self.segmenter(True)  # 422 where the splitter is not installed
@@ -302,9 +305,3 @@ def banning_made_up_spans(make_translator: Callable[[], TextTranslator]) -> Text
 def blank(text: str, ids: list[int]) -> Cut:
     """A blank text's one piece (translated as nothing), its line breaks kept."""
     return Cut([ids], [Prepared(text)], [1], split_lines(text))
-
-
-async def _disconnect(request) -> None:
-    """Returns when the client has gone: once the body is read, the server's next message is that."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

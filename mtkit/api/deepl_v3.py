@@ -1,4 +1,4 @@
-"""DeepL's current routes beside its v2 ones (mtkit.serving.apis.deepl), as DeepL's clients and
+"""DeepL's current routes beside its v2 ones (mtkit.api.deepl), as DeepL's clients and
 Weblate's DeepL backend call them: /v3/languages (the languages of a resource: translate_text,
 translate_document, glossary; write is answered with no language, since mtkit does not rewrite text)
 and the multilingual glossaries of /v3/glossaries (several language pairs in one glossary, each a
@@ -7,9 +7,10 @@ Errors are DeepL's {"message": ...}."""
 
 from typing import Any
 
-from mtkit.serving.apis.libretranslate import LANGUAGE_NAMES
-from mtkit.serving.routes import RequestError
-from mtkit.serving.terms import GlossaryStore, StoredGlossary, TermsError, parse_entries
+from mtkit.api.edge import RequestError
+from mtkit.api.glossaries import GlossaryStore, StoredGlossary, parse_entries
+from mtkit.api.libretranslate import LANGUAGE_NAMES
+from mtkit.serving.terms import TermsError
 
 RESOURCES = ("translate_text", "translate_document", "glossary", "write")
 FEATURES = {"translate_text": ("tag_handling", "glossary"), "translate_document": ("glossary",), "glossary": ()}

@@ -2,14 +2,12 @@
 after the other through a pivot language (Pivot: de -> en -> fr where no model translates de -> fr).
 Both translate markup the same way (Runs: segments with word alignments, the markup put back)."""
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.memory.owners import OwnedMemories
-from mtkit.memory.store import TranslationMemory
+from mtkit.serving.calls import Call, Reason, Refused
 from mtkit.serving.engine import Options
 from mtkit.serving.settings import LanguageError, ModelInfo, aligns
 from mtkit.text.markup import FORMATS
@@ -24,13 +22,6 @@ from mtkit.text.markup_placement import (
 from mtkit.translation.alignment import composed as compose
 from mtkit.translation.alignment import pharaoh
 
-
-class RequestError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
-
-
 DETECTED_CHARS = 2000  # of a request's texts, for language identification
 
 
@@ -44,9 +35,9 @@ def detected_language(texts: Sequence[str], sources: Sequence[str]) -> str:
     try:
         require_langid("source auto")
     except MtkitError as err:
-        raise RequestError(400, f"source: give one of {', '.join(sources)} ({err})") from None
+        raise Refused(Reason.INVALID, f"source: give one of {', '.join(sources)} ({err})") from None
     if not text:
-        raise RequestError(400, f"source: give one of {', '.join(sources)} (no text to identify its language)")
+        raise Refused(Reason.INVALID, f"source: give one of {', '.join(sources)} (no text to identify its language)")
     try:
         return identify(text, tuple(sources))[0]
     except (ValueError, KeyError):  # a code py3langid does not know: among all it knows
@@ -64,11 +55,11 @@ class Runs:
         try:
             self.languages.check_source(source)
         except LanguageError as err:
-            raise RequestError(400, str(err)) from None
+            raise Refused(Reason.INVALID, str(err)) from None
 
     async def run_markup(
         self,
-        request,
+        call: Call,
         texts: Sequence[str],
         options: Options,
         fmt: str,
@@ -81,30 +72,32 @@ class Runs:
         """Texts of markup (fmt html or xml), a string per text; kept: more elements whose text is not
         translated."""
         if fmt not in FORMATS:
-            raise RequestError(422, f"format {fmt}: must be one of {', '.join(FORMATS)}")
+            raise Refused(Reason.UNUSABLE, f"format {fmt}: must be one of {', '.join(FORMATS)}")
         if fmt == "text":
-            return (await self.run(request, texts, options, split_sentences, target, source, glossary))[0]
+            return (await self.run(call, texts, options, split_sentences, target, source, glossary))[0]
         if options.nbest > 1 or options.alignment:
-            raise RequestError(422, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)")
+            raise Refused(
+                Reason.UNUSABLE, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)"
+            )
         if not self.can_align:
             needs = "--engine pytorch and a model without target tags or language tokens"
-            raise RequestError(422, f"format {fmt} needs {needs}")
+            raise Refused(Reason.UNUSABLE, f"format {fmt} needs {needs}")
         self.check_chars(texts)
         split = self.cfg.split_sentences if split_sentences is None else split_sentences
         try:
             documents = markup_segments(texts, fmt, lambda i: f"text {i}", kept)
         except MtkitError as err:
-            raise RequestError(400, str(err)) from None
+            raise Refused(Reason.INVALID, str(err)) from None
         cut = sentences_of(
             pending_texts(documents, lines=True), self.sentence_splitter().split if split else lambda t: [t]
         )
         sentences = [s for parts in cut for s in parts]
-        translated = await self.run_aligned(request, sentences, options, target, glossary, source)
+        translated = await self.run_aligned(call, sentences, options, target, glossary, source)
         return assemble(documents, rejoined(cut, translated))
 
     async def run_aligned(
         self,
-        request,
+        call: Call,
         sentences: list[str],
         options: Options,
         target: str | None = None,
@@ -115,7 +108,7 @@ class Runs:
         if not sentences:
             return []
         options = replace(options, alignment=True, confidence=False)
-        answers = (await self.run(request, sentences, options, False, target, source, glossary))[0]
+        answers = (await self.run(call, sentences, options, False, target, source, glossary))[0]
         return [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
 
 
@@ -141,8 +134,8 @@ class Pivot(Runs):
     def terms(self):  # what a stored glossary (DeepL's) is built with
         raise self._glossary_refused()
 
-    def _glossary_refused(self) -> RequestError:
-        return RequestError(422, f"glossary: not for a pair translated through {self.pivot} (two models)")
+    def _glossary_refused(self) -> Refused:
+        return Refused(Reason.UNUSABLE, f"glossary: not for a pair translated through {self.pivot} (two models)")
 
     def check_chars(self, texts: Sequence[str]) -> None:
         self.first.check_chars(texts)
@@ -166,7 +159,7 @@ class Pivot(Runs):
 
     async def run(
         self,
-        request,
+        call: Call,
         texts: Sequence[str],
         options: Options,
         split_sentences: bool | None = None,
@@ -179,13 +172,13 @@ class Pivot(Runs):
         if glossary:
             raise self._glossary_refused()
         first = replace(options, nbest=1)
-        middle, first_scores = await self.first.run(request, texts, first, split_sentences, self.pivot, source,
+        middle, first_scores = await self.first.run(call, texts, first, split_sentences, self.pivot, source,
                                                      checked=checked)  # fmt: skip
-        sentences, long = request.state.sentences, request.state.long  # the log line's: the request's texts
+        sentences, long = call.sentences, call.long  # the log line's: the request's texts
         pivoted = [(m[0]["text"] if m else "") for m in middle] if options.alignment else middle
-        answers, scores = await self.second.run(request, pivoted, options, split_sentences, target, self.pivot,
+        answers, scores = await self.second.run(call, pivoted, options, split_sentences, target, self.pivot,
                                                 checked=False)  # fmt: skip
-        request.state.sentences, request.state.long = request.state.sentences + sentences, long
+        call.sentences, call.long = call.sentences + sentences, long
         if options.alignment:
             for before, after in zip(middle, answers):
                 for hypothesis in after:
@@ -246,55 +239,3 @@ def described(slot) -> dict[str, Any]:
             "confidence": default.confidence,
         }
     return entry
-
-
-async def remembered(memories: OwnedMemories | None, route, request, texts: Sequence[str], options: Options,
-                     source: str | None, target: str | None, memory: TranslationMemory | None = None,
-                     threshold: int | None = None, **run) -> tuple[list[Any], list[float] | None, list[str]]:  # fmt: skip
-    """route.run's answers, scores and each text's origin ("tm 100", "tm 83 + mt" or "mt"), the texts the
-    key's memory holds whole answered from it (with n-best lists or alignments asked for, as a list of one
-    translation, its alignment empty: the memory has none); memory: the one the request names (DeepL's
-    translation_memory_id), in place of the key's default one. Where the route steers (serve --tm-steer),
-    a text with fuzzy matches of at least `threshold` (default: the server's) is translated steered by
-    them, one at a time, off the event loop."""
-    owner = request.scope.get("state", {}).get("key")
-    languages = (source or route.info.source_language, target or route.info.target_language)  # None: the model's
-    usable = bool(memories) and all(languages)
-    stored = await asyncio.to_thread(memories.stored, owner, texts, *languages, memory) if usable else {}
-    steered = (
-        await _steered(memories, route, owner, texts, stored, languages, memory, threshold, options) if usable else {}
-    )
-    if options.nbest > 1 or options.alignment:
-        alignment = {"alignment": ""} if options.alignment else {}
-        stored = {i: [{"text": text, "score": 0.0, **alignment}] for i, text in stored.items()}
-    rest = [text for i, text in enumerate(texts) if i not in stored and i not in steered]
-    if (stored or steered) and not rest:  # the memory answers all: the request's bounds hold still
-        route.check_chars(texts)
-        answers, scores = [], []
-    else:
-        answers, scores = await route.run(request, rest, options, target=target, source=source, **run)
-    answers, scores = iter(answers), iter(scores or [])
-    out = [
-        (stored[i], 1.0, "tm 100") if i in stored
-        else (steered[i][0], None, steered[i][1]) if i in steered
-        else (next(answers), next(scores, None), "mt")
-        for i in range(len(texts))
-    ]  # fmt: skip
-    return [a for a, _, _ in out], [s for _, s, _ in out] if options.confidence else None, [o for _, _, o in out]
-
-
-async def _steered(memories: OwnedMemories, route, owner, texts, stored, languages, memory, threshold,
-                   options: Options) -> dict[int, tuple[str, str]]:  # fmt: skip
-    """The texts the route's Steering translates (by index): (translation, origin "tm SCORE + mt")."""
-    steering = getattr(route, "steering", None)
-    if steering is None or options.nbest > 1 or options.alignment:
-        return {}
-    wanted = {i: text for i, text in enumerate(texts) if i not in stored}
-    route.check_chars(texts)
-    limit = threshold if threshold is not None else route.cfg.tm_steer
-    found = await asyncio.to_thread(memories.fuzzy, owner, wanted, *languages, limit, memory)
-    out = {}
-    for i, matches in found.items():
-        pairs = [(match.source, match.target) for match in matches]
-        out[i] = await asyncio.to_thread(steering, texts[i], pairs), f"tm {matches[0].score} + mt"
-    return out

@@ -5,21 +5,25 @@ be set (DeepL's client libraries take `server_url`) works with an mtkit server u
 (`Authorization: DeepL-Auth-Key KEY`, or the older `auth_key` field) and is one of serve
 --api-keys', with its requests per minute and its character quota; errors are {"message": ...} with
 DeepL's status codes (400, 403 a key, 404, 413, 429, 456 the quota). Fields come form-encoded (repeated
-`text`) or as JSON, as DeepL takes them. DeepL's v3 routes: mtkit.serving.apis.deepl_v3."""
+`text`) or as JSON, as DeepL takes them. DeepL's v3 routes: mtkit.api.deepl_v3."""
 
 import asyncio
 import functools
 import re
 from typing import Any
 
+from mtkit.api.deepl_memories import add_memory_routes, request_memory
+from mtkit.api.deepl_v3 import add_v3_routes
+from mtkit.api.documents import DocumentJobs
+from mtkit.api.edge import RequestError, call_of
+from mtkit.api.files import document_formats, file_response, translate_upload
+from mtkit.api.glossaries import GlossaryStore, parse_entries
+from mtkit.api.libretranslate import LANGUAGE_NAMES, libretranslate_fields
+from mtkit.api.memory import remembered
 from mtkit.core.errors import MtkitError
-from mtkit.serving.apis.deepl_memories import add_memory_routes, request_memory
-from mtkit.serving.apis.deepl_v3 import add_v3_routes
-from mtkit.serving.apis.libretranslate import LANGUAGE_NAMES, libretranslate_fields
-from mtkit.serving.files import Detached, DocumentJobs, document_formats, file_response, translate_upload
-from mtkit.serving.routes import remembered
-from mtkit.serving.service import RequestError, Service
-from mtkit.serving.terms import GlossaryStore, TermsError, parse_entries
+from mtkit.serving.calls import Call
+from mtkit.serving.service import Service
+from mtkit.serving.terms import TermsError
 
 UNLIMITED = 1_000_000_000_000  # the character_limit DeepL reports for an account without one
 FORMALITIES = {"default", "prefer_more", "prefer_less"}  # those that a language without formality accepts
@@ -173,7 +177,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
             options = service.defaults()
             if tags:
                 kept = tag_list(fields.get("ignore_tags"))
-                work = lambda: service.run_markup(request, texts, options, tags, target, split, glossary, kept, source)  # noqa: E731
+                work = lambda: service.run_markup(call_of(request), texts, options, tags, target, split, glossary,  # noqa: E731
+                                                  kept, source)  # fmt: skip
             else:
                 work = lambda: _first(remembered(fleet.memory, service, request, texts, options, source, target,  # noqa: E731
                                                  memory, threshold, split_sentences=split, glossary=glossary))  # fmt: skip
@@ -254,7 +259,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
 
     @app.post("/v2/document")
     async def upload_document(request: Request):
-        from mtkit.serving.files import safe_name
+        from mtkit.api.files import safe_name
 
         form = await request.form()
         fields = {name: value for name, value in form.items() if isinstance(value, str)}
@@ -282,7 +287,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
 
         async def work() -> tuple[bytes, int]:
             async with fleet.route(source, target, ()) as (service, _, _):
-                translated, characters = await translate_upload(service, Detached(), data, name, target, workers,
+                translated, characters = await translate_upload(service, Call(), data, name, target, workers,
                                                                 glossary, source=source,
                                                                 charged=functools.partial(gate.charged, key, status=456))  # fmt: skip
             return translated, characters

@@ -20,7 +20,7 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   POST /translate_file LibreTranslate's: a document (multipart file, source, target, api_key) translated
                       with its formatting (mtkit.documents; up to serve --max-file-bytes), answered
                       {"translatedFileUrl": ...}, downloadable there for serve --keep-files seconds
-  /v2/...             DeepL's API v2 (mtkit.serving.apis.deepl): translate, languages, usage, glossaries,
+  /v2/...             DeepL's API v2 (mtkit.api.deepl): translate, languages, usage, glossaries,
                       documents, with DeepL-Auth-Key keys and character quotas; errors as {"message": "..."}
   POST /suggest       LibreTranslate's: a correction (q, s, source, target) kept in the key's translation
                       memory (serve --tm; 403 without), answering the same text from then on
@@ -32,7 +32,7 @@ Endpoints (JSON in and out; every error is {"error": "..."}):
   GET  /health        alive;  GET /ready  200 once a warm-up translation went through, else 503
   GET  /v1/models     languages, engine, vocabulary sizes, the model file's sha256, defaults
   GET  /metrics       Prometheus: latency, requests by status, queue depth, batch sizes, sentences/s
-  GET  /              the translation page (mtkit.serving.files), unless serve --no-page
+  GET  /              the translation page (mtkit.api.files), unless serve --no-page
 
 Sentences of concurrent requests are batched by mtkit.serving.dynamic_batching on one worker
 thread (or on each of serve --replicas engine processes, mtkit.serving.replicas); with the PyTorch engine the batch is a running beam search that new sentences join between
@@ -41,22 +41,23 @@ body over max_body_bytes; invalid JSON or options 422 (400 on the LibreTranslate
 LibreTranslate does). With --api-keys the translating endpoints (and with --private-status /health,
 /ready and /metrics) answer 403 without a valid key (`api_key` in the body, or `Authorization:
 Bearer KEY`), and a key over its limit 429 with Retry-After; without keys, --req-limit limits each
-client address (mtkit.serving.access). A client that disconnects has its waiting sentences
+client address (mtkit.api.access). A client that disconnects has its waiting sentences
 dropped. Needs the optional extra: pip install 'mtkit[serve]'.
 """
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from mtkit.core.database import is_url, state_database
-from mtkit.core.errors import MtkitError
-from mtkit.memory.owners import MemoryLimit
-from mtkit.serving.access import AccessRules, BodyLimit, Gate, Usage, bearer_key
-from mtkit.serving.apis.deepl import add_deepl_routes
-from mtkit.serving.apis.deepl_memories import UPLOAD_PATH
-from mtkit.serving.apis.libretranslate import (
+from mtkit.api.access import AccessRules, BodyLimit, Gate, Usage, bearer_key, max_body_bytes
+from mtkit.api.deepl import add_deepl_routes
+from mtkit.api.deepl_memories import UPLOAD_PATH
+from mtkit.api.documents import DocumentJobs
+from mtkit.api.edge import RequestError, answered, call_of, described
+from mtkit.api.files import TranslatedFiles, add_file_routes, add_page, document_workers
+from mtkit.api.glossaries import GlossaryStore
+from mtkit.api.libretranslate import (
     detect_languages,
     frontend_settings,
     libretranslate,
@@ -64,12 +65,14 @@ from mtkit.serving.apis.libretranslate import (
     libretranslate_languages,
     texts_of,
 )
-from mtkit.serving.files import DocumentJobs, TranslatedFiles, add_file_routes, add_page, document_workers
+from mtkit.api.memory import remembered
+from mtkit.api.observed import ObservedApp
+from mtkit.core.database import is_url, state_database
+from mtkit.core.errors import MtkitError
+from mtkit.memory.owners import MemoryLimit
+from mtkit.serving.calls import Refused
 from mtkit.serving.fleet import Fleet
-from mtkit.serving.metrics import ObservedApp
-from mtkit.serving.routes import remembered
-from mtkit.serving.service import RequestError, Service
-from mtkit.serving.terms import GlossaryStore
+from mtkit.serving.service import Service
 
 
 def _require_extra():
@@ -164,9 +167,13 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
     async def request_error(request: Request, err: RequestError):
         return error(request, err.status, err.message, err.headers)
 
+    @app.exception_handler(Refused)
+    async def refused(request: Request, err: Refused):  # the engine's: its status at the edge
+        return await request_error(request, answered(err))
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, err: RequestValidationError):
-        return error(request, 422, _describe(err.errors()))
+        return error(request, 422, described(err.errors()))
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, err: Exception):  # a bug: the common shape, and uvicorn logs it
@@ -194,13 +201,20 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
                 if body.confidence:
                     raise RequestError(422, f"format {body.format}: confidence is for plain text")
                 translated = await service.run_markup(
-                    request, texts, options, body.format, target, body.split_sentences, body.glossary, source=source
+                    call_of(request),
+                    texts,
+                    options,
+                    body.format,
+                    target,
+                    body.split_sentences,
+                    body.glossary,
+                    source=source,
                 )
                 return {"translations": translated}
             translated, scores, origins = await remembered(fleet.memory, service, request, texts, options, source,
                                                            target, split_sentences=body.split_sentences,
                                                            glossary=body.glossary)  # fmt: skip
-        missed = getattr(request.state, "missed_terms", [])
+        missed = call_of(request).missed_terms
         return {
             "translations": translated,
             **({"confidences": scores} if scores is not None else {}),
@@ -213,7 +227,7 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
         try:
             body = LibreTranslateRequest.model_validate(await libretranslate_fields(request))
         except ValidationError as err:
-            raise RequestError(400, _describe(err.errors())) from None
+            raise RequestError(400, described(err.errors())) from None
         key = admit(request, body.api_key)
         with gate.charged(key, sum(map(len, texts_of(body.q)))):
             return await libretranslate(fleet, request, body)
@@ -286,23 +300,6 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
                         "/v2/document": file_limit, UPLOAD_PATH: fleet.cfg.max_file_bytes})  # fmt: skip
     translating = {"/v1/translate", "/translate", "/translate_file", "/v2/translate", "/v2/document"}
     return ObservedApp(limited, fleet.metrics, routes, translating=translating)
-
-
-def max_body_bytes(max_chars: int) -> int:
-    """The largest request body read: room for --max-chars characters at 12 bytes each (a JSON
-    escape of a character outside the BMP), and 64 KiB for the rest."""
-    return 12 * max_chars + (64 << 10)
-
-
-def _describe(errors: Sequence[dict]) -> str:
-    """Pydantic's validation errors as one line: `field: problem; ...`."""
-    parts = []
-    for err in errors:
-        if err.get("type") == "json_invalid":
-            return "the body is not valid JSON"
-        location = ".".join(str(part) for part in err.get("loc", ()) if part != "body") or "body"
-        parts.append(f"{location}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
 
 
 def serve(

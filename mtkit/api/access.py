@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtkit.api.edge import RequestError
 from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
-from mtkit.serving.service import RequestError
 
 WINDOW_S = 60.0
 
@@ -290,3 +290,9 @@ async def _too_large(send, limit: int, path: str) -> None:
                (b"connection", b"close")]  # fmt: skip
     await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def max_body_bytes(max_chars: int) -> int:
+    """The largest request body read: room for --max-chars characters at 12 bytes each (a JSON
+    escape of a character outside the BMP), and 64 KiB for the rest."""
+    return 12 * max_chars + (64 << 10)

@@ -14,15 +14,14 @@ import secrets
 import tempfile
 import threading
 import time
-import traceback
-import types
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import quote
 
+from mtkit.api.edge import RequestError, call_of
 from mtkit.core.errors import MtkitError
-from mtkit.serving.service import RequestError, Service
+from mtkit.serving.calls import Call
+from mtkit.serving.service import Service
 
 PAGE_DIR = Path(__file__).with_name("static")
 FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
@@ -156,7 +155,7 @@ def download_url(request, public_url: str | None, file_id: str, name: str) -> st
 
 
 async def translate_upload(
-    service: Service, request, data: bytes, name: str, target: str | None, workers, glossary=None,
+    service: Service, call: Call, data: bytes, name: str, target: str | None, workers, glossary=None,
     column: str | None = None, source: str | None = None, charged=contextlib.nullcontext,
 ) -> tuple[bytes, int]:  # fmt: skip
     """An uploaded document translated: read and written again in a worker process (mtkit.documents.worker), its texts
@@ -182,9 +181,9 @@ async def translate_upload(
     with charged(sum(map(len, texts))):
         for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
             if service.can_align:
-                translated += await service.run_aligned(request, chunk, options, target, glossary, source)
+                translated += await service.run_aligned(call, chunk, options, target, glossary, source)
             else:  # plain text: any engine
-                translated += (await service.run(request, chunk, options, True, target, source, glossary))[0]
+                translated += (await service.run(call, chunk, options, True, target, source, glossary))[0]
         return await _in_worker(workers, finish, job, translated), sum(map(len, texts))
 
 
@@ -242,7 +241,7 @@ def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers) ->
             service.framing(source, target)
             name = safe_name(file.filename or "")
             data = await file.read()
-            translated, _ = await translate_upload(service, request, data, name, target, workers, column=column,
+            translated, _ = await translate_upload(service, call_of(request), data, name, target, workers, column=column,
                                                    source=source, charged=functools.partial(gate.charged, key))  # fmt: skip
         try:
             file_id = await asyncio.to_thread(store.put, name, translated)
@@ -256,94 +255,3 @@ def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers) ->
         if found is None or found[0] != name:
             raise RequestError(404, "no such file (translated files are kept for a while, then removed)")
         return file_response(*found)
-
-
-class Detached:
-    """The request a document translated after its upload was answered goes through the service
-    with: the upload's connection is gone, and that must not cancel it (Service.run waits for a
-    disconnect that never comes)."""
-
-    def __init__(self) -> None:
-        self.state = types.SimpleNamespace()
-
-    async def receive(self) -> dict:
-        await asyncio.Event().wait()
-        return {"type": "http.disconnect"}
-
-
-@dataclass
-class DocumentJob:
-    """A document translated in the background (DeepL's /v2/document): its owner (a key's name),
-    the secret its status and result ask for, and where it stands."""
-
-    owner: str | None
-    key: str
-    name: str
-    characters: int = 0  # translated, once done
-    status: str = "queued"  # translating, done, error
-    error: str | None = None
-    file_id: str | None = None
-    task: asyncio.Task | None = None
-
-
-class DocumentJobs:
-    """Documents uploaded and translated in the background, polled, and downloaded once (then gone);
-    most: jobs kept at once (a finished one waits --keep-files seconds for its download)."""
-
-    def __init__(self, store: TranslatedFiles, most: int = 100):
-        self.store, self.most, self.jobs = store, most, {}
-
-    def start(self, owner: str | None, name: str, work) -> tuple[str, str]:
-        """A job running work() (a coroutine giving the translated file's bytes and characters); its id and key."""
-        self._expire()
-        if len(self.jobs) >= self.most:
-            raise RequestError(429, f"{self.most} documents are waiting already: retry later", {"Retry-After": "5"})
-        job_id, job = secrets.token_hex(16).upper(), DocumentJob(owner, secrets.token_hex(32).upper(), name)
-        job.task = asyncio.ensure_future(self._run(job, work))
-        self.jobs[job_id] = job
-        return job_id, job.key
-
-    async def _run(self, job: DocumentJob, work) -> None:
-        job.status = "translating"
-        try:
-            data, job.characters = await work()
-            job.file_id = await asyncio.to_thread(self.store.put, job.name, data)
-            job.status = "done"
-        except RequestError as err:
-            job.status, job.error = "error", err.message
-        except MtkitError as err:
-            job.status, job.error = "error", str(err)
-        except Exception as err:  # a bug: the job says so, and the log has the traceback
-            job.status, job.error = "error", f"internal error: {type(err).__name__}: {err}"
-            traceback.print_exc()
-
-    def find(self, job_id: str, key: str | None, owner: str | None) -> DocumentJob:
-        """The job with this id, key and owner; 404 otherwise (no telling which was wrong)."""
-        job = self.jobs.get(job_id)
-        key = key if isinstance(key, str) else ""
-        if job is None or job.owner != owner or not secrets.compare_digest(job.key.encode(), key.encode()):
-            raise RequestError(404, "Document not found")
-        return job
-
-    async def settled(self, job: DocumentJob, up_to_s: float) -> None:
-        """Until the job is done or failed, or up_to_s seconds have passed (a status request waits a little)."""
-        if job.task is not None and not job.task.done():
-            await asyncio.wait({job.task}, timeout=up_to_s)
-
-    def take(self, job_id: str, job: DocumentJob) -> tuple[str, bytes]:
-        """A finished job's file, once: the job and its file are gone after."""
-        found = self.store.get(job.file_id) if job.file_id else None
-        self.jobs.pop(job_id, None)
-        if found is None:
-            raise RequestError(404, "Document not found")
-        return found
-
-    def _expire(self) -> None:
-        """Forget the jobs whose file expired, and where that is not room enough, the failed ones."""
-        self.store.expire()
-        for job_id, job in list(self.jobs.items()):
-            if job.status == "done" and job.file_id not in self.store.written:
-                self.jobs.pop(job_id)
-        for job_id, job in list(self.jobs.items()):
-            if job.status == "error" and len(self.jobs) >= self.most:
-                self.jobs.pop(job_id)

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
+from mtkit.api.edge import RequestError, call_of
+from mtkit.api.memory import remembered
 from mtkit.core.errors import MtkitError
-from mtkit.serving.routes import remembered
-from mtkit.serving.service import RequestError, Service
+from mtkit.serving.service import Service
 from mtkit.serving.settings import Languages
 
 
@@ -43,7 +44,7 @@ async def _translated(
         options = default
     scores = None
     if body.format == "html":
-        results = await service.run_markup(request, texts_of(body.q), options, "html", target, source=source)
+        results = await service.run_markup(call_of(request), texts_of(body.q), options, "html", target, source=source)
     else:
         results, scores, _ = await remembered(memory, service, request, texts_of(body.q), options, source, target)
     if body.alternatives:
@@ -121,7 +122,7 @@ def frontend_settings(fleet, keys_required: bool) -> dict[str, Any]:
     """LibreTranslate's /frontend/settings: its clients read the limits, the default languages and
     the file types /translate_file takes (none where the documents extra is not installed; PDF where
     PyMuPDF is; not CSV, whose column a LibreTranslate client cannot name)."""
-    from mtkit.serving.files import document_formats
+    from mtkit.api.files import document_formats
 
     formats = document_formats()
     info = fleet.slots[0].info

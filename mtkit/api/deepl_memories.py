@@ -2,7 +2,7 @@
 DeepL's clients call them: a TMX file imported in three steps (an import job, the file PUT to the upload
 URL the job names, the job's status), listed, described, paged through segment by segment, exported to
 TMX (an export job and its download URL) and deleted; /v2/translate takes a memory's id as
-`translation_memory_id` with a `translation_memory_threshold` (mtkit.serving.apis.deepl). Each API key
+`translation_memory_id` with a `translation_memory_threshold` (mtkit.api.deepl). Each API key
 sees only its own memories; the upload and download URLs, which DeepL's clients call without the key,
 hold a random token instead. Jobs finish while their request is answered (an import when its file
 arrives), so that a client's first status request finds them done."""
@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mtkit.api.edge import RequestError
 from mtkit.core.errors import MtkitError
 from mtkit.memory.owners import MemoryLimit, OwnedMemories
 from mtkit.memory.store import DEFAULT_MEMORY, TranslationMemory
 from mtkit.memory.tmx import read_tmx, write_tmx
-from mtkit.serving.routes import RequestError
 
 UPLOAD_PATH = "/v3/translation_memories/upload"  # ?token=...: the upload URL of an import job
 DOWNLOAD_PATH = "/v3/translation_memories/download"

@@ -1,0 +1,1 @@
+"""The HTTP APIs in front of the serving engine: mtkit's own, LibreTranslate's and DeepL's routes, API keys and limits, uploads and the file store, stored glossaries, the page, and the engine's refusals as each API's statuses."""

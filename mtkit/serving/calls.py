@@ -1,0 +1,44 @@
+"""A request as the engine sees it (this stage knows nothing of HTTP): a Call, with the signal that its
+client has gone and the counts the request log and the answer need, filled as it is served; and
+Refused, why the engine will not translate it, which each API answers with its own status
+(mtkit.api.edge)."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+
+class Reason(enum.Enum):
+    INVALID = "invalid"  # a value of the request that cannot be (a language no model has, text that does not parse)
+    TOO_LARGE = "too large"  # past one of the server's bounds
+    UNUSABLE = "unusable"  # a value this model or server cannot use (an option, a glossary, a format)
+    UNAVAILABLE = "unavailable"  # busy, stopping, or a model that is not loaded: worth retrying
+    CANCELLED = "cancelled"  # its client has gone
+
+
+class Refused(Exception):
+    """A request the engine does not translate, and why; retry_after: the seconds worth waiting."""
+
+    def __init__(self, reason: Reason, message: str, retry_after: int | None = None):
+        super().__init__(message)
+        self.reason, self.message, self.retry_after = reason, message, retry_after
+
+
+async def _never() -> None:
+    await asyncio.Event().wait()
+
+
+@dataclass
+class Call:
+    """One request's life in the engine. gone(): returns when its client has left (the work is then
+    dropped; by default never: a document translated after its upload was answered); sentences, long
+    and missed_terms: what serving it took (pieces queued, texts cut for length, each text's terms not
+    found in its translation)."""
+
+    gone: Callable[[], Awaitable[None]] = _never
+    sentences: int = 0
+    long: int = 0
+    missed_terms: list[int] = field(default_factory=list)
