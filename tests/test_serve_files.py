@@ -135,6 +135,49 @@ def test_the_oldest_translated_files_go_first_beyond_the_bytes_kept():
     store.close()
 
 
+def test_a_flood_of_one_client_s_files_never_pushes_out_another_s():
+    """Each owner holds a tenth of the store: its own oldest go first; a store full of many owners gives
+    up the oldest file of the largest holder."""
+    store = TranslatedFiles(keep_s=60, clock=lambda: 0.0, most=100, max_bytes=1000)
+    theirs = store.put("theirs.srt", b"x" * 50, "address 10.0.0.2")
+    flood = [store.put(f"{n}.srt", b"", "address 10.0.0.1") for n in range(1000)]
+    assert store.get(theirs) == ("theirs.srt", b"x" * 50)
+    assert [file_id for file_id in flood if store.get(file_id)] == flood[-10:]  # its share: 10 files
+    with pytest.raises(MtkitError, match="101 bytes: more than a client's share of --max-stored-bytes \\(100\\)"):
+        store.put("big.srt", b"x" * 101, "address 10.0.0.1")
+    many = {f"key k{n}": store.put("m.srt", b"y" * (85 + n), f"key k{n}") for n in range(12)}  # 1,136 bytes in all
+    kept = {owner for owner, file_id in many.items() if store.get(file_id)}
+    assert store.stored_bytes <= 1000 and store.get(theirs) is not None  # the largest holders gave theirs up
+    assert kept == {f"key k{n}" for n in range(12)} - {"key k9", "key k10"}  # each the largest when full
+    store.close()
+
+
+def test_one_client_s_waiting_documents_never_refuse_another_s():
+    import asyncio
+
+    from mtkit.api.documents import DocumentJobs
+    from mtkit.api.edge import RequestError
+
+    async def main():
+        jobs, held = DocumentJobs(TranslatedFiles(keep_s=60), most=100), asyncio.Event()
+
+        async def waiting():
+            await held.wait()
+            return b"done", 4
+
+        for _ in range(10):
+            jobs.start("k1", "a.srt", waiting, "key k1")
+        with pytest.raises(RequestError, match="^10 of your documents are waiting already") as refused:
+            jobs.start("k1", "a.srt", waiting, "key k1")
+        assert refused.value.status == 429
+        job_id, key = jobs.start("k2", "b.srt", waiting, "key k2")
+        held.set()
+        await jobs.settled(jobs.find(job_id, key, "k2"), 5)
+        assert jobs.take(job_id, jobs.find(job_id, key, "k2")) == ("b.srt", b"done")
+
+    asyncio.run(main())
+
+
 def test_any_name_downloads_with_a_header_of_latin_1():
     assert content_disposition("report.docx") == 'attachment; filename="report.docx"'
     header = content_disposition(safe_name("日本語 の.docx"))

@@ -15,7 +15,7 @@ from typing import Any
 from mtkit.api.deepl_memories import add_memory_routes, request_memory
 from mtkit.api.deepl_v3 import add_v3_routes
 from mtkit.api.documents import DocumentJobs
-from mtkit.api.edge import RequestError, call_of
+from mtkit.api.edge import RequestError, call_of, owner_of
 from mtkit.api.files import document_formats, file_response, translate_upload
 from mtkit.api.glossaries import GlossaryStore, parse_entries
 from mtkit.api.libretranslate import LANGUAGE_NAMES, libretranslate_fields
@@ -292,7 +292,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
                                                                 charged=functools.partial(gate.charged, key, status=456))  # fmt: skip
             return translated, characters
 
-        job_id, job_key = jobs.start(key and key.name, name, work)
+        job_id, job_key = jobs.start(key and key.name, name, work, owner_of(request, key))
         return {"document_id": job_id, "document_key": job_key}
 
     @app.post("/v2/document/{document_id}")

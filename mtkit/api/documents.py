@@ -8,7 +8,7 @@ import traceback
 from dataclasses import dataclass
 
 from mtkit.api.edge import RequestError
-from mtkit.api.files import TranslatedFiles
+from mtkit.api.files import OWNER_SHARE, TranslatedFiles
 from mtkit.core.errors import MtkitError
 from mtkit.serving.calls import Refused
 
@@ -21,6 +21,7 @@ class DocumentJob:
     owner: str | None
     key: str
     name: str
+    share: str | None = None  # whose share of the jobs and the file store it draws on (mtkit.api.edge.owner_of)
     characters: int = 0  # translated, once done
     status: str = "queued"  # translating, done, error
     error: str | None = None
@@ -30,17 +31,22 @@ class DocumentJob:
 
 class DocumentJobs:
     """Documents uploaded and translated in the background, polled, and downloaded once (then gone);
-    most: jobs kept at once (a finished one waits --keep-files seconds for its download)."""
+    most: jobs kept at once (a finished one waits --keep-files seconds for its download), a tenth of
+    them one owner's at most, so that one client's waiting documents never refuse another's."""
 
     def __init__(self, store: TranslatedFiles, most: int = 100):
         self.store, self.most, self.jobs = store, most, {}
 
-    def start(self, owner: str | None, name: str, work) -> tuple[str, str]:
+    def start(self, owner: str | None, name: str, work, share: str | None = None) -> tuple[str, str]:
         """A job running work() (a coroutine giving the translated file's bytes and characters); its id and key."""
         self._expire()
+        mine, most_mine = sum(job.share == share for job in self.jobs.values()), max(1, self.most // OWNER_SHARE)
+        if share is not None and mine >= most_mine:
+            raise RequestError(429, f"{most_mine} of your documents are waiting already: fetch them, or retry later",
+                               {"Retry-After": "5"})  # fmt: skip
         if len(self.jobs) >= self.most:
             raise RequestError(429, f"{self.most} documents are waiting already: retry later", {"Retry-After": "5"})
-        job_id, job = secrets.token_hex(16).upper(), DocumentJob(owner, secrets.token_hex(32).upper(), name)
+        job_id, job = secrets.token_hex(16).upper(), DocumentJob(owner, secrets.token_hex(32).upper(), name, share)
         job.task = asyncio.ensure_future(self._run(job, work))
         self.jobs[job_id] = job
         return job_id, job.key
@@ -49,7 +55,7 @@ class DocumentJobs:
         job.status = "translating"
         try:
             data, job.characters = await work()
-            job.file_id = await asyncio.to_thread(self.store.put, job.name, data)
+            job.file_id = await asyncio.to_thread(self.store.put, job.name, data, job.share)
             job.status = "done"
         except (RequestError, Refused) as err:
             job.status, job.error = "error", err.message

@@ -29,6 +29,14 @@ def answered(refused: Refused) -> RequestError:
     return RequestError(STATUS[refused.reason], refused.message, headers)
 
 
+def owner_of(request, key) -> str:
+    """Whose share of a store a request draws on: its key's (by name), or without keys its client address's."""
+    if key is not None:
+        return f"key {key.name}"
+    client = request.scope.get("client")
+    return f"address {client[0] if client else ''}"
+
+
 def call_of(request) -> Call:
     """The request's Call: its client's going away cancels its work."""
     state = request.scope.setdefault("state", {})

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import quote
 
-from mtkit.api.edge import RequestError, call_of
+from mtkit.api.edge import RequestError, call_of, owner_of
 from mtkit.core.errors import MtkitError
 from mtkit.serving.calls import Call
 from mtkit.serving.service import Service
@@ -26,6 +26,7 @@ from mtkit.serving.service import Service
 PAGE_DIR = Path(__file__).with_name("static")
 FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 DOCUMENTS_EXTRA = "pip install 'mtkit[documents]'"
+OWNER_SHARE = 10  # an owner holds at most a tenth of the stored files and bytes (and of the waiting documents)
 
 
 def add_page(app) -> None:
@@ -68,24 +69,33 @@ def document_workers(processes: int):
 class TranslatedFiles:
     """Translated files on disk (a private temporary directory), each under a random id, removed
     keep_s seconds after it was written, or when the server stops; beyond most files or max_bytes
-    bytes, the oldest go first (the disk a flood of uploads may take is bounded). Safe to use from
-    several threads."""
+    bytes, the oldest go first (the disk a flood of uploads may take is bounded). Each owner (a key,
+    or a client address) holds a share of both at most, its own oldest going first beyond it, and
+    a full store gives up the oldest file of whoever holds the most: a flood of one client's uploads
+    never pushes out another's translation. Safe to use from several threads."""
 
     def __init__(self, keep_s: float, clock=time.monotonic, most: int = 1000, max_bytes: int = 1 << 30):
         self.keep_s, self.clock, self.most, self.max_bytes = keep_s, clock, most, max_bytes
         self._directory = tempfile.TemporaryDirectory(prefix="mtkit-files-")
         self.root = Path(self._directory.name)
-        self.written: dict[str, tuple[float, str, int]] = {}  # id: (when, file name, bytes)
+        self.written: dict[str, tuple[float, str, int, str | None]] = {}  # id: (when, file name, bytes, owner)
         self.lock = threading.Lock()
 
     @property
     def stored_bytes(self) -> int:
-        return sum(size for _, _, size in self.written.values())
+        return sum(size for _, _, size, _ in self.written.values())
 
-    def put(self, name: str, data: bytes) -> str:
-        """Store a file (written, synced and renamed into place); an MtkitError where it alone is over max_bytes."""
-        if len(data) > self.max_bytes:
-            raise MtkitError(f"the translated file is {len(data):,} bytes: more than --max-stored-bytes")
+    def share(self) -> tuple[int, int]:
+        """What one owner may hold: files, bytes."""
+        return max(1, self.most // OWNER_SHARE), max(1, self.max_bytes // OWNER_SHARE)
+
+    def put(self, name: str, data: bytes, owner: str | None = None) -> str:
+        """Store a file (written, synced and renamed into place); an MtkitError where it alone is over
+        what its owner may hold (owner None: the whole store's bounds alone)."""
+        most_bytes = self.max_bytes if owner is None else self.share()[1]
+        if len(data) > most_bytes:
+            what = "--max-stored-bytes" if owner is None else f"a client's share of --max-stored-bytes ({most_bytes:,})"
+            raise MtkitError(f"the translated file is {len(data):,} bytes: more than {what}")
         file_id = secrets.token_urlsafe(16)
         path = self.root / file_id
         with open(path.with_suffix(".tmp"), "wb") as out:
@@ -93,9 +103,9 @@ class TranslatedFiles:
             out.flush()
             os.fsync(out.fileno())
         with self.lock:
-            self._expire(room=(1, len(data)))
+            self._expire(room=(1, len(data)), owner=owner)
             os.replace(path.with_suffix(".tmp"), path)
-            self.written[file_id] = (self.clock(), name, len(data))
+            self.written[file_id] = (self.clock(), name, len(data), owner)
         return file_id
 
     def get(self, file_id: str) -> tuple[str, bytes] | None:
@@ -109,16 +119,30 @@ class TranslatedFiles:
         with self.lock:
             self._expire()
 
-    def _expire(self, room: tuple[int, int] = (0, 0)) -> None:
-        """Remove the files past their time, and the oldest beyond most files or max_bytes (less room
-        for new ones: files, bytes)."""
-        now, stored = self.clock(), self.stored_bytes
-        for file_id, (when, _, size) in list(self.written.items()):  # oldest first
-            full = len(self.written) + room[0] > self.most or stored + room[1] > self.max_bytes
-            if now - when > self.keep_s or full:
-                (self.root / file_id).unlink(missing_ok=True)
-                del self.written[file_id]
-                stored -= size
+    def _expire(self, room: tuple[int, int] = (0, 0), owner: str | None = None) -> None:
+        """Remove the files past their time; then, making room for a new one (files, bytes), the
+        owner's oldest beyond its share, and the oldest of the largest holder beyond the store's bounds."""
+        now = self.clock()
+        for file_id in [i for i, (when, *_) in self.written.items() if now - when > self.keep_s]:
+            self._remove(file_id)
+        if owner is not None:
+            files, size = self.share()
+            while (mine := [i for i, w in self.written.items() if w[3] == owner]) and (
+                len(mine) + room[0] > files or sum(self.written[i][2] for i in mine) + room[1] > size
+            ):
+                self._remove(mine[0])
+        while self.written and (
+            len(self.written) + room[0] > self.most or self.stored_bytes + room[1] > self.max_bytes
+        ):
+            held: dict[str | None, int] = {}
+            for _, _, size, holder in self.written.values():
+                held[holder] = held.get(holder, 0) + size
+            largest = max(held, key=held.get)
+            self._remove(next(i for i, w in self.written.items() if w[3] == largest))
+
+    def _remove(self, file_id: str) -> None:
+        (self.root / file_id).unlink(missing_ok=True)
+        del self.written[file_id]
 
     def close(self) -> None:
         self._directory.cleanup()
@@ -244,7 +268,7 @@ def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers) ->
             translated, _ = await translate_upload(service, call_of(request), data, name, target, workers, column=column,
                                                    source=source, charged=functools.partial(gate.charged, key))  # fmt: skip
         try:
-            file_id = await asyncio.to_thread(store.put, name, translated)
+            file_id = await asyncio.to_thread(store.put, name, translated, owner_of(request, key))
         except MtkitError as err:
             raise RequestError(413, str(err)) from None
         return {"translatedFileUrl": download_url(request, fleet.cfg.public_url, file_id, name)}
