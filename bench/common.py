@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -123,3 +124,19 @@ def gpu_peak_tflops(given: float = 0.0) -> float:
 
     name = torch.cuda.get_device_name(0)
     return given or next((peak for key, peak in PEAK_BF16_TFLOPS.items() if key in name), 989.0)
+
+
+def start_server(model: str, log: Path, *options: str) -> tuple[subprocess.Popen, str]:
+    """`mtkit serve -m MODEL --port 0 --in-process OPTIONS`, ready (its stderr in log): the process and its URL."""
+    import httpx
+
+    process = subprocess.Popen(mtkit_command("serve", "-m", model, "--port", "0", "--in-process", *options),
+                               stderr=open(log, "wb"), stdout=subprocess.DEVNULL)  # fmt: skip
+    while not (found := re.search(r"on http://127\.0\.0\.1:(\d+)$", log.read_text(), re.M)):
+        if process.poll() is not None:
+            sys.exit(log.read_text())
+        time.sleep(0.2)
+    url = f"http://127.0.0.1:{found.group(1)}"
+    while httpx.get(f"{url}/ready").status_code != 200:
+        time.sleep(0.2)
+    return process, url

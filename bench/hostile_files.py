@@ -23,7 +23,6 @@ import argparse
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from common import REPO, conditions, mtkit_command, print_table
+from common import REPO, conditions, print_table, start_server
 
 sys.path.insert(0, str(REPO / "tests"))  # the hostile files and the fuzz strategies live with the tests
 
@@ -198,21 +197,6 @@ def fuzz(examples: int) -> list[list[object]]:
 # Server
 
 
-def serve(model: str, log: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    process = subprocess.Popen(mtkit_command("serve", "-m", model, "--port", "0", "--in-process"),
-                               stderr=open(log, "wb"), stdout=subprocess.DEVNULL)  # fmt: skip
-    while not (found := re.search(r"on http://127\.0\.0\.1:(\d+)$", log.read_text(), re.M)):
-        if process.poll() is not None:
-            sys.exit(log.read_text())
-        time.sleep(0.2)
-    url = f"http://127.0.0.1:{found.group(1)}"
-    while httpx.get(f"{url}/ready").status_code != 200:
-        time.sleep(0.2)
-    return process, url
-
-
 def text_load(url: str, clients: int, seconds: float, sentences: list[str], beside=None) -> list[float]:
     """Latencies of single-sentence requests from `clients` threads for `seconds` (beside(stop) runs too)."""
     import httpx
@@ -257,7 +241,7 @@ def server_rows(model: str, clients: int, seconds: float, sentences: list[str]) 
                     answer = http.post(f"{url}/translate_file", files={"file": (name, data)}, data={"target": "de"})
                     statuses.setdefault(name, set()).add(answer.status_code)
 
-    process, url = serve(model, Path(tempfile.mkdtemp()) / "serve.log")
+    process, url = start_server(model, Path(tempfile.mkdtemp()) / "serve.log")
     try:
         alone = text_load(url, clients, seconds, sentences)
         beside = text_load(url, clients, seconds, sentences, uploader)
