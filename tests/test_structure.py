@@ -147,3 +147,11 @@ def test_no_module_imports_itself_back():
 def test_no_module_outgrows_its_room():
     sizes = {module_name(path): len(path.read_text(encoding="utf-8").splitlines()) for path in PACKAGE.rglob("*.py")}
     assert {name: lines for name, lines in sizes.items() if lines > MAX_LINES} == {}
+
+
+MAX_BENCH_LINES = 320
+
+
+def test_no_benchmark_outgrows_its_room():
+    sizes = {path.name: len(path.read_text(encoding="utf-8").splitlines()) for path in (REPO / "bench").glob("*.py")}
+    assert {name: lines for name, lines in sizes.items() if lines > MAX_BENCH_LINES} == {}
