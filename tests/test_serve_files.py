@@ -178,6 +178,33 @@ def test_one_client_s_waiting_documents_never_refuse_another_s():
     asyncio.run(main())
 
 
+def test_uploads_past_the_byte_budget_wait_for_room_and_then_are_refused():
+    import asyncio
+
+    from mtkit.api.edge import RequestError
+    from mtkit.api.files import UploadBudget
+
+    async def main():
+        budget = UploadBudget(100, wait_s=60)
+        first, second = await budget.acquire(40), await budget.acquire(40)
+        third = asyncio.ensure_future(budget.acquire(40))  # 120 would be held: it waits
+        await asyncio.sleep(0)
+        assert not third.done() and budget.held == 80
+        await budget.release(first)
+        assert await third == 40 and budget.held == 80
+        budget.wait_s = 0.01
+        with pytest.raises(RequestError, match="reading other documents") as refused:
+            await budget.acquire(40)
+        assert refused.value.status == 503 and refused.value.headers == {"Retry-After": "5"}
+        for taken in (second, 40):
+            await budget.release(taken)
+        async with budget.holding(10**9):  # a file larger than the budget takes all of it, never more
+            assert budget.held == 100
+        assert budget.held == 0
+
+    asyncio.run(main())
+
+
 def test_any_name_downloads_with_a_header_of_latin_1():
     assert content_disposition("report.docx") == 'attachment; filename="report.docx"'
     header = content_disposition(safe_name("日本語 の.docx"))

@@ -55,7 +55,7 @@ from mtkit.api.deepl import add_deepl_routes
 from mtkit.api.deepl_memories import UPLOAD_PATH
 from mtkit.api.documents import DocumentJobs
 from mtkit.api.edge import RequestError, answered, call_of, described
-from mtkit.api.files import TranslatedFiles, add_file_routes, add_page, document_workers
+from mtkit.api.files import TranslatedFiles, UploadBudget, add_file_routes, add_page, document_workers
 from mtkit.api.glossaries import GlossaryStore
 from mtkit.api.libretranslate import (
     detect_languages,
@@ -89,6 +89,7 @@ def _require_extra():
 
 
 CONNECTIONS = 1024  # open connections at most
+UPLOADS_HELD = 4  # uploaded documents of --max-file-bytes the server holds at once (more wait for room)
 
 
 def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = True, workers=None):
@@ -232,12 +233,13 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
         with gate.charged(key, sum(map(len, texts_of(body.q)))):
             return await libretranslate(fleet, request, body)
 
-    add_file_routes(app, fleet, admit, gate, store, workers)
+    uploads = UploadBudget(UPLOADS_HELD * fleet.cfg.max_file_bytes)  # documents in memory at once, in bytes
+    add_file_routes(app, fleet, admit, gate, store, workers, uploads)
     state = state_database(fleet.cfg.state_dir)  # DeepL's glossaries and the keys' usage
     gate.usage, glossaries = Usage(state), GlossaryStore(state)
     if fleet.cfg.state_dir and not is_url(fleet.cfg.state_dir):
         glossaries.take_folder(Path(fleet.cfg.state_dir) / "glossaries")  # an earlier version's files
-    add_deepl_routes(app, fleet, admit, gate, DocumentJobs(store), glossaries, workers)
+    add_deepl_routes(app, fleet, admit, gate, DocumentJobs(store, uploads=uploads), glossaries, workers)
 
     @app.post("/suggest")
     async def suggest(request: Request):

@@ -282,15 +282,23 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
                 raise MtkitError(f"output_format {fields['output_format']}: a .{fmt} file translates into a .{fmt}")
         except MtkitError as err:
             raise RequestError(400, str(err)) from None
-        data = await upload.read()
         gate.charge(key, 1, count=False)  # a key whose quota is used up: 456 now
+        taken = await jobs.uploads.acquire(upload.size or fleet.cfg.max_file_bytes)  # held until the job ends
+        try:
+            data = await upload.read()
+        except BaseException:
+            await jobs.uploads.release(taken)
+            raise
 
         async def work() -> tuple[bytes, int]:
-            async with fleet.route(source, target, ()) as (service, _, _):
-                translated, characters = await translate_upload(service, Call(), data, name, target, workers,
-                                                                glossary, source=source,
-                                                                charged=functools.partial(gate.charged, key, status=456))  # fmt: skip
-            return translated, characters
+            try:
+                async with fleet.route(source, target, ()) as (service, _, _):
+                    translated, characters = await translate_upload(service, Call(), data, name, target, workers,
+                                                                    glossary, source=source,
+                                                                    charged=functools.partial(gate.charged, key, status=456))  # fmt: skip
+                return translated, characters
+            finally:
+                await jobs.uploads.release(taken)
 
         job_id, job_key = jobs.start(key and key.name, name, work, owner_of(request, key))
         return {"document_id": job_id, "document_key": job_key}

@@ -8,7 +8,7 @@ import traceback
 from dataclasses import dataclass
 
 from mtkit.api.edge import RequestError
-from mtkit.api.files import OWNER_SHARE, TranslatedFiles
+from mtkit.api.files import OWNER_SHARE, TranslatedFiles, UploadBudget
 from mtkit.core.errors import MtkitError
 from mtkit.serving.calls import Refused
 
@@ -34,8 +34,10 @@ class DocumentJobs:
     most: jobs kept at once (a finished one waits --keep-files seconds for its download), a tenth of
     them one owner's at most, so that one client's waiting documents never refuse another's."""
 
-    def __init__(self, store: TranslatedFiles, most: int = 100):
+    def __init__(self, store: TranslatedFiles, most: int = 100, uploads: UploadBudget | None = None):
+        """uploads: the budget of uploaded bytes held at once, which a job holds from its upload to its end."""
         self.store, self.most, self.jobs = store, most, {}
+        self.uploads = uploads or UploadBudget(1 << 30)
 
     def start(self, owner: str | None, name: str, work, share: str | None = None) -> tuple[str, str]:
         """A job running work() (a coroutine giving the translated file's bytes and characters); its id and key."""

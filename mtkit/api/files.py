@@ -66,6 +66,42 @@ def document_workers(processes: int):
     return Workers(processes)
 
 
+class UploadBudget:
+    """The bytes of uploaded documents held at once (read, waiting for a worker, translated): one that
+    would pass the budget waits for room, and past wait_s is refused (503), so that uploads queued behind
+    a busy worker cannot grow the server's memory without bound."""
+
+    def __init__(self, max_bytes: int, wait_s: float = 30.0):
+        self.max_bytes, self.wait_s, self.held = max_bytes, wait_s, 0
+        self._changed = asyncio.Condition()
+
+    async def acquire(self, size: int) -> int:
+        """Room for `size` bytes (at most the whole budget): the bytes taken, to give back with release()."""
+        size = min(max(size, 1), self.max_bytes)
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.held + size <= self.max_bytes), self.wait_s)
+            except TimeoutError:
+                raise RequestError(
+                    503, "the server is reading other documents: retry later", {"Retry-After": "5"}
+                ) from None
+            self.held += size
+        return size
+
+    async def release(self, size: int) -> None:
+        async with self._changed:
+            self.held -= size
+            self._changed.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def holding(self, size: int):
+        taken = await self.acquire(size)
+        try:
+            yield
+        finally:
+            await self.release(taken)
+
+
 class TranslatedFiles:
     """Translated files on disk (a private temporary directory), each under a random id, removed
     keep_s seconds after it was written, or when the server stops; beyond most files or max_bytes
@@ -242,7 +278,7 @@ async def _in_worker(workers, work, *args):
         raise RequestError(400, str(err)) from None
 
 
-def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers) -> None:
+def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers, uploads: UploadBudget) -> None:
     """POST /translate_file (multipart: file, source, target, api_key; column for a CSV file), GET
     /download_file/ID/NAME, on the server's models (mtkit.serving.fleet); documents are read and written by workers
     (mtkit.documents.worker.Workers)."""
@@ -264,9 +300,11 @@ def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers) ->
             service.check_source(source)
             service.framing(source, target)
             name = safe_name(file.filename or "")
-            data = await file.read()
-            translated, _ = await translate_upload(service, call_of(request), data, name, target, workers, column=column,
-                                                   source=source, charged=functools.partial(gate.charged, key))  # fmt: skip
+            async with uploads.holding(file.size or fleet.cfg.max_file_bytes):
+                data = await file.read()
+                translated, _ = await translate_upload(service, call_of(request), data, name, target, workers,
+                                                       column=column, source=source,
+                                                       charged=functools.partial(gate.charged, key))  # fmt: skip
         try:
             file_id = await asyncio.to_thread(store.put, name, translated, owner_of(request, key))
         except MtkitError as err:
