@@ -3,6 +3,8 @@ page, a reversing one keeps each run's formatting on its words; images, links, d
 geometry stay; the output reopens with PyMuPDF, pypdf and poppler's pdftotext; scans, encrypted
 files and PDF bombs are one line within FileLimits."""
 
+import base64
+import binascii
 import io
 import re
 import shutil
@@ -13,6 +15,8 @@ import zlib
 
 import pymupdf
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pypdf import PdfReader
 from test_documents import copy_engine, reverse_engine, translated
 
@@ -146,15 +150,22 @@ def test_an_encrypted_pdf_is_one_line():
     )
 
 
-def pdf_with_stream(content: bytes, compressed: bool = True) -> bytes:
-    """A one-page PDF whose page draws a content stream (Flate-compressed where asked)."""
-    stream = zlib.compress(content, 9) if compressed else content
-    flate = b"/Filter /FlateDecode " if compressed else b""
+def pdf_with_stream(content: bytes, compressed: bool = True, filters: bytes = b"", stream: bytes = b"") -> bytes:
+    """A one-page PDF whose page draws a content stream (Flate-compressed where asked; or `stream`, encoded
+    as `filters` say, where given: a /Filter 5 0 R names object 5, which holds /FlateDecode)."""
+    if not filters:
+        stream = zlib.compress(content, 9) if compressed else content
+        filters = b"/FlateDecode" if compressed else b""
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-        b"<< " + flate + b"/Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< "
+        + (b"/Filter " + filters + b" " if filters else b"")
+        + b"/Length %d >>\nstream\n" % len(stream)
+        + stream
+        + b"\nendstream",
+        b"/FlateDecode",
     ]
     out, offsets = b"%PDF-1.7\n", []
     for number, body in enumerate(objects, 1):
@@ -171,6 +182,63 @@ def test_a_stream_that_inflates_past_the_bounds_is_refused_before_any_page_is_re
     bomb = pdf_with_stream(b"q Q " * (50 << 20))  # 200 MiB of no-ops in about 200 KiB
     with pytest.raises(FileTooLarge, match=r"^bomb\.pdf: stream 4 inflates"):
         read_document(bomb, "bomb.pdf", "pdf")
+
+
+NOOPS = b"q Q " * (50 << 20)  # 200 MiB of no-ops
+
+
+@pytest.mark.parametrize(
+    "filters, stream",
+    [
+        (b"/Fl", zlib.compress(NOOPS, 9)),  # abbreviated
+        (b"[/AHx /Fl]", binascii.hexlify(zlib.compress(NOOPS, 9)) + b">"),  # after an ASCII encoding
+        (b"[/ASCII85Decode /FlateDecode]", base64.a85encode(zlib.compress(NOOPS, 9), adobe=True)),
+        (b"5 0 R", zlib.compress(NOOPS, 9)),  # an indirect object
+        (b"[/FlateDecode /FlateDecode]", zlib.compress(zlib.compress(NOOPS, 9), 9)),  # twice: about 1 KiB
+    ],
+    ids=["abbreviated", "hex", "ascii85", "indirect", "twice"],
+)
+def test_a_stream_bomb_in_any_spelling_of_its_filters_is_refused(filters, stream):
+    bomb = pdf_with_stream(b"", filters=filters, stream=stream)
+    with pytest.raises(FileTooLarge, match=r"^bomb\.pdf: stream 4 inflates"):
+        read_document(bomb, "bomb.pdf", "pdf")
+
+
+def test_an_lzw_stream_is_refused_in_one_line():
+    lzw = pdf_with_stream(b"", filters=b"/LZWDecode", stream=b"\x80\x0b\x60\x50\x22\x0c\x0c\x85\x01")
+    with pytest.raises(FileTooLarge, match=r"^lzw\.pdf: stream 4 is LZW-compressed, which mtkit does not read"):
+        read_document(lzw, "lzw.pdf", "pdf")
+
+
+def run_length(data: bytes) -> bytes:
+    """RunLengthDecode's encoding: literal runs of up to 128 bytes, then the end mark."""
+    return (
+        b"".join(bytes([len(part) - 1]) + part for part in (data[i : i + 128] for i in range(0, len(data), 128)))
+        + b"\x80"
+    )
+
+
+ENCODERS = {
+    "FlateDecode": lambda data: zlib.compress(data),
+    "ASCIIHexDecode": lambda data: binascii.hexlify(data) + b">",
+    "ASCII85Decode": lambda data: base64.a85encode(data, adobe=True),
+    "RunLengthDecode": run_length,
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=600), st.lists(st.sampled_from(sorted(ENCODERS)), min_size=1, max_size=3))
+def test_a_chain_of_filters_decodes_to_the_stream_s_own_size(content, filters):
+    from mtkit.documents.pdf_streams import decoded_size
+
+    stream = content
+    for name in reversed(filters):  # the first filter listed is the first decoded
+        stream = ENCODERS[name](stream)
+    growing = [n for n, name in enumerate(filters) if name in ("FlateDecode", "RunLengthDecode")]
+    after = content  # what the last filter that grows decodes to: the content as the filters after it encode it
+    for name in reversed(filters[growing[-1] + 1 :] if growing else []):
+        after = ENCODERS[name](after)
+    assert decoded_size(stream, filters, FileLimits(), "stream 4") == len(after)
 
 
 def test_pages_and_nesting_are_bounded():

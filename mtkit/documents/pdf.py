@@ -12,17 +12,16 @@ chunks within FileLimits (a PDF bomb is refused as a zip bomb is), and its pages
 from __future__ import annotations
 
 import html
-import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, FileLimits, InlineBuilder, language_tag, pieces
+from mtkit.documents.pdf_streams import check_streams
 
 PDF_EXTRA = "pip install 'mtkit[pdf]'"
 BOLD, ITALIC, SERIF, MONO = 16, 2, 4, 8  # PyMuPDF's span flags
-CHUNK = 1 << 20
 MOST_COMPARED = 4_000_000  # a page's blocks x boxes where room() looks for space (linear in the page)
 LINE_HEIGHT = 1.15  # of the font size: about what a PDF's lines take (their boxes hold ascent and descent)
 
@@ -206,26 +205,6 @@ def mupdf_errors(what: str) -> Iterator[None]:
         raise
     except Exception as err:
         raise MtkitError(f"{what} ({' '.join(str(err).split())})") from None
-
-
-def check_streams(pdf, limits: FileLimits) -> None:
-    """Every Flate-compressed stream inflated in chunks within the limits (the bound of a zip's
-    part, the ratio, and the whole package's), before MuPDF inflates any of it for a page."""
-    total = 0
-    for xref in range(1, pdf.xref_length()):
-        if not pdf.xref_is_stream(xref) or "FlateDecode" not in pdf.xref_get_key(xref, "Filter")[1]:
-            continue
-        raw = pdf.xref_stream_raw(xref) or b""
-        inflater, size, pending = zlib.decompressobj(), 0, raw
-        while pending:
-            try:
-                size += len(inflater.decompress(pending, CHUNK))
-            except zlib.error:
-                break  # MuPDF reads what it can of a broken stream; so does the page reader
-            limits.check_member(f"stream {xref}", size, len(raw))
-            pending = inflater.unconsumed_tail
-        total += size
-        limits.check_package(total)
 
 
 def _horizontal(block: dict) -> bool:
