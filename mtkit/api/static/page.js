@@ -223,7 +223,7 @@ function render(lines, translations, confidences, glossary = [], origins = null)
     }
     if (origins && origins[i] && origins[i].startsWith("tm")) {
       targetLine.classList.add("remembered");
-      targetLine.title = "from the translation memory";
+      targetLine.title = origins[i] === "tm 100" ? "from the translation memory" : `steered by the memory's matches (${origins[i]})`;
     }
     output.append(targetLine);
     state.alignments.push(parseAlignment(best && best.alignment));
