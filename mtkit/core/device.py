@@ -73,7 +73,8 @@ def detect_hardware(device: torch.device) -> Hardware:
     """The seam between `auto` and the machine: tests replace it to pretend each kind."""
     if device.type == "cuda":
         return Hardware("cuda", torch.cuda.is_bf16_supported(including_emulation=False))
-    return Hardware("cpu", cpu_has_native_bf16() and not bf16_switched_off())
+    switched_off = bf16_switched_off()  # read on every CPU: a switch that is neither on nor off is an error anywhere
+    return Hardware("cpu", cpu_has_native_bf16() and not switched_off)
 
 
 def bf16_switched_off() -> bool:
