@@ -58,9 +58,6 @@ class Database:
         except psycopg.Error as err:
             why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise MtkitError(f"{self.option} {without_password(self.where)}: cannot connect ({why})") from None
-        # SQLite's instr(), which the callers' searches use
-        conn.execute("CREATE OR REPLACE FUNCTION instr(text, text) RETURNS integer"
-                     " AS 'SELECT strpos($1, $2)' LANGUAGE sql IMMUTABLE")  # fmt: skip
         return conn
 
     def close(self) -> None:
@@ -177,10 +174,10 @@ class Database:
             return results
 
     def _sql(self, sql: str) -> str:
-        """The callers' ? placeholders as PostgreSQL's $1, $2..."""
+        """The callers' ? placeholders as PostgreSQL's $1, $2..., and SQLite's instr() as its strpos()."""
         if not self.postgres:
             return sql
-        parts = sql.split("?")
+        parts = sql.replace("instr(", "strpos(").split("?")
         return "".join(part + (f"${n}" if n < len(parts) else "") for n, part in enumerate(parts, 1))
 
     def _run(self, sql: str, params: Sequence[Any]):

@@ -251,7 +251,7 @@ class Fleet:
 
     async def _acquire(self, slots: list[Slot]) -> None:
         """Wait until every one of the slots is loaded (starting their loads when room for all of them can
-        be made), then hold them; 503 if one fails or the wait passes --load-timeout."""
+        be made), then hold them; UNAVAILABLE if one fails or the wait passes --load-timeout."""
         if len(slots) > self.max_loaded:
             raise Refused(
                 Reason.UNAVAILABLE,

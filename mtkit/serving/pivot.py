@@ -51,7 +51,7 @@ class Runs:
     sentence_splitter."""
 
     def check_source(self, source: str | None) -> None:
-        """A request's source language, where it names one, must be one of the route's: a 400 where not."""
+        """A request's source language, where it names one, must be one of the route's (INVALID where not)."""
         try:
             self.languages.check_source(source)
         except LanguageError as err:

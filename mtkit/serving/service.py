@@ -96,13 +96,13 @@ class Service(Runs):
 
     def framing(self, source: str | None, target: str | None) -> tuple[int | None, tuple[int, ...]]:
         """The id that starts each source of a request between these languages, and the ids given as
-        each translation's start (mtkit.serving.settings); a language the model lacks is a 400."""
+        each translation's start (mtkit.serving.settings); a language the model lacks is INVALID."""
         try:
             return self.languages.framing(source, target)
         except LanguageError as err:
             raise Refused(Reason.INVALID, str(err)) from None
 
-    def check_chars(self, texts: Sequence[str]) -> None:  # a request over --max-chars is a 413
+    def check_chars(self, texts: Sequence[str]) -> None:  # a request over --max-chars is TOO_LARGE
         if (chars := sum(len(t) for t in texts)) > (most := self.cfg.max_chars):
             raise Refused(Reason.TOO_LARGE, f"{chars:,} characters: the limit is {most:,} per request (--max-chars)")
 
@@ -256,7 +256,7 @@ class Service(Runs):
         raise Refused(Reason.CANCELLED, "the client closed the connection")
 
     def sentence_splitter(self) -> SentenceSplitter:
-        self.segmenter(True)  # 422 where the splitter is not installed
+        self.segmenter(True)  # UNUSABLE where the splitter is not installed
         if self._splitter is None:
             self._splitter = SentenceSplitter(self.info.source_language)
         return self._splitter

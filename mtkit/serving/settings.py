@@ -75,7 +75,7 @@ def aligns(info: ModelInfo) -> bool:
 
 
 class LanguageError(Exception):
-    """A request's language that the model does not have: a 400 with this message."""
+    """A request's language that the model does not have: refused as INVALID with this message."""
 
 
 class Languages:

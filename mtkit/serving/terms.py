@@ -18,7 +18,7 @@ MAX_TERM_CHARS = 200  # characters of one term at most
 
 
 class TermsError(MtkitError):
-    """A request's glossary that cannot be used, and why (a 422)."""
+    """A request's glossary that cannot be used, and why (refused as UNUSABLE)."""
 
 
 class ServerTerms:
