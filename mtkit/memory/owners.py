@@ -111,12 +111,5 @@ class OwnedMemories:
     ) -> dict[int, str]:
         """The texts (by index) that a memory holds whole, spans aside, each with the stored translation:
         the memory given, or the owner's default one and then the server's own."""
-        memories = [memory] if memory else [self.of(owner)] + ([self.of(None)] if owner is not None else [])
-        found = {}
-        for i, text in enumerate(texts):
-            if text.strip() and "\n" not in text.strip():
-                for each in memories:
-                    if match := each.lookup(text, source, target, threshold=100, limit=1):
-                        found[i] = match[0].target
-                        break
-        return found
+        found = self.fuzzy(owner, dict(enumerate(texts)), source, target, 100, memory, limit=1)
+        return {i: matches[0].target for i, matches in found.items()}
