@@ -32,6 +32,7 @@ def echo_app(model: Path):
     from mtkit.api.app import create_app
     from mtkit.decoding.search import SearchConfig
     from mtkit.model.files import load_model_file, resolve_model_path
+    from mtkit.serving.calls import Asked, Call
     from mtkit.serving.service import Service
     from mtkit.serving.settings import ModelInfo, ServeConfig
     from mtkit.translation.translate import Translator
@@ -43,7 +44,9 @@ def echo_app(model: Path):
     service = Service(lambda: Translator(model_file, cfg, device="cpu"), tokenizers, cfg, info, ServeConfig())
 
     async def echo(request, texts, options, split_sentences=None, target=None, source=None, glossary=None):
-        service.jobs(texts, options, bool(split_sentences), target, source, glossary)  # prepared, not translated
+        service.jobs(
+            Asked(Call(), texts, options, source, target, split=bool(split_sentences), glossary=glossary)
+        )  # prepared, not translated
         return list(texts), None
 
     service.run = echo

@@ -44,12 +44,12 @@ def main() -> None:
     args = parser.parse_args()
 
     from mtkit.decoding.search_rules import SearchConfig
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
     from mtkit.translation.confidence import SIGNALS, Calibration, sentence_chrf, signal_report, signal_values
 
     calibration = Calibration.load(args.calibration)
     cfg = SearchConfig(beam=args.beam, lenpen=args.lenpen)
-    translator = make_translator("pytorch", args.model, "best", cfg, "cpu", args.precision, 128, 8192)
+    translator = build_translator(Decoding(search=cfg, device="cpu", precision=args.precision), args.model)
     rows = []
     for name in args.sets.split(","):
         sources, references = read_set(args.data, name, args.src, args.tgt)

@@ -50,7 +50,7 @@ def translate_with(setting: dict):
     if setting["engine"] == "ctranslate2-direct":
         return ct2_translate(Path(setting["model"]), setting["beam"], setting["batch_size"], setting["lenpen"])
     from mtkit.decoding.search import SearchConfig
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
 
     if setting["sync_every"]:
         from mtkit.decoding import beam
@@ -59,9 +59,10 @@ def translate_with(setting: dict):
     off = setting["off"]
     cfg = SearchConfig(beam=setting["beam"], lenpen=setting["lenpen"], **({"loop_ngram": 0} if off == "guards" else {}))
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    translator = make_translator(setting["engine"], [Path(setting["model"])], "best", cfg, device,
-                                 setting["precision"], setting["batch_size"], 8192, cuda_graphs=setting["graphs"],
-                                 split_sentences=off != "split", keep_spans=off != "spans")  # fmt: skip
+    decoding = Decoding(search=cfg, engine=setting["engine"], device=device, precision=setting["precision"],
+                        batch_size=setting["batch_size"], cuda_graphs=setting["graphs"], split_sentences=off != "split",
+                        keep_spans=off != "spans")  # fmt: skip
+    translator = build_translator(decoding, [Path(setting["model"])])
     if setting.get("int8"):
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 

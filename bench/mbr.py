@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def translator_for(setting: str, models: list[Path], args: argparse.Namespace):
     from mtkit.decoding.search_rules import SearchConfig
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
     from mtkit.translation.mbr import MbrConfig
 
     if setting.startswith("beam"):
@@ -34,7 +34,7 @@ def translator_for(setting: str, models: list[Path], args: argparse.Namespace):
     else:
         _, n, source, utility = setting.split(":")
         cfg, mbr = SearchConfig(beam=1, lenpen=args.lenpen), MbrConfig(int(n), source, args.epsilon, utility)
-    return make_translator("pytorch", models, "best", cfg, "cpu", args.precision, 128, 8192, mbr=mbr)
+    return build_translator(Decoding(search=cfg, device="cpu", precision=args.precision, mbr=mbr), models)
 
 
 def main() -> None:

@@ -101,12 +101,12 @@ def translate(
                     out[i] = " ".join(map(str, row))
         return out, time.perf_counter() - started
     from mtkit.decoding.search import SearchConfig
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
 
     cfg = SearchConfig(beam=beam, lenpen=0.0, max_len_a=0, max_len_b=length, loop_ngram=0)
     name = "pytorch" if engine == "mtkit" else "ctranslate2"
-    translator = make_translator(name, [model], "best", cfg, "cpu", "fp32", 128, 8192, False, False, 0,
-                                 spec["target"], spec["source"])  # fmt: skip
+    decoding = Decoding(search=cfg, engine=name, device="cpu", precision="fp32", split_sentences=False)
+    translator = build_translator(decoding, [model], spec["source"], spec["target"])
     started = time.perf_counter()
     out = translator.translate(lines)
     return out, time.perf_counter() - started

@@ -135,16 +135,14 @@ def main() -> None:
     parser.add_argument("--words-only", action="store_true", help="measure the single words alone")
     args = parser.parse_args()
     from mtkit.decoding.search_rules import SearchConfig
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
 
     cfg = SearchConfig(beam=args.beam, lenpen=args.lenpen)
     settings = {"defaults": (True, True, True), "all three off": (False, False, False)}
     results, started = {}, time.perf_counter()
     for name, (split, spans, case) in settings.items():
-        translator = make_translator(
-            "pytorch", [args.model], "best", cfg, "cpu", "auto", 128, 8192, False, split, 0, None, None, None, spans,
-            case,
-        )  # fmt: skip
+        decoding = Decoding(search=cfg, device="cpu", split_sentences=split, keep_spans=spans, recase=case)
+        translator = build_translator(decoding, [args.model])
         for part in args.sets.split(","):
             sources = (args.data / f"{part}.{args.src}").read_text(encoding="utf-8").splitlines()[: args.lines]
             references = (args.data / f"{part}.{args.tgt}").read_text(encoding="utf-8").splitlines()[: args.lines]

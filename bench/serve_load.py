@@ -66,11 +66,10 @@ def offline_translator(model: Path, sentences: list[str], beam: int, engine: str
     """The engine with the model loaded, warmed up on the first 20 sentences."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from mtkit.decoding.search import SearchConfig
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
 
-    translator = make_translator(
-        engine, [model], "best", SearchConfig(beam=beam, lenpen=0.6), "auto", "auto", 128, 8192, cuda_graphs
-    )
+    decoding = Decoding(search=SearchConfig(beam=beam, lenpen=0.6), engine=engine, cuda_graphs=cuda_graphs)
+    translator = build_translator(decoding, [model])
     translator.translate(sentences[:20])  # warm-up
     return translator
 

@@ -301,12 +301,13 @@ def test_a_served_engine_bans_them_only_where_the_service_masks_spans(tokenizer,
 
 
 def test_translate_bans_them_with_keep_spans_only(trained_run):
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
     from mtkit.text.spans import SPAN_MARKS
 
     def translator(keep_spans: bool):
-        return make_translator("pytorch", [trained_run], "best", SearchConfig(beam=2), "cpu", "fp32", 16, 0,
-                               keep_spans=keep_spans)  # fmt: skip
+        decoding = Decoding(search=SearchConfig(beam=2), device="cpu", precision="fp32", batch_size=16, max_tokens=0,
+                            keep_spans=keep_spans)  # fmt: skip
+        return build_translator(decoding, [trained_run])
 
     kept, raw = translator(True), translator(False)
     marks = {tuple(sequence) for sequence in kept.tgt_tokenizer.sequences_writing(SPAN_MARKS)}

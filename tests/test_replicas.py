@@ -14,6 +14,7 @@ from conftest import run_mtkit
 from test_serve import Server, concurrent_translations, offline, wait_until
 
 from mtkit.decoding.search import SearchConfig
+from mtkit.interop.engines import Decoding
 from mtkit.model.files import load_model_file, resolve_model_path
 from mtkit.serving.dynamic_batching import EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Options, Sentence
@@ -32,7 +33,7 @@ def sentences(corpus):
 def replicas(trained_run):
     """Two replicas of the test model (fp32, beam 2), started; stopped after the test."""
     path = resolve_model_path(trained_run)
-    spec = EngineSpec("pytorch", path, SearchConfig(beam=2), "cpu", "fp32", 4096, False)
+    spec = EngineSpec(path, Decoding(search=SearchConfig(beam=2), device="cpu", precision="fp32", max_tokens=4096))
     pool = Replicas(spec, 2, 1, 4096, 0.0, 6, lambda stats: None)
     pool.start()
     yield pool

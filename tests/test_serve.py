@@ -15,6 +15,7 @@ from conftest import run_mtkit, start_mtkit
 
 from mtkit.decoding.search import SearchConfig
 from mtkit.model.files import load_model_file, resolve_model_path
+from mtkit.serving.calls import Asked, Call
 from mtkit.serving.service import Service
 from mtkit.serving.settings import ModelInfo, ServeConfig
 from mtkit.text.langid import identify
@@ -70,7 +71,10 @@ class Server:
         """headers: sent with every GET of /ready and /metrics (an API key, where they need one)."""
         self.log_path, self.headers = log_path, headers
         with open(log_path, "wb") as log:
-            self.process = start_mtkit("serve", "-m", model, "--port", "0", *one_engine(in_fp32(options)), stderr=log)
+            options = one_engine(in_fp32(options))
+            if "--file-seconds" not in options:  # a document's time budget, ample on a machine under any load
+                options = (*options, "--file-seconds", "600")
+            self.process = start_mtkit("serve", "-m", model, "--port", "0", *options, stderr=log)
 
         def bound() -> bool:
             assert self.process.poll() is None, log_path.read_text()
@@ -542,12 +546,12 @@ def test_each_text_is_encoded_once_and_translated_as_offline(trained_run, senten
     service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
     service.batcher.start()
     try:
-        jobs, counts, _ = service.jobs(sentences[:6], service.defaults())
+        jobs, counts, _ = service.jobs(Asked(Call(), sentences[:6], service.defaults(), split=False))
         pieces = [future.result(600) for future in service.batcher.submit(jobs)]
-        results, confidences = service._joined(pieces, counts, service.defaults())
+        answer = service._joined(pieces, counts, service.defaults())
     finally:
         service.batcher.stop()
-    assert (results, confidences) == (expected, None)
+    assert (answer.texts, answer.confidences) == (expected, None)
     assert encoded == [line.strip() for line in sentences[:6]]  # once each, by the service
 
 

@@ -164,12 +164,12 @@ class AllChecks:
         if not self.models:
             raise Skip("no model: the recipe did not finish (or give --model)")
         from mtkit.decoding.search_rules import SearchConfig
-        from mtkit.interop.engines import make_translator
+        from mtkit.interop.engines import Decoding, build_translator
 
         outputs = {}
         for graphs in (False, True) if self.on_gpu else (False,):
-            translator = make_translator("pytorch", self.models[:1], "best", SearchConfig(beam=5, lenpen=0.6),
-                                         self.args.device, "auto", 128, 8192, graphs)  # fmt: skip
+            decoding = Decoding(search=SearchConfig(beam=5, lenpen=0.6), device=self.args.device, cuda_graphs=graphs)
+            translator = build_translator(decoding, self.models[:1])
             translator.translate(self.sentences[:100])  # warm-up (and graph capture)
             began = time.perf_counter()
             outputs[graphs] = translator.translate(self.sentences)

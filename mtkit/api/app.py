@@ -54,7 +54,7 @@ from mtkit.api.access import AccessRules, BodyLimit, Gate, Usage, bearer_key, ma
 from mtkit.api.deepl import add_deepl_routes
 from mtkit.api.deepl_memories import UPLOAD_PATH
 from mtkit.api.documents import DocumentJobs
-from mtkit.api.edge import RequestError, answered, call_of, described
+from mtkit.api.edge import RequestError, answered, call_of, described, key_name
 from mtkit.api.files import TranslatedFiles, UploadBudget, add_file_routes, add_page, document_workers
 from mtkit.api.glossaries import GlossaryStore
 from mtkit.api.libretranslate import (
@@ -65,12 +65,12 @@ from mtkit.api.libretranslate import (
     libretranslate_languages,
     texts_of,
 )
-from mtkit.api.memory import remembered
+from mtkit.api.memory import translated
 from mtkit.api.observed import ObservedApp
 from mtkit.core.database import is_url, state_database
 from mtkit.core.errors import MtkitError
 from mtkit.memory.owners import MemoryLimit
-from mtkit.serving.calls import Refused
+from mtkit.serving.calls import Asked, Refused
 from mtkit.serving.fleet import Fleet
 from mtkit.serving.service import Service
 
@@ -130,7 +130,7 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
         api_key: str | None = None
 
     store = TranslatedFiles(fleet.cfg.keep_files_s, max_bytes=fleet.cfg.max_stored_bytes)
-    workers = workers or document_workers(fleet.cfg.file_processes)
+    workers = workers or document_workers(fleet.cfg.file_processes, fleet.cfg.file_seconds)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -198,29 +198,19 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
         async with fleet.route(body.source, body.target, texts) as (service, source, target):
             service.check_source(source)
             options = service.options(body.beam, body.nbest, body.lenpen, body.alignment, body.confidence)
-            if body.format != "text":
-                if body.confidence:
-                    raise RequestError(422, f"format {body.format}: confidence is for plain text")
-                translated = await service.run_markup(
-                    call_of(request),
-                    texts,
-                    options,
-                    body.format,
-                    target,
-                    body.split_sentences,
-                    body.glossary,
-                    source=source,
-                )
-                return {"translations": translated}
-            translated, scores, origins = await remembered(fleet.memory, service, request, texts, options, source,
-                                                           target, split_sentences=body.split_sentences,
-                                                           glossary=body.glossary)  # fmt: skip
-        missed = call_of(request).missed_terms
+            if body.format != "text" and body.confidence:
+                raise RequestError(422, f"format {body.format}: confidence is for plain text")
+            call = call_of(request)
+            asked = Asked(call=call, texts=texts, options=options, source=source, target=target, format=body.format,
+                          split=body.split_sentences, glossary=body.glossary)  # fmt: skip
+            answer = await translated(fleet.memory, service, asked, key_name(request))
+        if body.format != "text":
+            return {"translations": answer.texts}
         return {
-            "translations": translated,
-            **({"confidences": scores} if scores is not None else {}),
-            **({"missed_terms": missed} if missed else {}),
-            **({"origins": origins} if fleet.memory else {}),
+            "translations": answer.texts,
+            **({"confidences": answer.confidences} if answer.confidences is not None else {}),
+            **({"missed_terms": call.missed_terms} if call.missed_terms else {}),
+            **({"origins": answer.origins} if answer.origins is not None else {}),
         }
 
     @app.post("/translate")

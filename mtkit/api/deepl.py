@@ -19,9 +19,9 @@ from mtkit.api.edge import RequestError, call_of, owner_of
 from mtkit.api.files import document_formats, file_response, translate_upload
 from mtkit.api.glossaries import GlossaryStore, parse_entries
 from mtkit.api.libretranslate import LANGUAGE_NAMES, libretranslate_fields
-from mtkit.api.memory import remembered
+from mtkit.api.memory import translated
 from mtkit.core.errors import MtkitError
-from mtkit.serving.calls import Call
+from mtkit.serving.calls import Asked, Call
 from mtkit.serving.service import Service
 from mtkit.serving.terms import TermsError
 
@@ -174,18 +174,13 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
             service.framing(source, target)
             glossary = glossary_of(service, fields, key and key.name, source, target)
             memory, threshold = await asyncio.to_thread(request_memory, fleet.memory, key and key.name, fields)
-            options = service.defaults()
-            if tags:
-                kept = tag_list(fields.get("ignore_tags"))
-                work = lambda: service.run_markup(call_of(request), texts, options, tags, target, split, glossary,  # noqa: E731
-                                                  kept, source)  # fmt: skip
-            else:
-                work = lambda: _first(remembered(fleet.memory, service, request, texts, options, source, target,  # noqa: E731
-                                                 memory, threshold, split_sentences=split, glossary=glossary))  # fmt: skip
+            asked = Asked(call=call_of(request), texts=texts, options=service.defaults(), source=source,
+                          target=target, format=tags or "text", split=split, glossary=glossary,
+                          kept=tag_list(fields.get("ignore_tags")) if tags else frozenset())  # fmt: skip
             with gate.charged(key, sum(map(len, texts)), status=456):
-                translated = await work()
+                outs = (await translated(fleet.memory, service, asked, key and key.name, memory, threshold)).texts
         return {"translations": [{"detected_source_language": detected(service, source, text), "text": out,
-                                  "billed_characters": len(text)} for text, out in zip(texts, translated)]}  # fmt: skip
+                                  "billed_characters": len(text)} for text, out in zip(texts, outs)]}  # fmt: skip
 
     @app.api_route("/v2/languages", methods=["GET", "POST"])
     async def languages(request: Request):
@@ -329,7 +324,3 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
 
     add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries, forget)
     add_memory_routes(app, fleet.memory, authorized, fields_of, fleet.cfg.max_file_bytes)
-
-
-async def _first(answer):
-    return (await answer)[0]

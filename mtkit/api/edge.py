@@ -37,6 +37,11 @@ def owner_of(request, key) -> str:
     return f"address {client[0] if client else ''}"
 
 
+def key_name(request) -> str | None:
+    """The name of the key the request was admitted with (None: keys are off)."""
+    return request.scope.get("state", {}).get("key")
+
+
 def call_of(request) -> Call:
     """The request's Call: its client's going away cancels its work."""
     state = request.scope.setdefault("state", {})

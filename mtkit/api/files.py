@@ -14,13 +14,14 @@ import secrets
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import quote
 
 from mtkit.api.edge import RequestError, call_of, owner_of
 from mtkit.core.errors import MtkitError
-from mtkit.serving.calls import Call
+from mtkit.serving.calls import Asked, Call
 from mtkit.serving.service import Service
 
 PAGE_DIR = Path(__file__).with_name("static")
@@ -56,14 +57,14 @@ def document_formats():
     return formats
 
 
-def document_workers(processes: int):
-    """The processes that read and write uploaded documents (started on first use), or None where
-    the documents extra is not installed."""
+def document_workers(processes: int, seconds: float):
+    """The processes that read and write uploaded documents (started on first use; `seconds` at most
+    on one), or None where the documents extra is not installed."""
     try:
         from mtkit.documents.worker import Workers
     except ImportError:
         return None
-    return Workers(processes)
+    return Workers(processes, seconds=seconds)
 
 
 class UploadBudget:
@@ -237,13 +238,15 @@ async def translate_upload(
     limits = FileLimits(max_chars=service.cfg.max_file_chars)
     job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, True,
                   service.info.source_language, column)  # fmt: skip
-    texts, options, translated = await _in_worker(workers, prepare, job), service.defaults(), []
+    texts, translated = await _in_worker(workers, prepare, job), []
+    asked = Asked(call=call, texts=[], options=service.defaults(), source=source, target=target, split=True,
+                  glossary=glossary)  # fmt: skip
     with charged(sum(map(len, texts))):
         for chunk in in_chunks(texts, service.cfg):  # a long document shares the engine with other requests
             if service.can_align:
-                translated += await service.run_aligned(call, chunk, options, target, glossary, source)
+                translated += await service.run_aligned(replace(asked, texts=chunk))
             else:  # plain text: any engine
-                translated += (await service.run(call, chunk, options, True, target, source, glossary))[0]
+                translated += (await service.run(replace(asked, texts=chunk))).texts
         return await _in_worker(workers, finish, job, translated), sum(map(len, texts))
 
 

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
-from mtkit.api.edge import RequestError, call_of
-from mtkit.api.memory import remembered
+from mtkit.api.edge import RequestError, call_of, key_name
+from mtkit.api.memory import translated
 from mtkit.core.errors import MtkitError
+from mtkit.serving.calls import Asked
 from mtkit.serving.service import Service
 from mtkit.serving.settings import Languages
 
@@ -42,11 +43,10 @@ async def _translated(
         options = service.options(beam, body.alternatives + 1, None, False)
     else:
         options = default
-    scores = None
-    if body.format == "html":
-        results = await service.run_markup(call_of(request), texts_of(body.q), options, "html", target, source=source)
-    else:
-        results, scores, _ = await remembered(memory, service, request, texts_of(body.q), options, source, target)
+    asked = Asked(call=call_of(request), texts=texts_of(body.q), options=options, source=source, target=target,
+                  format=body.format)  # fmt: skip
+    got = await translated(memory, service, asked, key_name(request))
+    results, scores = got.texts, got.confidences
     if body.alternatives:
         best = [[h["text"] for h in hyps] or [""] for hyps in results]
         texts, alternatives = [b[0] for b in best], [b[1:] for b in best]

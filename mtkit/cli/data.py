@@ -318,7 +318,7 @@ def distill(
     Example: [bold]mtkit distill -m teacher1.pt -m teacher2.pt --src train.en -o train.distilled.de --lenpen 1.8[/bold]
     """
     from mtkit.core.textio import check_input_file, check_output_file, sha256_file
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
     from mtkit.model.files import resolve_model_path
     from mtkit.translation.distill import distill as distill_corpus
 
@@ -328,7 +328,7 @@ def distill(
     check_output_file(output)
     if output.exists() and not force:
         raise MtkitError(f"{output}: already exists (use --force to replace it)")
-    cfg = search_config(beam, lenpen, max_len_a, max_len_b, 1, 1, 0, 4, 2)
+    cfg = search_config(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
     mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     paths = [resolve_model_path(m, checkpoint) if engine == "pytorch" else m for m in model]
     teacher = [sha256_file(p if p.is_file() else p / "model.bin") for p in paths]  # a CTranslate2 export: its weights
@@ -337,10 +337,9 @@ def distill(
                 **({"src_lang": src_lang} if src_lang else {}),
                 **({"glossary": sha256_file(glossary), "case_sensitive_terms": case_sensitive_terms} if glossary else {}),
                 **({"mbr": dataclasses.asdict(mbr_cfg)} if mbr_cfg else {})}  # fmt: skip
-    translator = make_translator(
-        engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, False, False, 0, tgt_lang, src_lang,
-        mbr_cfg,
-    )  # fmt: skip
+    decoding = Decoding(search=cfg, engine=engine, checkpoint=checkpoint, device=device, precision=precision,
+                        batch_size=batch_size, max_tokens=max_tokens, mbr=mbr_cfg, split_sentences=False)  # fmt: skip
+    translator = build_translator(decoding, model, src_lang, tgt_lang)
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
     lines, shards, done = distill_corpus(translator.translate, src, output, settings, shard_lines)
     resumed = f" (resumed after {done:,} of {shards:,} shards)" if done else ""

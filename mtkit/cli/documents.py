@@ -139,7 +139,7 @@ def translate_file(
     """
     from mtkit.core.textio import atomic_path, check_output_file
     from mtkit.documents.inline import FileLimits
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
     from mtkit.translation.markup import translate_document
 
     formats = require_documents()
@@ -160,18 +160,18 @@ def translate_file(
     document = formats.read_document(read_input(input), name, fmt, retranslate, limits, column)  # before the model
     for note in document.notes():
         console.warn(note)
-    cfg = search_config(model_beam(beam, engine, model, checkpoint), lenpen, max_len_a, max_len_b, min_len, 1,
-                        no_repeat_ngram, loop_ngram, loop_repeats)  # fmt: skip
+    cfg = search_config(beam=model_beam(beam, engine, model, checkpoint), lenpen=lenpen, max_len_a=max_len_a,
+                        max_len_b=max_len_b, min_len=min_len, no_repeat_ngram=no_repeat_ngram, loop_ngram=loop_ngram,
+                        loop_repeats=loop_repeats)  # fmt: skip
     if then and glossary:
         raise MtkitError("--then: --glossary is of one model, not a chain (its source terms are not the next's)")
 
-    def make(models: list[Path], source: str | None, target: str | None):
-        return make_translator(engine, models, checkpoint, cfg, device, precision, batch_size, max_tokens,
-                               cuda_graphs, False, max_source_len, target, source, None, keep_spans, recase)  # fmt: skip
-
-    first = make(model, src_lang, pivot if then else tgt_lang)
+    decoding = Decoding(search=cfg, engine=engine, checkpoint=checkpoint, device=device, precision=precision,
+                        batch_size=batch_size, max_tokens=max_tokens, cuda_graphs=cuda_graphs, split_sentences=False,
+                        max_source_len=max_source_len, keep_spans=keep_spans, recase=recase)  # fmt: skip
+    first = build_translator(decoding, model, src_lang, pivot if then else tgt_lang)
     load_glossary(first, glossary, src_lang, tgt_lang, case_sensitive_terms)
-    translator = chained(first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t))
+    translator = chained(first, then, pivot, tgt_lang, model, lambda m, s, t: build_translator(decoding, [m], s, t))
     target = tgt_lang or translator.model_meta.get("tgt_lang")
     remembering = tm and not _formatted(document)
     if tm and not remembering:

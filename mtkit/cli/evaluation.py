@@ -135,20 +135,25 @@ def evaluate(
     mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     check_markup_options(markup, **{"--lang-pairs": lang_pairs is not None})
     if lang_pairs is not None or hyp is None:  # a model translates
-        from mtkit.interop.engines import make_translator
+        from mtkit.interop.engines import Decoding, build_translator
+
+        def decoding(split: bool) -> Decoding:
+            beam_of = model_beam(beam, engine, model, checkpoint)
+            cfg = search_config(beam=beam_of, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+                                no_repeat_ngram=no_repeat_ngram, loop_ngram=loop_ngram, loop_repeats=loop_repeats,
+                                seed=seed)  # fmt: skip
+            return Decoding(search=cfg, engine=engine, checkpoint=checkpoint, device=device, precision=precision,
+                            batch_size=batch_size, max_tokens=max_tokens, cuda_graphs=cuda_graphs, mbr=mbr_cfg,
+                            split_sentences=split, max_source_len=max_source_len, keep_spans=keep_spans,
+                            recase=recase)  # fmt: skip
+
     if lang_pairs is not None:
         if not (model and test) or src or hyp or ref or glossary:
             raise MtkitError(
                 "--lang-pairs evaluates --test PREFIX with --model (not --src, --ref, --hyp or --glossary)"
             )
         pairs = parse_lang_pairs(lang_pairs)
-        beam = model_beam(beam, engine, model, checkpoint)
-        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats,
-                            seed=seed)  # fmt: skip
-        translator = make_translator(
-            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs, split_sentences,
-            max_source_len, pairs[0][1], pairs[0][0], mbr_cfg, keep_spans, recase,
-        )  # fmt: skip
+        translator = build_translator(decoding(split_sentences), model, pairs[0][0], pairs[0][1])
         print_direction_scores(direction_scores(translator, test, pairs, names, lowercase, tokenize), as_json)
         return
     if not ref:
@@ -176,13 +181,7 @@ def evaluate(
     if hyp is not None:
         hypotheses = sources
     else:
-        beam = model_beam(beam, engine, model, checkpoint)
-        cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats,
-                            seed=seed)  # fmt: skip
-        translator = make_translator(
-            engine, model, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-            split_sentences and markup == "text", max_source_len, tgt_lang, src_lang, mbr_cfg, keep_spans, recase,
-        )  # fmt: skip
+        translator = build_translator(decoding(split_sentences and markup == "text"), model, src_lang, tgt_lang)
         load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
         inner = translator
         if tm or tm_steer:

@@ -200,40 +200,11 @@ def model_beam(beam: int | None, engine: str, models: list[Path], checkpoint: st
     return default_beam_of(engine, models, checkpoint)
 
 
-def search_config(
-    beam: int,
-    lenpen: float,
-    max_len_a: float,
-    max_len_b: int,
-    min_len: int,
-    nbest: int = 1,
-    no_repeat_ngram: int = 0,
-    loop_ngram: int = 4,
-    loop_repeats: int = 2,
-    sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int = 0,
-):
+def search_config(**given):
+    """The search options given (by name; the rest SearchConfig's defaults), checked."""
     from mtkit.decoding.search_rules import SearchConfig
 
-    cfg = SearchConfig(
-        beam=beam,
-        lenpen=lenpen,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        min_len=min_len,
-        nbest=nbest,
-        no_repeat_ngram=no_repeat_ngram,
-        loop_ngram=loop_ngram,
-        loop_repeats=loop_repeats,
-        sample=sample,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-    )
+    cfg = SearchConfig(**given)
     cfg.validate()
     return cfg
 

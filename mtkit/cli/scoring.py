@@ -155,7 +155,7 @@ def calibrate(
     from rich.table import Table
 
     from mtkit.core.textio import check_output_file
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
     from mtkit.model.files import resolve_model_path
     from mtkit.translation.confidence import DEFAULT_SIGNALS, calibration_path, fit_calibration, parse_signal
     from mtkit.translation.evaluate import check_line_counts, read_lines_checked
@@ -173,10 +173,10 @@ def calibrate(
         raise MtkitError(f"{src}: no lines to calibrate on (the file is empty)")
     mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
     beam = model_beam(beam, "pytorch", model, checkpoint)
-    cfg = search_config(beam, lenpen, 1.0, 50, 1, beam)  # the n-best, for the agreement signal
-    translator = make_translator(
-        "pytorch", model, checkpoint, cfg, device, precision, batch_size, max_tokens, mbr=mbr_cfg
-    )
+    cfg = search_config(beam=beam, lenpen=lenpen, nbest=beam)  # the n-best, for the agreement signal
+    decoding = Decoding(search=cfg, checkpoint=checkpoint, device=device, precision=precision, batch_size=batch_size,
+                        max_tokens=max_tokens, mbr=mbr_cfg)  # fmt: skip
+    translator = build_translator(decoding, model)
     calibration, reports = fit_calibration(translator, sources, references, chosen)
     calibration.fitted_on.update(src=str(src), beam=beam, lenpen=lenpen, mbr=asdict(mbr_cfg) if mbr_cfg else None)
     calibration.save(output)

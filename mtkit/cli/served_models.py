@@ -19,14 +19,8 @@ from mtkit.core.textio import iter_lines
 class Loading:
     """What each served model is loaded with: serve's options."""
 
-    engine: str
-    checkpoint: str
-    cfg: Any  # SearchConfig
-    device: str
-    precision: str
-    cuda_graphs: bool
+    decoding: Any  # Decoding (mtkit.interop.engines): its max_tokens serve's --max-batch-tokens
     engine_processes: bool
-    mbr: Any  # MbrConfig or None
     serve_cfg: Any  # ServeConfig
     calibration: Path | None = None
     glossary: Path | None = None
@@ -39,19 +33,19 @@ def service_for(loading: Loading, model: Path, src_lang: str | None, tgt_lang: s
     from mtkit.serving.service import Service
 
     make, tokenizers, info, search = read_model(loading, model, src_lang, tgt_lang)
-    calibrated = None
-    if loading.engine == "pytorch":
+    engine, calibrated = loading.decoding.engine, None
+    if engine == "pytorch":
         from mtkit.translation.confidence import calibration_for
 
         calibrated = calibration_for(loading.calibration, info.path)
-    refused = loading.engine != "pytorch" or loading.mbr is not None
+    refused = engine != "pytorch" or loading.decoding.mbr is not None
     terms = server_terms(tokenizers, info, loading.glossary, loading.case_sensitive_terms, refused)
     service = Service(make, tokenizers, search, info, loading.serve_cfg, calibrated, terms, metrics)
     if loading.serve_cfg.tm_steer:  # a copy of this version of the model, which fuzzy matches train
         from mtkit.model.files import load_model_file
         from mtkit.training.adaptation import Steering
 
-        service.steering = Steering(load_model_file(model, loading.checkpoint), search)
+        service.steering = Steering(load_model_file(model, loading.decoding.checkpoint), search)
     return service
 
 
@@ -59,19 +53,16 @@ def read_model(loading: Loading, model: Path, src_lang: str | None, tgt_lang: st
     """load() with serve's options, and the model checked against them; and its search settings."""
     from mtkit.text.targets import LANGUAGE_TOKENS
 
-    cfg = loading.cfg
+    decoding = loading.decoding
     if loading.each_beam:
         from mtkit.cli.options import model_beam
 
-        cfg = dataclasses.replace(cfg, beam=model_beam(None, loading.engine, [model], loading.checkpoint))
-    make, tokenizers, info = load(
-        loading.engine, model, loading.checkpoint, cfg, loading.device, loading.precision,
-        loading.serve_cfg.max_batch_tokens, loading.cuda_graphs, tgt_lang, loading.engine_processes, src_lang,
-        loading.mbr,
-    )  # fmt: skip
+        beam = model_beam(None, decoding.engine, [model], decoding.checkpoint)
+        decoding = dataclasses.replace(decoding, search=dataclasses.replace(decoding.search, beam=beam))
+    make, tokenizers, info = load(model, decoding, src_lang, tgt_lang, loading.engine_processes)
     if loading.serve_cfg.confidence and info.meta.get(LANGUAGE_TOKENS):
         raise MtkitError("--confidence: not for a model with language tokens (NLLB, M2M100)")
-    return make, tokenizers, info, cfg
+    return make, tokenizers, info, decoding.search
 
 
 def read_models_file(path: Path) -> list[tuple[Path, str | None, str | None]]:
@@ -144,63 +135,40 @@ def server_terms(tokenizers, info, glossary: Path | None, case_sensitive: bool, 
     return ServerTerms(*tokenizers, terms, case_sensitive, why)
 
 
-def load(
-    engine: str,
-    model: Path,
-    checkpoint: str,
-    cfg,
-    device: str,
-    precision: str,
-    max_tokens: int,
-    cuda_graphs: bool,
-    tgt_lang: str | None,
-    engine_processes: bool = False,
-    src_lang: str | None = None,
-    mbr=None,
-):
+def load(model: Path, decoding, src_lang: str | None, tgt_lang: str | None, engine_processes: bool = False):
     """What makes the engine's translator (on the server's worker thread, or in each replica's process:
     then an EngineSpec that loads the model there), the tokenizers, and the model's name, languages
     and the file /v1/models checksums. Bad models and options fail here."""
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import build_translator
     from mtkit.serving.replicas import EngineSpec
 
-    if engine == "ctranslate2":
-        translator = make_translator(
-            engine, [model], checkpoint, cfg, device, precision, 128, max_tokens, cuda_graphs, mbr=mbr, keep_spans=False
-        )  # fmt: skip (the engine bans what serve masks)
+    if decoding.engine == "ctranslate2":
+        translator = build_translator(decoding, [model], lines=False)
         info = model_info(
-            model.name, model / "model.bin", engine, translator.meta.get("source", {}), src_lang, tgt_lang
+            model.name, model / "model.bin", decoding.engine, translator.meta.get("source", {}), src_lang, tgt_lang
         )
         tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
         if engine_processes:
-            return EngineSpec(engine, model, cfg, device, precision, max_tokens, cuda_graphs), tokenizers, info
+            return EngineSpec(model, decoding), tokenizers, info
         return (lambda: translator), tokenizers, info
-    if engine != "pytorch":
-        raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
+    if decoding.engine != "pytorch":
+        raise MtkitError(f"--engine {decoding.engine}: must be pytorch or ctranslate2")
     from mtkit.core.device import resolve_device, resolve_precision
     from mtkit.decoding.cuda_graphs import check_device
     from mtkit.model.files import load_model_file, resolve_model_path
-    from mtkit.translation.mbr import MbrTranslator
-    from mtkit.translation.translate import Translator
 
-    resolved = resolve_device(device)
-    resolve_precision(precision, resolved)  # refuse bad values now, not on the worker
-    if cuda_graphs:
+    resolved = resolve_device(decoding.device)
+    resolve_precision(decoding.precision, resolved)  # refuse bad values now, not on the worker
+    if decoding.cuda_graphs:
         check_device(resolved)
-    path = resolve_model_path(model, checkpoint)
+    path = resolve_model_path(model, decoding.checkpoint)
     model_file = load_model_file(path)
-    info = model_info(path.name, path, engine, model_file.meta, src_lang, tgt_lang)
-
+    info = model_info(path.name, path, decoding.engine, model_file.meta, src_lang, tgt_lang)
     tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
+    spec = EngineSpec(path, dataclasses.replace(decoding, checkpoint="best"))  # (the file itself, resolved)
     if engine_processes:
-        return EngineSpec(engine, path, cfg, device, precision, max_tokens, cuda_graphs, mbr), tokenizers, info
-
-    def make() -> Translator:
-        if mbr is not None:
-            return MbrTranslator(model_file, cfg, mbr, device, precision, 128, max_tokens, cuda_graphs)
-        return Translator(model_file, cfg, device, precision, 128, max_tokens, cuda_graphs)
-
-    return make, tokenizers, info
+        return spec, tokenizers, info
+    return functools.partial(spec.build, model_file), tokenizers, info
 
 
 def model_info(name: str, path: Path, engine: str, meta: dict, src_lang: str | None, tgt_lang: str | None):

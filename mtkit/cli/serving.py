@@ -120,6 +120,10 @@ def serve(
     file_processes: Annotated[
         int, typer.Option(help="Processes that read and write uploaded documents (off the server's own).")
     ] = 1,
+    file_seconds: Annotated[
+        float,
+        typer.Option(help="Most seconds a worker spends reading, or writing, one uploaded document; beyond, 413."),
+    ] = 20.0,
     state_dir: Annotated[
         str | None,
         typer.Option(
@@ -220,6 +224,7 @@ def serve(
     from mtkit.api.app import _require_extra
     from mtkit.api.app import serve as run_server
     from mtkit.cli.served_models import Loading, read_models_file, service_for, slots
+    from mtkit.interop.engines import Decoding
     from mtkit.serving.fleet import Fleet
     from mtkit.serving.settings import ServeConfig
 
@@ -234,9 +239,12 @@ def serve(
     several = len(models) > 1
     replicas, engine_process = _layout(replicas, engine_process, engine, device, several)
     serve_cfg = ServeConfig(
-        max_batch_tokens, max_wait_ms, max_queue, max_chars, split_sentences, max_source_len, max_texts, replicas,
-        confidence, max_file_bytes, keep_files, not engine_process, keep_spans, recase, max_file_chars,
-        max_stored_bytes, public_url, file_processes, state_dir, tm, tm_steer,
+        max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, max_queue=max_queue, max_chars=max_chars,
+        split_sentences=split_sentences, max_source_len=max_source_len, max_texts=max_texts, replicas=replicas,
+        confidence=confidence, max_file_bytes=max_file_bytes, keep_files_s=keep_files, in_process=not engine_process,
+        keep_spans=keep_spans, recase=recase, max_file_chars=max_file_chars, max_stored_bytes=max_stored_bytes,
+        public_url=public_url, file_processes=file_processes, file_seconds=file_seconds, state_dir=state_dir, tm=tm,
+        tm_steer=tm_steer,
     )  # fmt: skip
     serve_cfg.validate()
     if (confidence or calibration) and engine != "pytorch":
@@ -253,12 +261,15 @@ def serve(
         _check_several(src_lang, tgt_lang, glossary, calibration, max_loaded)
     each_beam = several and beam is None  # each model's own default (a model that cannot be read fails alone)
     beam = 5 if each_beam else model_beam(beam, engine, [models[0][0]], checkpoint)
-    cfg = search_config(beam, lenpen, max_len_a, max_len_b, min_len, 1, no_repeat_ngram, loop_ngram, loop_repeats)
-    mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility)
+    cfg = search_config(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+                        no_repeat_ngram=no_repeat_ngram, loop_ngram=loop_ngram, loop_repeats=loop_repeats)  # fmt: skip
     if glossary is not None and cfg.beam == 1:
         raise MtkitError("--glossary needs beam search: --beam 2 or more")
-    loading = Loading(engine, checkpoint, cfg, device, precision, cuda_graphs, engine_process, mbr_cfg, serve_cfg,
-                      calibration, glossary, case_sensitive_terms, each_beam)  # fmt: skip
+    decoding = Decoding(search=cfg, engine=engine, checkpoint=checkpoint, device=device, precision=precision,
+                        max_tokens=max_batch_tokens, cuda_graphs=cuda_graphs,
+                        mbr=mbr_config(mbr, mbr_source, epsilon, mbr_utility))  # fmt: skip
+    loading = Loading(decoding=decoding, engine_processes=engine_process, serve_cfg=serve_cfg, calibration=calibration,
+                      glossary=glossary, case_sensitive_terms=case_sensitive_terms, each_beam=each_beam)  # fmt: skip
     if several:
         served = Fleet(slots(loading, models), serve_cfg, pivot, max_loaded, load_timeout)
         names = ", ".join(slot.name for slot in served.slots if slot.error is None)

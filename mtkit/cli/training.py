@@ -174,7 +174,7 @@ def choose(
     averagings = parse_averagings(average)
     sizes = [int(n) for n in parse_numbers(ensemble, "--ensemble", whole=True)]
     lenpens = parse_numbers(lenpen, "--lenpen")
-    search = search_config(beam, rank_lenpen, 1.0, 50, 1)
+    search = search_config(beam=beam, lenpen=rank_lenpen)
     val = ValidationSet(src, ref, search, device, precision, batch_size, max_tokens)
     choice = choose(runs, averagings, sizes, lenpens, rank_lenpen, val)
     record = choice_record(choice)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -160,28 +161,16 @@ def translate(
     Example: [bold]echo "A dog runs on the beach." | mtkit translate -m model.pt[/bold]
     """
     from mtkit.core.textio import atomic_path, check_input_file, check_output_file, progress_size
-    from mtkit.interop.engines import make_translator
+    from mtkit.interop.engines import Decoding, build_translator
     from mtkit.translation.markup import MarkupTranslator
     from mtkit.translation.output import paired_inputs, write_translations
 
     mbr_cfg = mbr_config(mbr, mbr_source, epsilon, mbr_utility, sample)
     beam = model_beam(beam, engine, model, checkpoint)
-    cfg = search_config(
-        max(beam, nbest) if mbr_cfg else beam,  # --mbr's n-best are of its candidates
-        lenpen,
-        max_len_a,
-        max_len_b,
-        min_len,
-        nbest,
-        no_repeat_ngram,
-        loop_ngram,
-        loop_repeats,
-        sample,
-        temperature,
-        top_k,
-        top_p,
-        seed,
-    )
+    cfg = search_config(beam=max(beam, nbest) if mbr_cfg else beam,  # --mbr's n-best are of its candidates
+                        lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, nbest=nbest,
+                        no_repeat_ngram=no_repeat_ngram, loop_ngram=loop_ngram, loop_repeats=loop_repeats,
+                        sample=sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)  # fmt: skip
     check_markup_options(markup, **{"--nbest": nbest > 1, "--alignment": alignment,
                                     "--prefix-file": bool(prefix_file), "--prefix-in-input": prefix_in_input,
                                     "--constraints": bool(constraints)})  # fmt: skip
@@ -210,16 +199,14 @@ def translate(
     if then and (glossary or confidence):
         raise MtkitError(f"--then: {'--glossary' if glossary else '--confidence'} is of one model, not a chain")
 
-    def make(models: list[Path], source: str | None, target: str | None, mbr=None):
-        return make_translator(
-            engine, models, checkpoint, cfg, device, precision, batch_size, max_tokens, cuda_graphs,
-            split_sentences and markup == "text", max_source_len, target, source, mbr, keep_spans, recase,
-        )  # fmt: skip
-
-    first = make(model, src_lang, pivot if then else tgt_lang, None if then else mbr_cfg)
-    translator = chained(
-        first, then, pivot, tgt_lang, model, lambda m, s, t: make([m], s, t, mbr_cfg if m == then[-1] else None)
-    )
+    decoding = Decoding(search=cfg, engine=engine, checkpoint=checkpoint, device=device, precision=precision,
+                        batch_size=batch_size, max_tokens=max_tokens, cuda_graphs=cuda_graphs,
+                        split_sentences=split_sentences and markup == "text", max_source_len=max_source_len,
+                        keep_spans=keep_spans, recase=recase)  # fmt: skip
+    last = dataclasses.replace(decoding, mbr=mbr_cfg)  # --mbr is the last model's (the chain's output)
+    first = build_translator(decoding if then else last, model, src_lang, pivot if then else tgt_lang)
+    translator = chained(first, then, pivot, tgt_lang, model,
+                         lambda m, s, t: build_translator(last if m == then[-1] else decoding, [m], s, t))  # fmt: skip
     load_glossary(translator, glossary, src_lang, tgt_lang, case_sensitive_terms)
     steer = steering(tm_steer, tm, engine, model, checkpoint, then)
     if tm:

@@ -4,6 +4,7 @@ chain of them through a pivot language (`--then`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtkit.core.config import default_beam
@@ -32,60 +33,70 @@ def default_beam_of(engine: str, models: list[Path], checkpoint: str = "best") -
     return default_beam(model_preset(resolve_model_path(models[0], checkpoint)))
 
 
-def make_translator(
-    engine: str,
-    models: list[Path],
-    checkpoint: str,
-    cfg: SearchConfig,
-    device: str,
-    precision: str,
-    batch_size: int,
-    max_tokens: int,
-    cuda_graphs: bool = False,
-    split_sentences: bool = True,
-    max_source_len: int = 0,
-    tgt_lang: str | None = None,
-    src_lang: str | None = None,
-    mbr: MbrConfig | None = None,
-    keep_spans: bool = True,
-    recase: bool = True,
-) -> TextTranslator:
-    """The engine's translator for one model, or (PyTorch) for an ensemble of several; lines cut into
-    sentences with split_sentences, and lines longer than max_source_len subwords (0: the model's
-    training limit) into pieces (mtkit.translation.sentences); tgt_lang: the target, for a model of several,
-    and src_lang the source, for a model with language tokens (mtkit.text.targets); mbr: minimum Bayes
-    risk decoding (mtkit.translation.mbr) instead of the search; keep_spans, recase: numbers, links, ...
-    kept as written, and ALL CAPS or Title Case translated in sentence case (mtkit.translation.sentences)."""
-    if split_sentences:
-        require_splitter()  # before the model loads
-    translator: TextTranslator
-    if engine == "pytorch":
-        from mtkit.decoding.ensemble import check_compatible
-        from mtkit.model.files import load_model_file
+@dataclass(frozen=True)
+class Decoding:
+    """How a command decodes, built once from its options: the search, the engine that runs it and its
+    settings, and how lines reach the model (cut into sentences; cut where longer than max_source_len
+    subwords, 0: the model's training limit; numbers, links, ... kept as written; ALL CAPS and Title Case
+    translated in sentence case: mtkit.translation.sentences). mbr: minimum Bayes risk decoding
+    (mtkit.translation.mbr) instead of the search."""
 
-        files = [load_model_file(model, checkpoint) for model in models]
+    search: SearchConfig = field(default_factory=SearchConfig)
+    engine: str = "pytorch"
+    checkpoint: str = "best"
+    device: str = "auto"
+    precision: str = "auto"
+    batch_size: int = 128
+    max_tokens: int = 8192
+    cuda_graphs: bool = False
+    mbr: MbrConfig | None = None
+    split_sentences: bool = True
+    max_source_len: int = 0
+    keep_spans: bool = True
+    recase: bool = True
+
+
+def build_translator(
+    decoding: Decoding, models: Sequence, source: str | None = None, target: str | None = None, lines: bool = True
+) -> TextTranslator:
+    """The engine's translator for one model, or (PyTorch) for an ensemble of several (a model: its file,
+    or run directory, or a ModelFile already loaded); target: the target,
+    for a model of several, and source the source, for a model with language tokens (mtkit.text.targets).
+    lines=False: a translator of sentences as given, which the caller cuts and frames itself (mtkit serve)."""
+    if lines and decoding.split_sentences:
+        require_splitter()  # before the model loads
+    cfg, device, precision = decoding.search, decoding.device, decoding.precision
+    settings = (device, precision, decoding.batch_size, decoding.max_tokens, decoding.cuda_graphs)
+    translator: TextTranslator
+    if decoding.engine == "pytorch":
+        from mtkit.decoding.ensemble import check_compatible
+        from mtkit.model.files import ModelFile, load_model_file
+
+        files = [m if isinstance(m, ModelFile) else load_model_file(m, decoding.checkpoint) for m in models]
         check_compatible(files, [str(model) for model in models])
-        if mbr is not None:
-            translator = MbrTranslator(files, cfg, mbr, device, precision, batch_size, max_tokens, cuda_graphs)
+        if decoding.mbr is not None:
+            translator = MbrTranslator(files, cfg, decoding.mbr, *settings)
         else:
-            translator = Translator(files, cfg, device, precision, batch_size, max_tokens, cuda_graphs)
-    elif engine == "ctranslate2":
+            translator = Translator(files, cfg, *settings)
+    elif decoding.engine == "ctranslate2":
         from mtkit.interop.ct2 import CTranslate2Translator
 
-        if mbr is not None:
+        if decoding.mbr is not None:
             raise MtkitError("--mbr is for --engine pytorch (it runs mtkit's own searches for its candidates)")
         if len(models) > 1:
             raise MtkitError("--engine ctranslate2 takes one model: ensembles need --engine pytorch")
-        if cuda_graphs:
+        if decoding.cuda_graphs:
             raise MtkitError("--cuda-graphs is for --engine pytorch (CTranslate2 has its own GPU decoding)")
         if precision not in COMPUTE_TYPES:
             raise MtkitError(f"--precision {precision}: must be one of {', '.join(COMPUTE_TYPES)}")
-        translator = CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], batch_size)
+        translator = CTranslate2Translator(models[0], cfg, device, COMPUTE_TYPES[precision], decoding.batch_size)
     else:
-        raise MtkitError(f"--engine {engine}: must be pytorch or ctranslate2")
-    translator.set_target(tgt_lang, src_lang)
-    translator.set_segmenter(split_sentences, max_source_len, keep_spans, recase)
-    if keep_spans:  # spans reach the model as stand-ins: a character only a span holds is never needed
+        raise MtkitError(f"--engine {decoding.engine}: must be pytorch or ctranslate2")
+    if not lines:
+        return translator
+    translator.set_target(target, source)
+    translator.set_segmenter(decoding.split_sentences, decoding.max_source_len, decoding.keep_spans, decoding.recase)
+    if decoding.keep_spans:  # spans reach the model as stand-ins: a character only a span holds is never needed
         translator.cfg = without_made_up_spans(translator.cfg, translator.tgt_tokenizer)
     return translator
 

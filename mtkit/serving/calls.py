@@ -1,5 +1,6 @@
-"""A request as the engine sees it (this stage knows nothing of HTTP): a Call, with the signal that its
-client has gone and the counts the request log and the answer need, filled as it is served; and
+"""A request as the engine sees it (this stage knows nothing of HTTP): what it asks (Asked: its texts,
+languages, format, options, glossary, and its Call: the signal that its client has gone and the counts
+the request log and the answer need, filled as it is served); what it gets back (Translated); and
 Refused, why the engine will not translate it, which each API answers with its own status
 (mtkit.api.edge)."""
 
@@ -7,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mtkit.serving.engine import Options
 
 
 class Reason(enum.Enum):
@@ -42,3 +47,33 @@ class Call:
     sentences: int = 0
     long: int = 0
     missed_terms: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What one request asks of a route (a model's Service, or a Pivot): its texts into target from
+    source (None: the route's defaults), in format text, html or xml (kept: more elements whose text
+    is not translated), sentence by sentence where split (None: the server's default), with the
+    request's glossary (its [source term, target term] pairs) and search options. checked: the texts
+    are held to --max-chars (not a pivot's own translations)."""
+
+    call: Call
+    texts: Sequence[str]
+    options: Options
+    source: str | None = None
+    target: str | None = None
+    format: str = "text"
+    split: bool | None = None
+    glossary: Any = None
+    kept: frozenset[str] = frozenset()
+    checked: bool = True
+
+
+@dataclass
+class Translated:
+    """What a request gets: each text's answer (a string, or its n-best with scores and alignments),
+    each text's confidence where asked, and where each came from (with a memory: "tm 100", "mt", ...)."""
+
+    texts: list[Any]
+    confidences: list[float] | None = None
+    origins: list[str] | None = None

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.serving.calls import Call, Reason, Refused
+from mtkit.serving.calls import Asked, Reason, Refused, Translated
 from mtkit.serving.engine import Options
 from mtkit.serving.settings import LanguageError, ModelInfo, aligns
 from mtkit.text.markup import FORMATS
@@ -45,10 +45,10 @@ def detected_language(texts: Sequence[str], sources: Sequence[str]) -> str:
 
 
 class Runs:
-    """Markup translated through a route's run(): its segments, sentence by sentence where asked, each
-    with its word alignment, and the markup put back around the aligned words
-    (mtkit.text.markup_placement). A route has run, can_align, cfg, check_chars, languages and
-    sentence_splitter."""
+    """What a route (a Service or a Pivot) answers: run(asked) translates plain text, translate(asked)
+    any format: markup through run(), its segments sentence by sentence where asked, each with its word
+    alignment, and the markup put back around the aligned words (mtkit.text.markup_placement). A route
+    has run, can_align, cfg, check_chars, languages and sentence_splitter."""
 
     def check_source(self, source: str | None) -> None:
         """A request's source language, where it names one, must be one of the route's (INVALID where not)."""
@@ -57,24 +57,14 @@ class Runs:
         except LanguageError as err:
             raise Refused(Reason.INVALID, str(err)) from None
 
-    async def run_markup(
-        self,
-        call: Call,
-        texts: Sequence[str],
-        options: Options,
-        fmt: str,
-        target: str | None = None,
-        split_sentences: bool | None = None,
-        glossary: Any = None,
-        kept: frozenset[str] = frozenset(),
-        source: str | None = None,
-    ) -> list[str]:
-        """Texts of markup (fmt html or xml), a string per text; kept: more elements whose text is not
-        translated."""
-        if fmt not in FORMATS:
-            raise Refused(Reason.UNUSABLE, f"format {fmt}: must be one of {', '.join(FORMATS)}")
-        if fmt == "text":
-            return (await self.run(call, texts, options, split_sentences, target, source, glossary))[0]
+    async def translate(self, asked: Asked) -> Translated:
+        """The request's answer, whatever its format: plain text through run(); markup (html or xml) a
+        string per text, its segments translated with word alignments and the markup put back."""
+        if asked.format not in FORMATS:
+            raise Refused(Reason.UNUSABLE, f"format {asked.format}: must be one of {', '.join(FORMATS)}")
+        if asked.format == "text":
+            return await self.run(asked)
+        fmt, options = asked.format, asked.options
         if options.nbest > 1 or options.alignment:
             raise Refused(
                 Reason.UNUSABLE, f"format {fmt}: one translation per text, with its markup (no nbest or alignment)"
@@ -82,33 +72,24 @@ class Runs:
         if not self.can_align:
             needs = "--engine pytorch and a model without target tags or language tokens"
             raise Refused(Reason.UNUSABLE, f"format {fmt} needs {needs}")
-        self.check_chars(texts)
-        split = self.cfg.split_sentences if split_sentences is None else split_sentences
+        self.check_chars(asked.texts)
+        split = self.cfg.split_sentences if asked.split is None else asked.split
         try:
-            documents = markup_segments(texts, fmt, lambda i: f"text {i}", kept)
+            documents = markup_segments(asked.texts, fmt, lambda i: f"text {i}", asked.kept)
         except MtkitError as err:
             raise Refused(Reason.INVALID, str(err)) from None
         cut = sentences_of(
             pending_texts(documents, lines=True), self.sentence_splitter().split if split else lambda t: [t]
         )
-        sentences = [s for parts in cut for s in parts]
-        translated = await self.run_aligned(call, sentences, options, target, glossary, source)
-        return assemble(documents, rejoined(cut, translated))
+        translated = await self.run_aligned(replace(asked, texts=[s for parts in cut for s in parts]))
+        return Translated(assemble(documents, rejoined(cut, translated)))
 
-    async def run_aligned(
-        self,
-        call: Call,
-        sentences: list[str],
-        options: Options,
-        target: str | None = None,
-        glossary: Any = None,
-        source: str | None = None,
-    ) -> list[tuple[str, list[tuple[int, int]]]]:
-        """Each sentence's translation with its word alignment (one piece each)."""
-        if not sentences:
+    async def run_aligned(self, asked: Asked) -> list[tuple[str, list[tuple[int, int]]]]:
+        """Each of the request's texts (a sentence each) translated with its word alignment, in one piece."""
+        if not asked.texts:
             return []
-        options = replace(options, alignment=True, confidence=False)
-        answers = (await self.run(call, sentences, options, False, target, source, glossary))[0]
+        options = replace(asked.options, alignment=True, confidence=False)
+        answers = (await self.run(replace(asked, options=options, format="text", split=False))).texts
         return [(h[0]["text"], parse_alignment(h[0]["alignment"])) if h else ("", []) for h in answers]
 
 
@@ -157,35 +138,24 @@ class Pivot(Runs):
         self.first.framing(source, self.pivot)
         return self.second.framing(self.pivot, target)
 
-    async def run(
-        self,
-        call: Call,
-        texts: Sequence[str],
-        options: Options,
-        split_sentences: bool | None = None,
-        target: str | None = None,
-        source: str | None = None,
-        glossary: Any = None,
-        checked: bool = True,
-    ) -> tuple[list[Any], list[float] | None]:
+    async def run(self, asked: Asked) -> Translated:
         """Each text's answer, as Service.run gives it, through both legs."""
-        if glossary:
+        if asked.glossary:
             raise self._glossary_refused()
-        first = replace(options, nbest=1)
-        middle, first_scores = await self.first.run(call, texts, first, split_sentences, self.pivot, source,
-                                                     checked=checked)  # fmt: skip
+        call, options = asked.call, asked.options
+        into_pivot = replace(asked, options=replace(options, nbest=1), target=self.pivot)
+        middle = await self.first.run(into_pivot)
         sentences, long = call.sentences, call.long  # the log line's: the request's texts
-        pivoted = [(m[0]["text"] if m else "") for m in middle] if options.alignment else middle
-        answers, scores = await self.second.run(call, pivoted, options, split_sentences, target, self.pivot,
-                                                checked=False)  # fmt: skip
+        pivoted = [(m[0]["text"] if m else "") for m in middle.texts] if options.alignment else middle.texts
+        answer = await self.second.run(replace(asked, texts=pivoted, source=self.pivot, checked=False))
         call.sentences, call.long = call.sentences + sentences, long
         if options.alignment:
-            for before, after in zip(middle, answers):
+            for before, after in zip(middle.texts, answer.texts):
                 for hypothesis in after:
                     hypothesis["alignment"] = composed(before[0]["alignment"], hypothesis["alignment"])
-        if scores is not None and first_scores is not None:
-            scores = [a * b for a, b in zip(first_scores, scores)]
-        return answers, scores
+        if answer.confidences is not None and middle.confidences is not None:
+            answer.confidences = [a * b for a, b in zip(middle.confidences, answer.confidences)]
+        return answer
 
 
 def composed(first: str, second: str) -> str:

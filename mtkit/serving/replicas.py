@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtkit.core.console import warn
-from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.dynamic_batching import BatchStats, EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Engine
 from mtkit.translation.confidence import Calibration
-from mtkit.translation.mbr import MbrConfig
 from mtkit.translation.translate import TextTranslator
+
+if TYPE_CHECKING:
+    from mtkit.interop.engines import Decoding
 
 
 @dataclass(frozen=True)
@@ -43,30 +44,17 @@ class EngineSpec:
     """What a replica builds its translator from, as `mtkit serve` would: picklable, unlike a loaded
     model (each replica loads the file itself)."""
 
-    engine: str
     model: Path  # the model file (PyTorch) or directory (CTranslate2)
-    cfg: SearchConfig
-    device: str
-    precision: str
-    max_tokens: int
-    cuda_graphs: bool
-    mbr: MbrConfig | None = None
+    decoding: Decoding
 
     def __call__(self) -> TextTranslator:
-        if self.engine == "pytorch":
-            from mtkit.model.files import load_model_file
-            from mtkit.translation.mbr import MbrTranslator
-            from mtkit.translation.translate import Translator
+        return self.build()
 
-            model_file = load_model_file(self.model)
-            settings = (self.device, self.precision, 128, self.max_tokens, self.cuda_graphs)
-            if self.mbr is not None:
-                return MbrTranslator(model_file, self.cfg, self.mbr, *settings)
-            return Translator(model_file, self.cfg, *settings)
-        from mtkit.interop.engines import make_translator
+    def build(self, model_file=None) -> TextTranslator:
+        """The translator of sentences as the service gives them (model_file: the model, already loaded)."""
+        from mtkit.interop.engines import build_translator
 
-        settings = (self.device, self.precision, 128, self.max_tokens)  # spans: the service's (keep_spans=False)
-        return make_translator(self.engine, [self.model], "best", self.cfg, *settings, keep_spans=False)
+        return build_translator(self.decoding, [model_file or self.model], lines=False)
 
 
 @dataclass

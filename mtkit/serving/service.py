@@ -15,7 +15,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.core.textio import sha256_file
 from mtkit.decoding.constraints import without_made_up_spans
 from mtkit.decoding.search_rules import SearchConfig
-from mtkit.serving.calls import Call, Reason, Refused
+from mtkit.serving.calls import Asked, Call, Reason, Refused, Translated
 from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFull
 from mtkit.serving.engine import Engine, Options, Result, Sentence, when_all
 from mtkit.serving.metrics import Metrics
@@ -82,7 +82,7 @@ class Service(Runs):
             require_splitter("serve --split-sentences")
         self._segmenters: dict[bool, Segmenter] = {False: self._segmenter_for(False)}
         self.languages = Languages(info.meta, info.source_language, info.target_language, self.src_tokenizer)
-        self._splitter: SentenceSplitter | None = None  # markup's sentences (run_markup)
+        self._splitter: SentenceSplitter | None = None  # markup's sentences (translate)
 
     def engines_running(self) -> int:
         """The engine processes running (1 where the engine is in this process)."""
@@ -161,22 +161,21 @@ class Service(Runs):
             entry["alignment"] = alignment
         return hyps
 
-    def jobs(
-        self,
-        texts: Sequence[str],
-        options: Options,
-        split_sentences: bool = False,
-        target: str | None = None,
-        source: str | None = None,
-        glossary: Any = None,
-        checked: bool = True,
-    ) -> tuple[list[Job], list[Cut], int]:
+    def split(self, asked: Asked) -> bool:
+        """Whether the request's texts are cut into sentences: as asked, else the server's default (an
+        alignment is of one sentence: a request for one keeps its text whole)."""
+        if asked.split is not None:
+            return asked.split
+        return self.cfg.split_sentences and not asked.options.alignment
+
+    def jobs(self, asked: Asked) -> tuple[list[Job], list[Cut], int]:
         """A job per piece of each text (mtkit.translation.sentences: one, unless the text is long or sentences
         are split), each starting with its target's tag where the model has tags (so that requests for
-        different targets share batches; `glossary`: the request's pairs); each text's pieces, and how
-        many texts were long. checked: the texts held to --max-chars (not a pivot's own translations)."""
-        tag, given = self.framing(source, target)
-        if checked:
+        different targets share batches; the request's glossary its pairs); each text's pieces, and how
+        many texts were long."""
+        texts, options = asked.texts, asked.options
+        tag, given = self.framing(asked.source, asked.target)
+        if asked.checked:
             self.check_chars(texts)
         if not texts:
             raise Refused(Reason.UNUSABLE, "text: give at least one")
@@ -187,7 +186,7 @@ class Service(Runs):
             raise Refused(
                 Reason.TOO_LARGE, f"{len(texts):,} texts: the queue holds {self.cfg.max_queue:,} (--max-queue)"
             )
-        segmenter = self.segmenter(split_sentences)
+        segmenter = self.segmenter(self.split(asked))
         stripped = [t.strip() for t in texts]
         encoded = self.src_tokenizer.encode_batch(stripped)
         wanted = [i for i, text in enumerate(stripped) if text]
@@ -203,33 +202,20 @@ class Service(Runs):
             for piece, ids in zip([text] if parts.as_is else self.src_tokenizer.decode_batch(parts), parts)
         ]
         try:  # each piece's terms (mtkit.serving.terms)
-            found = self.terms.per_piece(self.terms.for_request(glossary), [(n, t) for n, t, _ in pieced], options.beam)
+            terms = self.terms.for_request(asked.glossary)
+            found = self.terms.per_piece(terms, [(n, t) for n, t, _ in pieced], options.beam)
         except TermsError as err:
             raise Refused(Reason.UNUSABLE, str(err)) from None
         jobs = [Job(Sentence(t, ids, given, terms), len(ids) + 1, options) for (_, t, ids), terms in zip(pieced, found)]
         return jobs, pieces, sum(len(ids) > segmenter.max_len for ids in encoded)
 
-    async def run(
-        self,
-        call: Call,
-        texts: Sequence[str],
-        options: Options,
-        split_sentences: bool | None = None,
-        target: str | None = None,
-        source: str | None = None,
-        glossary: Any = None,
-        checked: bool = True,
-    ) -> tuple[list[Any], list[float] | None]:
-        """Each text's answer (and with options.confidence, its least confident piece's confidence), its
-        pieces queued and dropped if the client goes away; split_sentences, target, source: None: the defaults;
-        glossary: the request's [source term, target term] pairs, used before the server's."""
-        if split_sentences is None:  # an alignment is of one sentence: one asked for keeps its text whole
-            split_sentences = self.cfg.split_sentences and not options.alignment
+    async def run(self, asked: Asked) -> Translated:
+        """Each plain text's answer (and with options.confidence, its least confident piece's confidence),
+        its pieces queued and dropped if the client goes away."""
+        call = asked.call
         # Cutting, encoding and finding terms grow with the request: off the event loop, which stays free
         # for every other client (a glossary's terms in a long text once held it for seconds).
-        jobs, cuts, long = await asyncio.to_thread(
-            self.jobs, texts, options, split_sentences, target, source, glossary, checked
-        )
+        jobs, cuts, long = await asyncio.to_thread(self.jobs, asked)
         call.sentences, call.long = len(jobs), long
         try:
             futures = self.batcher.submit(jobs)
@@ -249,7 +235,7 @@ class Service(Runs):
             except EngineStopped as err:
                 raise Refused(Reason.UNAVAILABLE, f"{err}; retry", retry_after=1) from None
             call.missed_terms = missed_terms(results, [len(cut) for cut in cuts])
-            return self._joined(results, cuts, options)
+            return self._joined(results, cuts, asked.options)
         for future in futures:
             future.cancel()
         waiting.cancel()
@@ -261,7 +247,7 @@ class Service(Runs):
             self._splitter = SentenceSplitter(self.info.source_language)
         return self._splitter
 
-    def _joined(self, results: list[Result], cuts: list[Cut], options: Options) -> tuple[list[Any], list[float] | None]:
+    def _joined(self, results: list[Result], cuts: list[Cut], options: Options) -> Translated:
         """Each text's answer from its pieces' results, in order, and with confidences each text's lowest."""
         answers, scores, start = [], [], 0
         segmenter = self._segmenters[False]
@@ -273,7 +259,7 @@ class Service(Runs):
             answer = self._answer(options, joined, alignments)
             answers.append(cut.lines.lead if not joined and answer == "" else answer)  # a blank text's line breaks
             scores.append(min((score for _, _, score in parts if score is not None), default=1.0))
-        return answers, scores if options.confidence else None
+        return Translated(answers, scores if options.confidence else None)
 
     def warm_up(self) -> Future:
         """Translate one sentence through each engine process (or the one engine in this process), and
@@ -283,7 +269,7 @@ class Service(Runs):
         source, target = self.info.source_language or source, self.info.target_language or target
 
         def job() -> Job:
-            return self.jobs(["Hello."], self.defaults(), target=target, source=source)[0][0]
+            return self.jobs(Asked(Call(), ["Hello."], self.defaults(), source, target))[0][0]
 
         futures = self.batcher.warm_up(job) if isinstance(self.batcher, Replicas) else self.batcher.submit([job()])
         return when_all(futures, self._warmed_up)

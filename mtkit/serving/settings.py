@@ -36,6 +36,7 @@ class ServeConfig:
     max_stored_bytes: int = 1 << 30  # translated documents kept for download, in bytes at most (oldest go first)
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
     file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
+    file_seconds: float = 20.0  # the most a worker spends reading, or writing, one document
     state_dir: str | Path | None = None  # what outlives the server (glossaries, usage): a folder or a URL; None: memory
     tm: str | None = None  # the translation memory corrections go to and texts are found in: a file or a URL
     tm_steer: int = 0  # fuzzy matches of at least this score steer the model (0: off; mtkit.training.adaptation)
@@ -49,6 +50,8 @@ class ServeConfig:
             raise MtkitError(f"--max-texts {self.max_texts}: must be at least 0")
         if self.max_wait_ms < 0:
             raise MtkitError(f"--max-wait-ms {self.max_wait_ms}: must be at least 0")
+        if self.file_seconds <= 0:
+            raise MtkitError(f"--file-seconds {self.file_seconds:g}: must be more than 0 seconds")
         if self.keep_files_s <= 0:
             raise MtkitError(f"--keep-files {self.keep_files_s:g}: must be more than 0 seconds")
         if self.public_url is not None and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", self.public_url):
