@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import html
 import multiprocessing
 import os
 import resource
@@ -25,8 +24,8 @@ from typing import Any
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import read_document
-from mtkit.documents.inline import Document, FileLimits, FileTooLarge, without_codes
-from mtkit.text.markup_placement import assemble, markup_segments, pending_texts, rejoined, sentences_of
+from mtkit.documents.inline import Document, FileLimits, FileTooLarge
+from mtkit.documents.translating import Sentences, is_plain, plain_lines, sentences, written, written_plain
 from mtkit.text.sentence_splitter import SentenceSplitter
 
 
@@ -52,24 +51,19 @@ def prepare(job: FileJob) -> list[str]:
     segments as plain text (a file without formatting, for an engine without alignments)."""
     document = _read(job)
     if job.aligned:
-        return [sentence for parts in _cut(job, document)[1] for sentence in parts]
-    texts = document.segments()
-    if not without_codes(document.markup, texts):
+        return _sentences(job, document).texts
+    if not is_plain(document):
         raise NeedsAlignment(f"{job.name}: its formatting follows the word alignment, which this server's model "
                              "cannot give (--engine pytorch, a model without target tags or language tokens)")  # fmt: skip
-    return [html.unescape(text) for text in texts]
+    return plain_lines(document)
 
 
 def finish(job: FileJob, translated: list) -> bytes:
     """The file written from the translations of prepare()'s texts (aligned: (text, alignment) pairs)."""
     document = _read(job)
     if job.aligned:
-        documents, cut = _cut(job, document)
-        texts = assemble(documents, rejoined(cut, translated))
-    else:
-        plain = [html.unescape(text) for text in document.segments()]
-        texts = [html.escape(t, quote=False) if p.strip() else p for t, p in zip(translated, plain)]
-    return document.write(texts, job.target)
+        return written(document, _sentences(job, document), translated, job.target)
+    return written_plain(document, translated, job.target)
 
 
 def _read(job: FileJob) -> Document:
@@ -78,10 +72,8 @@ def _read(job: FileJob) -> Document:
     return document
 
 
-def _cut(job: FileJob, document: Document) -> tuple[list, list[list[str]]]:
-    documents = markup_segments(document.segments(), document.markup, lambda i: f"{job.name}: segment {i + 1}")
-    split = _splitter(job.source_language).split if job.split else lambda text: [text]
-    return documents, sentences_of(pending_texts(documents), split)
+def _sentences(job: FileJob, document: Document) -> Sentences:
+    return sentences(document, _splitter(job.source_language).split if job.split else None, job.name)
 
 
 @functools.lru_cache(maxsize=8)

@@ -5,23 +5,17 @@ is put back around the aligned words (mtkit.text.markup)."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.search_rules import Hypothesis
-from mtkit.text.markup import Segment, plain_text
+from mtkit.text.markup import plain_text
 from mtkit.text.markup_placement import (
     Aligned,
-    assemble,
     by_sentences,
-    markup_segments,
     parse_alignment,
-    pending_texts,
-    rejoined,
-    sentences_of,
     translate_markup,
 )
 from mtkit.text.sentence_splitter import SentenceSplitter, default_splitter
@@ -123,43 +117,27 @@ def translate_document(
     on_progress: Progress | None = None,
     name: str = "the document",
 ) -> bytes:
-    """The translated file's bytes. Segments with inline codes go through the markup engine (one
-    model, mtkit's engine); a document whose segments have none is plain text to any engine. Every
-    sentence of the document is translated in one call (batched as translate batches a file), and
-    on_progress follows them as they are done; name: the file, in errors."""
-    from mtkit.documents.inline import without_codes
+    """The translated file's bytes (mtkit.documents.translating: the way a server's worker takes too).
+    Segments with inline codes go through the markup engine (one model, mtkit's engine); a document
+    whose segments have none is plain text to any engine. Every sentence of the document is translated
+    in one call (batched as translate batches a file), and on_progress follows them as they are done;
+    name: the file, in errors."""
+    from mtkit.documents.translating import is_plain, plain_lines, sentences, written, written_plain
 
     document.check_target(target_lang)
-    texts = document.segments()
-    if without_codes(document.markup, texts):
-        return document.write(_translate_plain(translator, texts, split_sentences, on_progress), target_lang)
+    if is_plain(document):
+        lines = plain_lines(document)
+        current = translator.segmenter
+        translator.set_segmenter(split_sentences, current.max_len, current.keep_spans, current.recase)
+        found = translator.translate_hypotheses(lines, on_line=_counter(len(lines), on_progress))
+        return written_plain(document, [nbest[0][1] if nbest else None for nbest in found], target_lang)
     require_alignment(translator, document.markup, f"{name}, a file with formatting,")
     splitter = default_splitter(translator.model_meta.get("src_lang")) if split_sentences else None
     markup = MarkupTranslator(translator, document.markup, split_sentences, splitter)  # type: ignore[arg-type]
-    documents = markup_segments(texts, document.markup, lambda i: f"segment {i + 1}")
-    pending = pending_texts(documents)
-    cut = sentences_of(pending, splitter.split if splitter else lambda text: [text])
-    sentences = [sentence for parts in cut for sentence in parts]
-    # a segment without codes (a paragraph in one formatting) needs no alignment: no second pass for it
-    coded = [has_codes(part) for parts in documents for part in parts if isinstance(part, Segment)]
-    wanted = [needs for needs, parts in zip(coded, cut) for _ in parts]
-    aligned = markup.aligned_whole(sentences, _counter(len(sentences), on_progress), wanted)
-    return document.write(assemble(documents, rejoined(cut, aligned)), target_lang)
-
-
-def has_codes(segment: Segment) -> bool:
-    """Whether a segment holds markup that its translation's alignment must place."""
-    return any(child.tag is not None or child.kept for child in segment.root.children)
-
-
-def _translate_plain(translator: TextTranslator, texts: list[str], split_sentences: bool, on_progress) -> list[str]:
-    """Segments without codes as plain lines (their text escaped as XML), sentence by sentence where asked."""
-    current = translator.segmenter
-    translator.set_segmenter(split_sentences, current.max_len, current.keep_spans, current.recase)
-    lines = [html.unescape(text) for text in texts]
-    found = translator.translate_hypotheses(lines, on_line=_counter(len(lines), on_progress))
-    return [html.escape(nbest[0][1], quote=False) if nbest and line.strip() else text
-            for nbest, line, text in zip(found, lines, texts)]  # fmt: skip
+    parts = sentences(document, splitter.split if splitter else None, name)
+    texts = parts.texts  # a segment without codes (a paragraph in one formatting) needs no alignment:
+    aligned = markup.aligned_whole(texts, _counter(len(texts), on_progress), parts.coded)  # no second pass for it
+    return written(document, parts, aligned, target_lang)
 
 
 def _counter(total: int, on_progress: Progress | None):
