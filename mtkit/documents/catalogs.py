@@ -15,6 +15,7 @@ from lxml import etree
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import (
+    BuiltDocument,
     Document,
     FileLimits,
     InlineBuilder,
@@ -71,7 +72,7 @@ def plural_forms(lang: str | None) -> str | None:
     return None
 
 
-class PoCatalog(Document):
+class PoCatalog(BuiltDocument):
     def __init__(self, data: bytes, name: str, limits: FileLimits, retranslate: bool = False):
         self.name = name
         try:
@@ -93,9 +94,6 @@ class PoCatalog(Document):
         for entry in self.entries:
             self.texts += [_strip(entry.msgid)] + ([_strip(entry.msgid_plural)] if entry.msgid_plural else [])
         self.built = [_placeholders(text) for _, text, _ in self.texts]
-
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         filled = (lead + fill_placeholders(translation, builder).strip() + trail
@@ -192,7 +190,7 @@ XLIFF2 = "urn:oasis:names:tc:xliff:document:2."
 WRAPPERS = {"g", "mrk", "pc"}  # XLIFF's inline codes that hold text; the others are kept whole
 
 
-class XliffCatalog(Document):
+class XliffCatalog(BuiltDocument):
     def __init__(self, data: bytes, name: str, limits: FileLimits, retranslate: bool = False):
         self.root = read_xml(data, name)
         namespace = etree.QName(self.root).namespace or ""
@@ -207,9 +205,6 @@ class XliffCatalog(Document):
         self.units = [unit for unit in self.units if retranslate or not _has_text(unit.find(self.ns + "target"))]
         is_wrapper = lambda element: etree.QName(element).localname in WRAPPERS  # noqa: E731
         self.built = [read_mixed(unit.find(self.ns + "source"), is_wrapper) for unit in self.units]
-
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for unit, builder, translation in zip(self.units, self.built, translations):

@@ -52,6 +52,16 @@ class Document(ABC):
         """An MtkitError, before anything is translated, where the file cannot be written in target_lang."""
 
 
+class BuiltDocument(Document):
+    """A document whose segments are built one each, in order, into self.built (an InlineBuilder, or
+    anything else with markup(): a string file's messages)."""
+
+    built: list
+
+    def segments(self) -> list[str]:
+        return [built.markup() for built in self.built]
+
+
 NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 

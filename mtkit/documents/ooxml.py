@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from mtkit.documents.inline import Document, FileLimits, InlineBuilder, language_tag, pieces
+from mtkit.documents.inline import BuiltDocument, Document, FileLimits, InlineBuilder, language_tag, pieces
 from mtkit.documents.package import Package
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -58,7 +58,7 @@ XLSX = Dialect(  # shared strings, and strings written in the cells (inlineStr);
 )  # fmt: skip
 
 
-class OfficeDocument(Document):
+class OfficeDocument(BuiltDocument):
     def __init__(self, data: bytes, name: str, dialect: Dialect, limits: FileLimits):
         self.dialect, self.ns = dialect, dialect.ns
         self.package = Package(data, name, f"a {dialect.kind} file", dialect.required, limits=limits)
@@ -72,9 +72,6 @@ class OfficeDocument(Document):
         self.built = [self._read(p) for p in self.paragraphs]
         styled = dialect is DOCX and "word/styles.xml" in self.package.parts  # read now: a broken one is named now
         self.styles = self.package.xml("word/styles.xml") if styled else None
-
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for p, builder, base, translation in reversed(list(zip(self.paragraphs, self.built, self.bases, translations))):

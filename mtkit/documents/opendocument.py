@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from lxml import etree
 
-from mtkit.documents.inline import Document, FileLimits, language_tag, read_mixed, write_mixed
+from mtkit.documents.inline import BuiltDocument, Document, FileLimits, language_tag, read_mixed, write_mixed
 from mtkit.documents.package import Package
 
 TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
@@ -28,7 +28,7 @@ PAGE_TEXT = {
 }
 
 
-class OpenDocument(Document):
+class OpenDocument(BuiltDocument):
     def __init__(self, data: bytes, name: str, kind: str, limits: FileLimits):
         self.package = Package(data, name, f"an {kind} file", "content.xml", MIMETYPES[kind], limits)
         self.trees = {"content.xml": self.package.xml("content.xml")}
@@ -40,9 +40,6 @@ class OpenDocument(Document):
             read_mixed(p, lambda e: e.tag in WRAPPERS, lambda e: e.tag in SEPARATORS) for p in self.paragraphs
         ]
         self.meta = self.package.xml("meta.xml") if "meta.xml" in self.package.parts else None
-
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for p, builder, translation in reversed(list(zip(self.paragraphs, self.built, translations))):

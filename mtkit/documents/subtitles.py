@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.inline import Document, FileLimits, InlineBuilder, decode_text, pieces, render_pieces
+from mtkit.documents.inline import (
+    BuiltDocument,
+    Document,
+    FileLimits,
+    InlineBuilder,
+    decode_text,
+    pieces,
+    render_pieces,
+)
 
 MAX_JOINED = 3
 TIMING = re.compile(r"^\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}\s*-->\s*(\d+:)?\d{1,2}:\d{2}[,.]\d{1,3}")
@@ -31,7 +39,7 @@ class Cue:
     text: list[str] = field(default_factory=list)  # translated lines
 
 
-class Subtitles(Document):
+class Subtitles(BuiltDocument):
     def __init__(self, data: bytes, name: str, kind: str, limits: FileLimits):
         text = decode_text(data, name)
         self.blocks = _blocks(text.replace("\r\n", "\n"))
@@ -46,9 +54,6 @@ class Subtitles(Document):
             )
         self.groups = _sentence_groups(cues)
         self.built = [_read(group) for group in self.groups]
-
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for group, builder, translation in zip(self.groups, self.built, translations):

@@ -13,13 +13,13 @@ from lxml import etree
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.catalogs import BREAKS
-from mtkit.documents.inline import Document, FileLimits, InlineBuilder, read_mixed, read_xml, write_mixed
-from mtkit.documents.strings.common import APP_PLACEHOLDER, plural_categories
+from mtkit.documents.inline import BuiltDocument, Document, FileLimits, InlineBuilder, read_mixed, read_xml, write_mixed
+from mtkit.documents.strings.common import APP_PLACEHOLDER, plural_categories, target_categories
 
 ANDROID_RUNS = {"b", "i", "u", "em", "strong", "small", "big", "sup", "sub"}  # runs whose words are translated
 
 
-class AndroidStrings(Document):
+class AndroidStrings(BuiltDocument):
     def __init__(self, data: bytes, name: str, limits: FileLimits):
         self.name, self.root = name, read_xml(data, name)
         if self.root.tag != "resources":
@@ -35,9 +35,6 @@ class AndroidStrings(Document):
         limits.check_segments(len(self.units), "strings")
         self.quoted = [_unescape(unit) for unit in self.units]
         self.built = [read_mixed(unit, lambda e: e.tag in ANDROID_RUNS, builder=_AppBuilder()) for unit in self.units]
-
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         for unit, quoted, builder, translation in zip(self.units, self.quoted, self.built, translations):
@@ -117,12 +114,14 @@ def _android_plurals(plurals: etree._Element, categories: tuple[str, ...]) -> No
     index = plurals.index(items[0])
     for item in items:
         plurals.remove(item)
-    for offset, category in enumerate(categories):
-        item = by_quantity.get(category)
-        if item is None:
-            item = copy.deepcopy(by_quantity["other"])
-            item.set("quantity", category)
+    for offset, (_, item) in enumerate(target_categories(by_quantity, categories, _copied_item)):
         plurals.insert(index + offset, item)
+
+
+def _copied_item(category: str, other: etree._Element) -> etree._Element:
+    item = copy.deepcopy(other)
+    item.set("quantity", category)
+    return item
 
 
 def read_android(data: bytes, name: str, limits: FileLimits) -> Document:

@@ -14,7 +14,7 @@ from lxml import etree
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, FileLimits, read_xml
-from mtkit.documents.strings.common import CATEGORIES, Message, plural_categories
+from mtkit.documents.strings.common import CATEGORIES, Message, MessageFile, plural_categories, target_categories
 
 STRINGS_TOKEN = re.compile(
     r'\s+|/\*.*?\*/|//[^\n]*|(?:"(?:[^"\\]|\\.)*"|[\w.$:/-]+)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*;', re.DOTALL
@@ -42,7 +42,7 @@ def unescape_strings(value: str) -> str:
     return STRINGS_ESCAPE.sub(one, value)
 
 
-class AppleStrings(Document):
+class AppleStrings(MessageFile):
     def __init__(self, data: bytes, name: str, limits: FileLimits):
         self.text, self.bom, self.codec = decode_apple(data, name)
         self.spans: list[tuple[int, int]] = []
@@ -58,15 +58,12 @@ class AppleStrings(Document):
             position = token.end()
         self.built = [Message(unescape_strings(self.text[start:end])) for start, end in self.spans]
 
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
-
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         out, position = [], 0
-        for (start, end), builder, translation in zip(self.spans, self.built, translations):
+        for (start, end), filled in zip(self.spans, self.filled(translations)):
             out.append(self.text[position:start])
-            if builder.has_words():
-                out.append("".join(ESCAPED.get(c, c) for c in builder.filled(translation)))
+            if filled is not None:
+                out.append("".join(ESCAPED.get(c, c) for c in filled))
             else:
                 out.append(self.text[start:end])
             position = end
@@ -80,7 +77,7 @@ def pairs(mapping: etree._Element) -> list[tuple[etree._Element, etree._Element]
     return list(zip(children[0::2], children[1::2]))
 
 
-class AppleStringsDict(Document):
+class AppleStringsDict(MessageFile):
     def __init__(self, data: bytes, name: str, limits: FileLimits):
         self.root = read_xml(data, name)
         top = self.root.find("dict")
@@ -104,13 +101,10 @@ class AppleStringsDict(Document):
             k.text == "NSStringFormatSpecTypeKey" and v.text == "NSStringPluralRuleType" for k, v in pairs(variable)
         )
 
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
-
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
-        for unit, builder, translation in zip(self.units, self.built, translations):
-            if builder.has_words():
-                unit.text = builder.filled(translation)
+        for unit, filled in zip(self.units, self.filled(translations)):
+            if filled is not None:
+                unit.text = filled
         if target_lang:
             for rule in self.rules:
                 _categories_for(rule, plural_categories(target_lang))
@@ -128,8 +122,8 @@ def _categories_for(rule: etree._Element, categories: tuple[str, ...]) -> None:
         rule.remove(key)
         rule.remove(value)
     wanted = (("zero",) if "zero" in found and "zero" not in categories else ()) + categories
-    for offset, category in enumerate(wanted):
-        key, value = found.get(category) or (copy.deepcopy(found["other"][0]), copy.deepcopy(found["other"][1]))
+    copied = lambda _, other: (copy.deepcopy(other[0]), copy.deepcopy(other[1]))  # noqa: E731
+    for offset, (category, (key, value)) in enumerate(target_categories(found, wanted, copied)):
         key.text = category
         rule.insert(first + 2 * offset, key)
         rule.insert(first + 2 * offset + 1, value)

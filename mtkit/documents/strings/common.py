@@ -7,11 +7,11 @@ get its Plural-Forms."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from mtkit.documents.catalogs import fill_placeholders, read_placeholders
-from mtkit.documents.inline import InlineBuilder, language_tag
+from mtkit.documents.inline import BuiltDocument, InlineBuilder, language_tag
 
 APP_PLACEHOLDER = re.compile(
     r"\{\{[^{}]*\}\}|\$t\([^()]*\)|%\{\w+\}|%#@\w+@"  # i18next {{name}} and $t(key), Rails %{name}, iOS %#@var@
@@ -43,6 +43,19 @@ def plural_categories(lang: str | None) -> tuple[str, ...]:
     return ("one", "other")
 
 
+Entry = TypeVar("Entry")
+
+
+def target_categories(
+    found: dict[str, Entry], categories: Sequence[str], copied: Callable[[str, Entry], Entry]
+) -> list[tuple[str, Entry]]:
+    """A plural's entries for the target's categories, in their order: each category's own where the
+    source has it, else copied(category, other's entry); those the target lacks left out. Every format's
+    plurals (i18next and Rails keys, Android's <plurals>, Apple's stringsdict, ICU) go through here."""
+    return [(category, found[category] if category in found else copied(category, found["other"]))
+            for category in categories]  # fmt: skip
+
+
 class Message:
     """A message as a segment: its words and placeholders (builder); the spaces and line breaks
     around it are kept outside, where they were (a YAML block's last line break, say)."""
@@ -61,6 +74,17 @@ class Message:
 
     def filled(self, translation: str) -> str:
         return self.lead + fill_placeholders(translation, self.builder) + self.trail
+
+
+class MessageFile(BuiltDocument):
+    """A string file of messages: self.built holds a Message a segment."""
+
+    built: list[Message]
+
+    def filled(self, translations: Sequence[str]) -> list[str | None]:
+        """Each message's translation, its placeholders and the spaces around it put back (None: a
+        message without words, which stays as written)."""
+        return [message.filled(t) if message.has_words() else None for message, t in zip(self.built, translations)]
 
 
 def placeholders(text: str) -> InlineBuilder:
@@ -97,8 +121,9 @@ def plurals_for(tree: Any, categories: tuple[str, ...], find_groups) -> None:
     for node in containers(tree):
         if isinstance(node, dict):
             for base, group in find_groups(node).items():
-                items = [(f"{base}_{c}" if base else c, node[group.get(c, group["other"])]) for c in categories]
-                _replace_keys(node, list(group.values()), items)
+                found = {category: node[key] for category, key in group.items()}
+                items = target_categories(found, categories, lambda _, other: other)
+                _replace_keys(node, list(group.values()), [(f"{base}_{c}" if base else c, v) for c, v in items])
 
 
 def containers(tree: Any) -> Iterator[dict | list]:

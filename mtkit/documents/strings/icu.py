@@ -14,8 +14,16 @@ from typing import Any
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.catalogs import read_placeholders
-from mtkit.documents.inline import Document, FileLimits, InlineBuilder, decode_text, language_tag, pieces
-from mtkit.documents.strings.common import APP_PLACEHOLDER, plural_categories
+from mtkit.documents.inline import (
+    BuiltDocument,
+    Document,
+    FileLimits,
+    InlineBuilder,
+    decode_text,
+    language_tag,
+    pieces,
+)
+from mtkit.documents.strings.common import APP_PLACEHOLDER, plural_categories, target_categories
 from mtkit.documents.strings.trees import read_json_tree
 from mtkit.text.markup import MAX_DEPTH, too_deep
 
@@ -152,9 +160,9 @@ def _argument_text(argument: IcuArgument, written: dict[int, list], categories: 
     if argument.kind == "plural" and categories:
         keyword = {selector.strip(): (selector, branch) for selector, branch in branches if "=" not in selector}
         if "other" in keyword:
-            spelled = keyword["other"][0]
+            copied = lambda c, other: (other[0].replace("other", c), other[1])  # noqa: E731 (the selector spelled alike)
             exact = [(selector, branch) for selector, branch in branches if "=" in selector]
-            branches = exact + [keyword.get(c, (spelled.replace("other", c), keyword["other"][1])) for c in categories]
+            branches = exact + [entry for _, entry in target_categories(keyword, categories, copied)]
     inner = "".join(f"{selector}{{{icu_text(branch, written, categories)}}}" for selector, branch in branches)
     return argument.head + inner + argument.tail
 
@@ -175,7 +183,7 @@ def _quoted(text: str, following: str, plural: bool) -> str:
     return "".join(out)
 
 
-class ArbStrings(Document):
+class ArbStrings(BuiltDocument):
     """Flutter's Application Resource Bundle: a JSON object of ICU messages and their `@` metadata."""
 
     def __init__(self, data: bytes, name: str, limits: FileLimits):
@@ -192,9 +200,7 @@ class ArbStrings(Document):
         }
         self.units = [(part, icu_builder(part)) for m in self.messages.values() for part in icu_messages(m)]
         limits.check_segments(len(self.units), "messages")
-
-    def segments(self) -> list[str]:
-        return [builder.markup() for _, builder in self.units]
+        self.built = [builder for _, builder in self.units]
 
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         written = {}

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, FileLimits, decode_text
-from mtkit.documents.strings.common import Message
+from mtkit.documents.strings.common import Message, MessageFile
 
 PROPERTY = re.compile(r"(?P<key>[ \t\f]*(?:\\.|[^\s=:\\])*(?:[ \t\f]*[=:][ \t\f]*|[ \t\f]+|))(?P<value>.*)", re.DOTALL)
 PROPERTY_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
@@ -29,7 +29,7 @@ def continued(line: str) -> bool:
     return (len(line) - len(line.rstrip("\\"))) % 2 == 1
 
 
-class JavaProperties(Document):
+class JavaProperties(MessageFile):
     def __init__(self, data: bytes, name: str, limits: FileLimits):
         try:
             self.text, self.codec = data.decode("utf-8"), "utf-8"
@@ -58,14 +58,11 @@ class JavaProperties(Document):
         # around it that would come back whole: it stays as written.
         self.built = [Message("" if LONE_SURROGATE.search(value) else value) for value in values]
 
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
-
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
         lines = list(self.lines)
-        for (start, end, key, ending), builder, translation in zip(self.units, self.built, translations):
-            if builder.has_words():
-                value = self._escaped(builder.filled(translation))
+        for (start, end, key, ending), filled in zip(self.units, self.filled(translations)):
+            if filled is not None:
+                value = self._escaped(filled)
                 lines[start:end] = [key + value + ending] + [""] * (end - start - 1)
         return "".join(lines).encode(self.codec)
 
@@ -96,7 +93,7 @@ def _u_escapes(char: str) -> str:
     return "".join(f"\\u{int.from_bytes(units[k : k + 2], 'big'):04X}" for k in range(0, len(units), 2))
 
 
-class CsvColumn(Document):
+class CsvColumn(MessageFile):
     def __init__(
         self, data: bytes, name: str, limits: FileLimits, retranslate: bool = False, column: str | None = None
     ):
@@ -149,13 +146,10 @@ class CsvColumn(Document):
             return len(header) - 1
         raise MtkitError(f"{name}: --column {spec}: no such column (the first row names {', '.join(header)})")
 
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
-
     def write(self, translations: Sequence[str], target_lang: str | None) -> bytes:
-        for row, builder, translation in zip(self.places, self.built, translations):
+        for row, filled in zip(self.places, self.filled(translations)):
             row.extend([""] * (self.target + 1 - len(row)))
-            row[self.target] = formula_safe(builder.filled(translation) if builder.has_words() else row[self.source])
+            row[self.target] = formula_safe(filled if filled is not None else row[self.source])
         out = io.StringIO(newline="")
         csv.writer(out, delimiter=self.delimiter, lineterminator=self.newline).writerows(self.rows)
         return self.bom + out.getvalue().encode("utf-8")

@@ -17,6 +17,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.documents.inline import Document, FileLimits, FileTooLarge, decode_text, language_tag
 from mtkit.documents.strings.common import (
     Message,
+    MessageFile,
     category_groups,
     containers,
     plural_categories,
@@ -35,7 +36,7 @@ def message_places(tree: Any, limits: FileLimits) -> list[tuple[Any, Any]]:
     return places
 
 
-class TreeStrings(Document):
+class TreeStrings(MessageFile):
     """A tree of messages (mappings and lists of strings), each string a segment."""
 
     def __init__(self, tree: Any, limits: FileLimits):
@@ -43,14 +44,11 @@ class TreeStrings(Document):
         self.places = message_places(tree, limits)
         self.built = [Message(container[key]) for container, key in self.places]
 
-    def segments(self) -> list[str]:
-        return [builder.markup() for builder in self.built]
-
     def fill(self, translations: Sequence[str]) -> None:
-        for (container, key), builder, translation in zip(self.places, self.built, translations):
-            if builder.has_words():
+        for (container, key), filled in zip(self.places, self.filled(translations)):
+            if filled is not None:
                 old = container[key]  # ruamel.yaml's quoted and block strings are str subclasses: kept
-                container[key] = type(old)(builder.filled(translation))
+                container[key] = type(old)(filled)
 
 
 class JsonStrings(TreeStrings):
