@@ -25,10 +25,10 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	rm -f $(AUTO_LOG)
-	MTKIT_AUTO_PRECISION_LOG=$(AUTO_LOG) $(VENV)/bin/python -m pytest -q -n auto --durations=20
+	MTKIT_AUTO_PRECISION_LOG=$(AUTO_LOG) $(VENV)/bin/python -m pytest -q -n auto --dist worksteal --durations=20
 	@if [ "$$($(VENV)/bin/python -c '$(AUTO_ON_THIS_CPU)')" = bf16 ]; then \
 		echo "make test: precision auto is bf16 on this CPU; the tests that resolved it, again as on a CPU without bf16 (MTKIT_NO_BF16=1):"; \
-		MTKIT_NO_BF16=1 $(VENV)/bin/python -m pytest -q -n auto --durations=20 --only-precision-dependent=$(AUTO_LOG); \
+		MTKIT_NO_BF16=1 $(VENV)/bin/python -m pytest -q -n auto --dist worksteal --durations=20 --only-precision-dependent=$(AUTO_LOG); \
 	else \
 		echo "make test: precision auto is fp32 on this CPU (no bf16 instructions, or MTKIT_NO_BF16=1): one pass covers it"; \
 	fi
