@@ -37,6 +37,7 @@ from mtkit.core.database import Database
 from mtkit.core.errors import MtkitError
 
 WINDOW_S = 60.0
+NO_LIMIT = 2**62  # the bound of a key without a quota: no count reaches it (and it fits a BIGINT)
 
 
 @dataclass(frozen=True)
@@ -143,16 +144,19 @@ class Usage:
     def of(self, name: str | None) -> int:
         return self.db.value("SELECT used FROM usage WHERE name = ?", (name or "",)) or 0
 
+    def fits(self, name: str | None, characters: int, limit: int = 0) -> bool:
+        """Whether the characters would fit within limit (0: no limit), counting nothing."""
+        return not limit or self.of(name) + characters <= limit
+
     def add(self, name: str | None, characters: int, limit: int = 0) -> bool:
         """Count the characters, in one statement (servers sharing the database cannot both pass the
         limit); False, counting nothing, where they would take the total past limit (0: no limit)."""
         if limit and characters > limit:
             return False
-        bound = limit or 2**62
         row = self.db.one(
             "INSERT INTO usage (name, used) VALUES (?, ?) ON CONFLICT (name) DO UPDATE"
             " SET used = usage.used + excluded.used WHERE usage.used + excluded.used <= ? RETURNING used",
-            (name or "", characters, bound),
+            (name or "", characters, limit or NO_LIMIT),
         )
         return row is not None
 
@@ -212,9 +216,7 @@ class Gate:
         `status` where they do not (DeepL's 456 "quota exceeded"; 429 on the other APIs)."""
         name = key and key.name
         limit = key.characters if check and key is not None else 0
-        fits = (
-            self.usage.add(name, characters, limit) if count else self.usage.of(name) + characters <= (limit or 2**62)
-        )
+        fits = self.usage.add(name, characters, limit) if count else self.usage.fits(name, characters, limit)
         if not fits:
             used = self.usage.of(name)
             raise RequestError(status, f"quota exceeded: {used:,} of {limit:,} characters used")
