@@ -17,6 +17,7 @@ from mtkit.serving.calls import Reason, Refused  # noqa: E402
 from mtkit.serving.fleet import Fleet, Slot  # noqa: E402
 from mtkit.serving.pivot import Pivot, described  # noqa: E402
 from mtkit.serving.settings import Languages, ModelInfo, ServeConfig  # noqa: E402
+from mtkit.serving.turns import LoadBudget  # noqa: E402
 
 
 class Batcher:
@@ -61,12 +62,12 @@ def slot(name: str, source: str, target: str, log: list, fails: str | None = Non
     return Slot(name, None, Languages({}, source, target, None), build)
 
 
-def fleet_of(*slots: Slot, max_loaded: int = 0, load_timeout_s: float = 60.0) -> Fleet:
-    return Fleet(list(slots), ServeConfig(), "en", max_loaded, load_timeout_s)
+def fleet_of(*slots: Slot, max_loaded: int = 0, load_timeout_s: float = 60.0, turn_s: float = 0.0) -> Fleet:
+    return Fleet(list(slots), ServeConfig(), "en", max_loaded, load_timeout_s, turn_s=turn_s)
 
 
-async def translated_by(fleet: Fleet, source, target, texts=()) -> tuple:
-    async with fleet.route(source, target, texts) as (service, src, tgt):
+async def translated_by(fleet: Fleet, source, target, texts=(), owner=None) -> tuple:
+    async with fleet.route(source, target, texts, owner) as (service, src, tgt):
         if isinstance(service, Pivot):
             return (service.first.name, service.second.name), src, tgt
         return service.name, src, tgt
@@ -255,3 +256,95 @@ def test_a_model_whose_file_changes_is_swapped_and_the_old_one_stops_after_its_l
     asyncio.run(main())
     assert log == [("start", "a:v1"), ("start", "a:v2"), ("stop", "a:v1"), ("start", "a:french"), ("stop", "a:french"),
                    ("stop", "a:v2")]  # fmt: skip
+
+
+def test_a_busy_model_gives_way_after_its_turn_to_a_request_that_came_first():
+    """One model's room (--max-loaded 1): a request for b waits for a, in use; a request for a that came
+    after it waits too, instead of keeping a busy, and is served after b's (in the order they came)."""
+    log, done = [], []
+    fleet = fleet_of(slot("a", "de", "en", log), slot("b", "en", "fr", log), max_loaded=1, turn_s=0.0)
+
+    async def main():
+        fleet.start()
+        await until(lambda: fleet.unready() is None)
+        holding = fleet.route("de", "en")
+        await holding.__aenter__()
+        for_b = asyncio.ensure_future(translated_by(fleet, "en", "fr"))
+        await until(lambda: fleet.turns.waiting() == {"b": 1})
+        later_a = asyncio.ensure_future(translated_by(fleet, "de", "en"))
+        for task in (for_b, later_a):
+            task.add_done_callback(lambda t: done.append(t.result()[0]))
+        await until(lambda: fleet.turns.waiting() == {"b": 1, "a": 1})  # the later one waits its turn
+        assert not later_a.done()
+        await holding.__aexit__(None, None, None)
+        await asyncio.gather(for_b, later_a)
+        fleet.stop()
+
+    asyncio.run(main())
+    assert done == ["b", "a"]
+    assert log == [("start", "a"), ("stop", "a"), ("start", "b"), ("stop", "b"), ("start", "a"), ("stop", "a")]
+
+
+def test_a_client_that_keeps_swapping_models_is_refused_past_its_budget_of_loads():
+    log = []
+    fleet = fleet_of(slot("a", "de", "en", log), slot("b", "en", "fr", log), max_loaded=1, turn_s=0.0)
+    fleet.load_budget = LoadBudget(per_minute=3)
+    pairs = [("de", "en"), ("en", "fr")]
+
+    async def main():
+        fleet.start()  # a loads at start: nobody's load
+        await until(lambda: fleet.unready() is None)
+        for k in range(3):  # b, a, b: three loads
+            await translated_by(fleet, *pairs[(k + 1) % 2], owner="address 1")
+        with pytest.raises(Refused) as refused:  # a fourth
+            await translated_by(fleet, *pairs[0], owner="address 1")
+        assert refused.value.reason is Reason.UNAVAILABLE and 1 <= refused.value.retry_after <= 60
+        assert "3 loads a minute at most" in refused.value.message
+        assert await translated_by(fleet, *pairs[1], owner="address 1") == ("b", "en", "fr")  # loaded: served
+        assert await translated_by(fleet, *pairs[0], owner="address 2") == ("a", "de", "en")  # another client's
+        fleet.stop()
+
+    asyncio.run(main())
+    assert [event for event in log if event[0] == "start"] == [("start", m) for m in "ababa"]
+
+
+def test_a_budget_of_loads_counts_each_client_s_last_minute():
+    now = [1000.0]
+    budget = LoadBudget(per_minute=2, clock=lambda: now[0])
+    budget.charge("x", 1)
+    now[0] += 10
+    budget.charge("x", 1)
+    with pytest.raises(Refused) as refused:
+        budget.charge("x", 1)
+    assert refused.value.retry_after == 50  # the first load leaves the window 60 s after it began
+    with pytest.raises(Refused):
+        budget.charge("y", 3)  # more than a minute's at once: refused, counting nothing
+    budget.charge("y", 2)
+    budget.charge(None, 5)  # nobody's (a server's own loads): not counted
+    now[0] += 50
+    budget.charge("x", 1)  # the first has left the window
+    with pytest.raises(Refused):
+        budget.charge("x", 1)
+
+
+def test_a_model_is_not_unloaded_within_its_turn():
+    log = []
+    fleet = fleet_of(slot("a", "de", "en", log), slot("b", "en", "fr", log), max_loaded=1, turn_s=3600.0)
+
+    async def main():
+        fleet.start()
+        await until(lambda: fleet.unready() is None)
+        assert await translated_by(fleet, "de", "en") == ("a", "de", "en")  # a is idle again, in its turn
+        for_b = asyncio.ensure_future(translated_by(fleet, "en", "fr"))
+        await until(lambda: fleet.turns.waiting() == {"b": 1})
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert not for_b.done() and fleet.states() == {"a": "loaded", "b": "unloaded"}
+        assert 3590 < fleet.turns.wake_in() <= 3600  # b's request wakes when a's turn ends
+        fleet.turns.turn_s = 0.0  # a's turn ends
+        fleet._notify()
+        assert await for_b == ("b", "en", "fr")
+        fleet.stop()
+
+    asyncio.run(main())
+    assert log == [("start", "a"), ("stop", "a"), ("start", "b"), ("stop", "b")]

@@ -165,7 +165,22 @@ def test_source_auto_goes_by_the_text_s_language(server, lines):
 
 def test_models_unload_and_load_again_under_load_and_every_answer_is_right(models, lines, expected, tmp_path):
     de_en, en_fr, mul = models
-    with Server(de_en, tmp_path / "serve.log", "-m", en_fr, "-m", mul, "--beam", "2", "--max-loaded", "2") as server:
+    with Server(
+        de_en,
+        tmp_path / "serve.log",
+        "-m",
+        en_fr,
+        "-m",
+        mul,
+        "--beam",
+        "2",
+        "--max-loaded",
+        "2",
+        "--model-turn",
+        "0",
+        "--max-loads",
+        "0",
+    ) as server:  # swapped as often as the requests ask
         assert httpx.get(f"{server.url}/ready").json()["models"] == {"de-en": "loaded", "en-fr": "loaded",
                                                                       "mul": "unloaded"}  # fmt: skip
         mix = [PAIRS[i % len(PAIRS)] for i in range(36)]

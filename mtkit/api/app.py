@@ -54,7 +54,7 @@ from mtkit.api.access import AccessRules, BodyLimit, Gate, Usage, bearer_key, ma
 from mtkit.api.deepl import add_deepl_routes
 from mtkit.api.deepl_memories import UPLOAD_PATH
 from mtkit.api.documents import DocumentJobs
-from mtkit.api.edge import RequestError, answered, call_of, described, key_name
+from mtkit.api.edge import RequestError, answered, call_of, described, key_name, owner_of
 from mtkit.api.files import TranslatedFiles, UploadBudget, add_file_routes, add_page, document_workers
 from mtkit.api.glossaries import GlossaryStore
 from mtkit.api.libretranslate import (
@@ -195,7 +195,7 @@ def create_app(served: Service | Fleet, gate: Gate | None = None, page: bool = T
             return await translate_v1(body, request, texts)
 
     async def translate_v1(body: TranslateRequest, request: Request, texts: list[str]):
-        async with fleet.route(body.source, body.target, texts) as (service, source, target):
+        async with fleet.route(body.source, body.target, texts, owner_of(request)) as (service, source, target):
             service.check_source(source)
             options = service.options(body.beam, body.nbest, body.lenpen, body.alignment, body.confidence)
             if body.format != "text" and body.confidence:

@@ -170,7 +170,11 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         key = authorized(request, fields)
         texts, target = texts_of(fields), model_language(fields, "target_lang", required=True)
         split, tags = check_options(fields, target)
-        async with fleet.route(model_language(fields, "source_lang"), target, texts) as (service, source, target):
+        async with fleet.route(model_language(fields, "source_lang"), target, texts, owner_of(request, key)) as (
+            service,
+            source,
+            target,
+        ):
             service.framing(source, target)
             glossary = glossary_of(service, fields, key and key.name, source, target)
             memory, threshold = await asyncio.to_thread(request_memory, fleet.memory, key and key.name, fields)
@@ -264,7 +268,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
             raise RequestError(400, "Parameter 'file' not specified.")
         target, source = model_language(fields, "target_lang", True), model_language(fields, "source_lang")
         check_options(fields, target)
-        async with fleet.route(source, target, ()) as (service, source, target):
+        async with fleet.route(source, target, (), owner_of(request, key)) as (service, source, target):
             service.framing(source, target)
             glossary = glossary_of(service, fields, key and key.name, source, target)
         name = safe_name(fields.get("filename") or upload.filename or "")
@@ -287,7 +291,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
 
         async def work() -> tuple[bytes, int]:
             try:
-                async with fleet.route(source, target, ()) as (service, _, _):
+                async with fleet.route(source, target, (), owner_of(request, key)) as (service, _, _):
                     translated, characters = await translate_upload(service, Call(), data, name, target, workers,
                                                                     glossary, source=source,
                                                                     charged=functools.partial(gate.charged, key, status=456))  # fmt: skip

@@ -29,10 +29,12 @@ def answered(refused: Refused) -> RequestError:
     return RequestError(STATUS[refused.reason], refused.message, headers)
 
 
-def owner_of(request, key) -> str:
-    """Whose share of a store a request draws on: its key's (by name), or without keys its client address's."""
-    if key is not None:
-        return f"key {key.name}"
+def owner_of(request, key=None) -> str:
+    """Whose share of a store, or budget of model loads, a request draws on: its key's (by name; by
+    default the key it was admitted with), or without keys its client address's."""
+    name = key.name if key is not None else key_name(request)
+    if name:
+        return f"key {name}"
     client = request.scope.get("client")
     return f"address {client[0] if client else ''}"
 

@@ -299,7 +299,7 @@ def add_file_routes(app, fleet, admit, gate, store: TranslatedFiles, workers, up
         key = admit(request, api_key)
         gate.charge(key, 1, count=False, status=429)  # a key whose quota is used up: refused before the upload is read
         given = None if source == "auto" else source
-        async with fleet.route(given, target, ()) as (service, source, target):
+        async with fleet.route(given, target, (), owner_of(request, key)) as (service, source, target):
             service.check_source(source)
             service.framing(source, target)
             name = safe_name(file.filename or "")

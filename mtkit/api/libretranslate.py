@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
-from mtkit.api.edge import RequestError, call_of, key_name
+from mtkit.api.edge import RequestError, call_of, key_name, owner_of
 from mtkit.api.memory import translated
 from mtkit.core.errors import MtkitError
 from mtkit.serving.calls import Asked
@@ -22,7 +22,7 @@ async def libretranslate(fleet, request, body) -> dict[str, Any]:
     """LibreTranslate's /translate: q (one text or a list) in, translatedText (and alternatives) out;
     `body` is the validated request; fleet: the server's models (mtkit.serving.fleet)."""
     given = None if body.source == "auto" else body.source
-    async with fleet.route(given, body.target, texts_of(body.q)) as (service, source, target):
+    async with fleet.route(given, body.target, texts_of(body.q), owner_of(request)) as (service, source, target):
         return await _translated(service, request, body, source, target, fleet.memory)
 
 

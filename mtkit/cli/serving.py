@@ -75,6 +75,19 @@ def serve(
     load_timeout: Annotated[
         float, typer.Option(help="Seconds a request waits for its model to load; beyond, 503.")
     ] = 300.0,
+    model_turn: Annotated[
+        float,
+        typer.Option(
+            help="Several models: seconds a model, once loaded, is not unloaded and takes new requests while "
+            "others wait for its room (then it gives way to requests that came first)."
+        ),
+    ] = 5.0,
+    max_loads: Annotated[
+        int,
+        typer.Option(
+            help="Several models: model loads one client (key or address) may cause a minute (0: any); beyond, 503."
+        ),
+    ] = 12,
     engine: EngineOption = "pytorch",
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
@@ -253,6 +266,9 @@ def serve(
     rules.validate()
     if load_timeout <= 0:
         raise MtkitError(f"--load-timeout {load_timeout:g}: must be more than 0 seconds")
+    if model_turn < 0 or max_loads < 0:
+        bad = f"--model-turn {model_turn:g}" if model_turn < 0 else f"--max-loads {max_loads}"
+        raise MtkitError(f"{bad}: must be at least 0")
     if tm_steer and (not tm or several or engine != "pytorch"):
         raise MtkitError(
             "--tm-steer: give --tm, one model and --engine pytorch (a copy of the model trains on the matches)"
@@ -271,7 +287,8 @@ def serve(
     loading = Loading(decoding=decoding, engine_processes=engine_process, serve_cfg=serve_cfg, calibration=calibration,
                       glossary=glossary, case_sensitive_terms=case_sensitive_terms, each_beam=each_beam)  # fmt: skip
     if several:
-        served = Fleet(slots(loading, models), serve_cfg, pivot, max_loaded, load_timeout)
+        served = Fleet(slots(loading, models), serve_cfg, pivot, max_loaded, load_timeout, turn_s=model_turn,
+                       max_loads=max_loads)  # fmt: skip
         names = ", ".join(slot.name for slot in served.slots if slot.error is None)
         what = f"{len(served.slots)} models ({names}; at most {served.max_loaded} loaded)"
     else:

@@ -5,8 +5,8 @@ models loaded on first use within --max-loaded (the least recently used idle one
 A model's languages are read from its file when the server starts; the model itself (its engine
 thread or processes, mtkit.serving.service) is loaded in a thread of its own, so that a load never
 stalls the requests of models already loaded. A request waits for its models within --load-timeout;
-a model in use is never unloaded (the requests in flight finish; a request that needs it next loads
-it again). A model that fails to load is named in /ready, /v1/models and its requests' errors, and the
+a model in use is never unloaded, but a busy one gives way after its turn to requests that came
+first (mtkit.serving.turns: fair turns, a budget of loads per client). A model that fails to load is named in /ready, /v1/models and its requests' errors, and the
 others serve on. A request starts loading only when room for all its models can be made at once, so
 two requests never each hold one model of the two the other needs. A loaded model whose file is written
 again (`mtkit adapt -o` the served file) is swapped for the new version: loaded beside the old one, then
@@ -28,13 +28,10 @@ from mtkit.serving.metrics import Metrics, ModelMetrics
 from mtkit.serving.pivot import Pivot, Reachable, described, detected_language
 from mtkit.serving.service import Service
 from mtkit.serving.settings import ServeConfig, Slot
+from mtkit.serving.turns import LOADS_PER_MINUTE, TURN_S, LoadBudget, Turns
 
 STATES = ("unloaded", "loading", "loaded", "unloading", "failed")
 FILE_CHECK_S = 1.0  # how often the served files are looked at for a new version
-
-
-def described_error(err: Exception) -> str:
-    return str(err) if isinstance(err, MtkitError) else f"{type(err).__name__}: {err}"
 
 
 class Fleet:
@@ -46,9 +43,12 @@ class Fleet:
         max_loaded: int = 0,
         load_timeout_s: float = 300.0,
         metrics: Metrics | None = None,
+        turn_s: float = TURN_S,
+        max_loads: int = LOADS_PER_MINUTE,
     ):
         """max_loaded: models loaded at once at most (0: all); metrics: the server's (default: made here,
-        over the loaded models' queues and engines)."""
+        over the loaded models' queues and engines); turn_s: a model's turn when others wait for room,
+        max_loads: the loads a client may start a minute (0: any; mtkit.serving.turns)."""
         if not any(slot.error is None for slot in slots):
             raise MtkitError(f"no model could be read: {'; '.join(f'{s.name}: {s.error}' for s in slots)}")
         self.slots, self.cfg, self.pivot = slots, cfg, pivot
@@ -69,6 +69,7 @@ class Fleet:
         self._holding: dict[Service, int] = {}  # requests holding each service (an old one stops at 0)
         self._retired: set[Service] = set()
         self._files_checked = 0.0
+        self.turns, self.load_budget = Turns(slots, self.max_loaded, turn_s), LoadBudget(max_loads)
 
     @classmethod
     def single(cls, service: Service, load_timeout_s: float = 300.0, path: Path | None = None, rebuild=None) -> "Fleet":
@@ -126,12 +127,12 @@ class Fleet:
         try:
             service = await self._started(slot)
         except Exception as err:  # noqa: BLE001 - any failure of one model is that model's, named
-            slot.state, slot.error = "failed", slot.without_path(described_error(err))
+            slot.state, slot.error = "failed", slot.failure(err)
             warn(
                 f"model {slot.name} could not be loaded: {slot.error}" + ("; the others serve" if self.several else "")
             )
         else:
-            slot.service, slot.state = service, "loaded"
+            slot.service, slot.state, slot.loaded_at = service, "loaded", time.monotonic()
             self.counted.loads.labels(slot.name).inc()
             self.counted.load_seconds.observe(time.monotonic() - started)
             if self._stopping:
@@ -168,7 +169,7 @@ class Fleet:
         try:
             service = await self._started(slot)
         except Exception as err:  # noqa: BLE001 - the old version serves on
-            warn(f"model {slot.name}: its file changed and could not be loaded ({slot.without_path(described_error(err))}); "
+            warn(f"model {slot.name}: its file changed and could not be loaded ({slot.failure(err)}); "
                  "the version loaded before serves on")  # fmt: skip
         else:
             if slot.languages is not None and service.languages.directions() != slot.languages.directions():
@@ -204,13 +205,14 @@ class Fleet:
     # Routing
 
     @asynccontextmanager
-    async def route(self, source: str | None, target: str | None, texts: Sequence[str] = ()):
+    async def route(self, source: str | None, target: str | None, texts: Sequence[str] = (), owner: str | None = None):
         """What translates a request from source into target (None: the server's default, or with
         several models the language the texts are in): (its service or pivot, source, target), its
-        models loaded and held until the request is done."""
+        models loaded and held until the request is done; owner: whose budget of loads a load it
+        starts is charged to (mtkit.serving.turns)."""
         source, target, slots = self.plan(source, target, texts)
         self._check_files()
-        await self._acquire(slots)
+        await self._acquire(slots, owner)
         services = [slot.service for slot in slots]
         self._hold(services, 1)
         try:
@@ -249,22 +251,26 @@ class Fleet:
         found = [slot for slot in self.slots if slot.languages is not None and slot.languages.covers(source, target)]
         return min(found, key=lambda slot: (slot.state == "failed", slot.state != "loaded"), default=None)
 
-    async def _acquire(self, slots: list[Slot]) -> None:
+    async def _acquire(self, slots: list[Slot], owner: str | None = None) -> None:
         """Wait until every one of the slots is loaded (starting their loads when room for all of them can
-        be made), then hold them; UNAVAILABLE if one fails or the wait passes --load-timeout."""
+        be made, in the order requests came), then hold them, unless their turn is over
+        (mtkit.serving.turns); UNAVAILABLE if one fails or the wait passes --load-timeout."""
         if len(slots) > self.max_loaded:
             raise Refused(
                 Reason.UNAVAILABLE,
                 f"this pair needs {len(slots)} models loaded at once: --max-loaded is {self.max_loaded}",
             )
-        deadline, reserved = time.monotonic() + self.load_timeout_s, False
+        arrived = time.monotonic()
+        deadline, reserved = arrived + self.load_timeout_s, False
+        self.turns.arrive(slots, arrived)
         try:
             while True:
                 if failed := [slot for slot in slots if slot.state == "failed"]:
                     raise Refused(Reason.UNAVAILABLE, f"model {failed[0].name} could not be loaded: {failed[0].error}")
                 if all(slot.state == "loaded" for slot in slots):
-                    break
-                if not reserved and self._room_for(slots):
+                    if reserved or not self.turns.yields(slots, arrived):
+                        break
+                elif not reserved and self.turns.first_in_line(slots, arrived) and self._room_for(slots, owner):
                     for slot in slots:
                         slot.in_use += 1
                         if slot.state == "unloaded":
@@ -276,8 +282,8 @@ class Fleet:
                     raise Refused(
                         Reason.UNAVAILABLE, f"model {names} is not loaded yet (--load-timeout); retry", retry_after=5
                     )
-                try:
-                    await asyncio.wait_for(changed.wait(), remaining)
+                try:  # (or a turn's end, which makes room)
+                    await asyncio.wait_for(changed.wait(), min(remaining, self.turns.wake_in() or remaining))
                 except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11)
                     pass
         except BaseException:
@@ -286,24 +292,24 @@ class Fleet:
                     slot.in_use -= 1
                 self._notify()
             raise
+        finally:
+            self.turns.leave(slots, arrived)
+            self._notify()  # a request that waited no longer holds back another's
         for slot in slots:
             slot.in_use += 0 if reserved else 1
             slot.last_used = time.monotonic()
 
-    def _room_for(self, slots: list[Slot]) -> bool:
-        """Whether the slots' loads can start now; where idle models must go first, their unloading
-        starts (the slots' loads wait for it: a model's memory is given back before another's is taken)."""
-        if any(slot.state == "unloading" for slot in slots):
-            return False
-        needed = sum(slot.state == "unloaded" for slot in slots)
-        free = self.max_loaded - sum(slot.state in ("loading", "loaded", "unloading") for slot in self.slots)
-        if needed <= free:
-            return True
-        idle = [s for s in self.slots if s.state == "loaded" and s.in_use == 0 and s not in slots]
-        if free + len(idle) >= needed:
-            for slot in sorted(idle, key=lambda s: s.last_used)[: needed - free]:
-                self._begin_unload(slot)
-        return False
+    def _room_for(self, slots: list[Slot], owner: str | None) -> bool:
+        """Whether the slots' loads can start now (charged to owner's budget); else idle models unload to
+        make room, a model's memory given back before another's is taken (the slots' loads wait for it)."""
+        loads = sum(slot.state == "unloaded" for slot in slots)
+        self.load_budget.check(owner, loads)  # refused before any other model is unloaded for it
+        room, idle = self.turns.room_for(slots)
+        for slot in idle:
+            self._begin_unload(slot)
+        if room:
+            self.load_budget.charge(owner, loads)
+        return room
 
     # What the server says of its models
 

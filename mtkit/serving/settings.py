@@ -176,6 +176,7 @@ class Slot:
     service: Any = None  # its Service, while loaded
     in_use: int = 0  # requests holding it (or waiting for it, having started its load)
     last_used: float = 0.0
+    loaded_at: float = 0.0  # when its load ended: its turn's start (mtkit.serving.turns)
     path: str | None = None  # its file on the server, which clients never read: errors name the model
     stamp: tuple | None = None  # its file's when last loaded: a new version is swapped in (Fleet._check_files)
     swapping: bool = False
@@ -183,6 +184,10 @@ class Slot:
     def __post_init__(self) -> None:
         if self.error is not None:
             self.error, self.state = self.without_path(self.error), "failed"
+
+    def failure(self, err: Exception) -> str:
+        """An error of its model's, as its requests and /v1/models name it."""
+        return self.without_path(str(err) if isinstance(err, MtkitError) else f"{type(err).__name__}: {err}")
 
     def without_path(self, message: str) -> str:
         """The message with the model's file (as given, or absolute) named by the model's name."""
