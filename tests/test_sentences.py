@@ -6,8 +6,6 @@ translate that piece alone.
 """
 
 import re
-import subprocess
-import sys
 
 import pytest
 from conftest import run_mtkit, synthetic_pairs, write_lines
@@ -164,19 +162,6 @@ def test_the_long_line_cut_is_counted_on_stderr_and_one_line_comes_out_per_line(
     stderr = result.stderr.decode()
     assert "line 6:" in stderr and "more than 30: translated in" in stderr
     assert "1 lines longer than 30 subwords (--max-source-len) were translated in pieces" in stderr
-
-
-def test_split_sentences_without_pysbd_is_refused_in_one_line(trained_run, tmp_path):
-    code = (
-        "import sys; sys.modules['pysbd'] = None\n"
-        "from mtkit.cli import main\n"
-        f"sys.argv = ['mtkit', 'translate', '-m', {str(trained_run)!r}, '--split-sentences']\n"
-        "main()\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], input=b"A dog.\n", capture_output=True)
-    assert result.returncode == 1
-    assert result.stderr.decode().strip().splitlines()[-1].endswith("pip install pysbd")
-    assert "Traceback" not in result.stderr.decode()
 
 
 def test_a_limit_beyond_the_positions_is_refused(tokenizer):

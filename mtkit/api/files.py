@@ -21,12 +21,12 @@ from urllib.parse import quote
 
 from mtkit.api.edge import RequestError, call_of, owner_of
 from mtkit.core.errors import MtkitError
+from mtkit.documents import DOCUMENTS_EXTRA
 from mtkit.serving.calls import Asked, Call
 from mtkit.serving.service import Service
 
 PAGE_DIR = Path(__file__).with_name("static")
 FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
-DOCUMENTS_EXTRA = "pip install 'mtkit[documents]'"
 OWNER_SHARE = 10  # an owner holds at most a tenth of the stored files and bytes (and of the waiting documents)
 
 
@@ -233,8 +233,6 @@ async def translate_upload(
         fmt = formats.document_format(name)
     except MtkitError as err:
         raise RequestError(400, str(err)) from None
-    if service.can_align:
-        service.segmenter(True)  # sentence by sentence, as translate-file: 422 where the splitter is not installed
     limits = FileLimits(max_chars=service.cfg.max_file_chars)
     job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, True,
                   service.info.source_language, column)  # fmt: skip

@@ -45,8 +45,7 @@ from mtkit.cli.options import (
 )
 from mtkit.core import console
 from mtkit.core.errors import MtkitError
-
-DOCUMENTS_EXTRA = "pip install 'mtkit[documents]'"
+from mtkit.documents import DOCUMENTS_EXTRA
 
 
 def require_documents():

@@ -12,7 +12,6 @@ from mtkit.core.errors import MtkitError
 from mtkit.decoding.constraints import without_made_up_spans
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.text.markup_placement import parse_alignment
-from mtkit.text.sentence_splitter import require_splitter
 from mtkit.translation.alignment import composed as compose
 from mtkit.translation.alignment import pharaoh
 from mtkit.translation.mbr import MbrConfig, MbrTranslator
@@ -63,8 +62,6 @@ def build_translator(
     or run directory, or a ModelFile already loaded); target: the target,
     for a model of several, and source the source, for a model with language tokens (mtkit.text.targets).
     lines=False: a translator of sentences as given, which the caller cuts and frames itself (mtkit serve)."""
-    if lines and decoding.split_sentences:
-        require_splitter()  # before the model loads
     cfg, device, precision = decoding.search, decoding.device, decoding.precision
     settings = (device, precision, decoding.batch_size, decoding.max_tokens, decoding.cuda_graphs)
     translator: TextTranslator

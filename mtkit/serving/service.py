@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from mtkit.core.console import warn
-from mtkit.core.errors import MtkitError
 from mtkit.core.textio import sha256_file
 from mtkit.decoding.constraints import without_made_up_spans
 from mtkit.decoding.search_rules import SearchConfig
@@ -23,7 +22,7 @@ from mtkit.serving.pivot import Runs
 from mtkit.serving.replicas import Replicas
 from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig, aligns
 from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
-from mtkit.text.sentence_splitter import SentenceSplitter, require_splitter, split_lines
+from mtkit.text.sentence_splitter import SentenceSplitter, split_lines
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.confidence import Calibration
@@ -78,9 +77,7 @@ class Service(Runs):
             )
         self.ready = False
         self.checksum = sha256_file(info.path)
-        if cfg.split_sentences:
-            require_splitter("serve --split-sentences")
-        self._segmenters: dict[bool, Segmenter] = {False: self._segmenter_for(False)}
+        self._segmenters: dict[bool, Segmenter] = {False: self._segmenter_for(False)}  # True: when first asked
         self.languages = Languages(info.meta, info.source_language, info.target_language, self.src_tokenizer)
         self._splitter: SentenceSplitter | None = None  # markup's sentences (translate)
 
@@ -109,11 +106,7 @@ class Service(Runs):
     def segmenter(self, split_sentences: bool) -> Segmenter:
         """How texts are cut into the pieces translated one by one (mtkit.translation.sentences)."""
         if split_sentences not in self._segmenters:
-            try:
-                require_splitter("split_sentences")
-            except MtkitError as err:
-                raise Refused(Reason.UNUSABLE, f"{err} (on the server)") from None
-            self._segmenters[True] = self._segmenter_for(True)
+            self._segmenters[split_sentences] = self._segmenter_for(split_sentences)
         return self._segmenters[split_sentences]
 
     def _segmenter_for(self, split_sentences: bool) -> Segmenter:
@@ -242,7 +235,6 @@ class Service(Runs):
         raise Refused(Reason.CANCELLED, "the client closed the connection")
 
     def sentence_splitter(self) -> SentenceSplitter:
-        self.segmenter(True)  # UNUSABLE where the splitter is not installed
         if self._splitter is None:
             self._splitter = SentenceSplitter(self.info.source_language)
         return self._splitter

@@ -15,18 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mtkit.core.console import warn
-from mtkit.core.errors import MtkitError
 
 # The sentence end that any language shares: . ! ? … (and their closing quotes or brackets) before a
 # space, or a CJK full stop, question or exclamation mark anywhere.
 SENTENCE_END = re.compile(r"(?:(?<=[.!?…])|(?<=[.!?…][\"'”’»)\]]))\s+|(?<=[。！？])")
-
-
-def require_splitter(option: str = "--split-sentences") -> None:
-    try:
-        import pysbd  # noqa: F401
-    except ImportError:
-        raise MtkitError(f"{option} needs pysbd, the sentence splitter: pip install pysbd") from None
 
 
 class SentenceSplitter:
@@ -36,7 +28,6 @@ class SentenceSplitter:
     def __init__(self, lang: str | None, rules: bool = True):
         self._segmenter = None
         if rules:
-            require_splitter()
             import pysbd
             from pysbd.languages import LANGUAGE_CODES
 
