@@ -20,8 +20,7 @@ from typing import Annotated
 from urllib.parse import quote
 
 from mtkit.api.edge import RequestError, call_of, owner_of
-from mtkit.core.errors import MtkitError
-from mtkit.documents import DOCUMENTS_EXTRA
+from mtkit.core.errors import DOCUMENTS_EXTRA, MtkitError
 from mtkit.serving.calls import Asked, Call
 from mtkit.serving.service import Service
 

@@ -44,8 +44,7 @@ from mtkit.cli.options import (
     search_config,
 )
 from mtkit.core import console
-from mtkit.core.errors import MtkitError
-from mtkit.documents import DOCUMENTS_EXTRA
+from mtkit.core.errors import DOCUMENTS_EXTRA, MtkitError
 
 
 def require_documents():
