@@ -89,7 +89,7 @@ def scenario(models: list[str], work: Path, serve_options: list[str], clients: d
 def summary(name: str, answers: list, swaps: int | None) -> list[object]:
     ok = [seconds for _, status, seconds in answers if status == 200]
     refused = sorted({status for _, status, _ in answers if status != 200})
-    p50, p95 = (f"{percentile(ok, q) * 1000:.0f}" if ok else "-" for q in (50, 95))
+    p50, p95 = (f"{percentile(ok, q) * 1000:.0f}" if ok else "-" for q in (0.5, 0.95))
     return [name, len(ok), f"{len(answers) - len(ok)} ({', '.join(map(str, refused)) or '-'})", p50, p95,
             swaps if swaps is not None else ""]  # fmt: skip
 
