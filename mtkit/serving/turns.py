@@ -9,9 +9,9 @@ requests in flight finish, it unloads, and the waiting model loads. Requests are
 they came, a model's requests batched within its turn, and each room changes model at most once a
 turn however the requests alternate.
 
-LoadBudget: a client (a key, or an address without keys) starts at most `per_minute` loads a
-minute (serve --max-loads); past it, a request that would start one is refused (UNAVAILABLE, with the seconds until
-the oldest of its loads leaves the window), while requests for loaded models go on."""
+LoadBudget: a client (a key, or an address without keys) starts at most `per_minute` loads a minute
+(serve --max-loads); past it, a request that would start one is refused (UNAVAILABLE, with the
+seconds until the oldest of its loads leaves the window), while its requests for loaded models go on."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from mtkit.serving.calls import Reason, Refused
 from mtkit.serving.settings import Slot
 
-TURN_S = 5.0  # a loaded model's turn: how long it takes new requests while another model's wait
+TURN_S = 5.0  # a loaded model's turn: how long it stays and takes new requests while others wait for its room
 LOADS_PER_MINUTE = 12  # model loads one client may start a minute
 WINDOW_S = 60.0
 
