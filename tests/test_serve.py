@@ -653,3 +653,41 @@ def test_a_multilingual_model_serves_each_request_in_its_target(corpus, tmp_path
         assert model["target_languages"] == ["fra", "por", "spa"] and model["alignment"] is False  # by tags
     finally:
         assert server.stop() == 0
+
+
+def test_the_throughput_gauge_reads_its_window_while_the_engine_writes_it(monkeypatch):
+    """/metrics sums the last 10 s of batches on the server's thread while the engine's thread appends
+    them: never an error (a scrape once failed with "deque mutated during iteration"), and batches
+    older than the window are forgotten without a scrape."""
+    pytest.importorskip("prometheus_client")
+    from types import SimpleNamespace
+
+    import mtkit.serving.metrics as metrics_module
+    from mtkit.serving.dynamic_batching import BatchStats
+
+    metrics, stop, errors = metrics_module.Metrics(lambda: 0), threading.Event(), []
+
+    def scrape() -> None:
+        while not stop.is_set():
+            try:
+                metrics._sentences_per_second()
+            except RuntimeError as err:
+                errors.append(err)
+            time.sleep(0)  # (the engine's thread gets its turn)
+
+    reader = threading.Thread(target=scrape)
+    reader.start()
+    for _ in range(5_000):
+        metrics.observe_batch(BatchStats(1, 5, 0.001, 1))
+    stop.set()
+    reader.join()
+    assert errors == []
+
+    now = [1000.0]
+    monkeypatch.setattr(metrics_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    metrics = metrics_module.Metrics(lambda: 0)
+    for finished in (4, 6):
+        metrics.observe_batch(BatchStats(8, 40, 0.01, finished))
+    now[0] += 11  # past the 10 s window
+    metrics.observe_batch(BatchStats(8, 40, 0.01, 3))
+    assert len(metrics._recent) == 1 and metrics._sentences_per_second() == 0.3

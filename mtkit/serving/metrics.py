@@ -2,6 +2,7 @@
 (the API's middleware, mtkit.api.observed, adds each request's latency, status and log line). Needs
 prometheus-client (pip install 'mtkit[serve]')."""
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -70,7 +71,10 @@ class Metrics:
             "mtkit_sentences_per_second", f"Sentences translated per second over the last {THROUGHPUT_WINDOW_S:g} s.",
             registry=self.registry,
         )  # fmt: skip
+        # The batches of the window: appended on the engine's thread, read on the server's (a lock: a
+        # scrape summing them while a batch was appended once failed with "deque mutated")
         self._recent: deque[tuple[float, int]] = deque()
+        self._recent_lock = threading.Lock()
         self.throughput.set_function(self._sentences_per_second)
 
     def observe_batch(self, stats: BatchStats) -> None:
@@ -78,13 +82,19 @@ class Metrics:
         self.batch_tokens.observe(stats.tokens)
         self.batch_seconds.observe(stats.seconds)
         self.sentences.inc(stats.finished)
-        self._recent.append((time.monotonic(), stats.finished))
+        with self._recent_lock:
+            self._recent.append((time.monotonic(), stats.finished))
+            self._forget_old()  # (bounded without a scrape too)
 
     def _sentences_per_second(self) -> float:
+        with self._recent_lock:
+            self._forget_old()
+            return sum(n for _, n in self._recent) / THROUGHPUT_WINDOW_S
+
+    def _forget_old(self) -> None:
         horizon = time.monotonic() - THROUGHPUT_WINDOW_S
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
-        return sum(n for _, n in self._recent) / THROUGHPUT_WINDOW_S
 
 
 class ModelMetrics:
