@@ -419,10 +419,18 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
         assert server.stop() == 0
 
 
+SIGTERM_SEARCH = ("--min-len", "400", "--max-len-b", "400", "--beam", "12", "--loop-ngram", "0")
+
+
+@pytest.fixture(scope="module")
+def searched_long(trained_run, sentences) -> list[str]:
+    """The first 8 sentences' offline translations with SIGTERM_SEARCH (400 steps each)."""
+    return offline(trained_run, sentences[:8], *SIGTERM_SEARCH)
+
+
 @pytest.mark.parametrize("layout", [["--in-process"], ["--engine-process", "--replicas", "1"], ["--replicas", "2"]])
-def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path, layout):
-    expected = offline(trained_run, sentences[:8], *LONG_SEARCH)
-    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000", *layout)
+def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, searched_long, tmp_path, layout):
+    server = Server(trained_run, tmp_path / "serve.log", *SIGTERM_SEARCH, "--max-batch-tokens", "100000", *layout)
     answers = {}
 
     def client(i: int) -> None:
@@ -439,12 +447,12 @@ def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, tmp_path
 
     wait_until(all_searching, "the four requests' sentences searching")
     server.wait_for_steps_after(steps)
-    server.process.send_signal(signal.SIGTERM)  # while they search (1,000 steps or more)
+    server.process.send_signal(signal.SIGTERM)  # while they search (400 steps or more)
     for thread in threads:
         thread.join()
     assert server.process.wait(60) == 0
     assert [r.status_code for r in answers.values()] == [200] * 4
-    assert [t for i in range(4) for t in answers[i].json()["translations"]] == expected
+    assert [t for i in range(4) for t in answers[i].json()["translations"]] == searched_long
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{server.url}/health")
     assert "stopped" in server.log_path.read_text()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from mtkit import __version__
 from mtkit.core.config import ModelConfig, config_from_dict
@@ -80,11 +81,22 @@ class ModelFile:
             model = Transformer(self.config)
             model.load_state_dict(self.weights)
         else:
-            with torch.device("meta"):
+            with torch.device("meta"), NoNormalInit():
                 model = Transformer(self.config)
             model.load_state_dict(self.weights, assign=True)
             model.make_tables()
         return model.to(device).eval()
+
+
+class NoNormalInit(TorchFunctionMode):
+    """Tensors' normal_ initialization skipped: on the meta device its kernel is Python that imports
+    torch._dynamo (2 seconds of every command that loads a model), and the file's weights replace it."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.normal_, torch.nn.init.normal_):
+            return args[0] if args else kwargs["tensor"]  # init.normal_ passes its tensor by keyword
+        return func(*args, **kwargs)
 
 
 def weights_on_cpu(

@@ -67,7 +67,10 @@ class Embedding(nn.Module):
         self.scale = math.sqrt(d_model)
         self.dropout = Dropout(dropout)
         self.table = POSITION_TABLES[positions]
-        self.register_buffer("positions", self.table(256, d_model), persistent=False)
+        if torch.get_default_device().type == "meta":  # for a model file's weights: make_tables() fills it
+            self.register_buffer("positions", torch.empty(256, d_model), persistent=False)
+        else:
+            self.register_buffer("positions", self.table(256, d_model), persistent=False)
 
     def cover(self, length: int) -> None:
         """Extend the position table to at least `length` positions (sinusoids extend to any length)."""
