@@ -10,7 +10,7 @@ through /v1/translate from --clients threads for --seconds in each phase, while 
 - stored glossary: A stores a DeepL glossary of 27,000 entries and sends four /v2/translate of
   19,981 characters with it at once, again and again;
 - request glossary: A sends /v1/translate with a glossary of 1,000 entries, again and again;
-- documents: A uploads crafted files to /translate_file in turn (YAML merge keys and an alias bomb,
+- documents: A uploads crafted files to /translate_file, each once, in turn (YAML merge keys and an alias bomb,
   a PDF page of 800 blocks, 120,000 placeholders in one message, 320,000 .properties continuation
   lines, 160 KB of CSV for the sniffer, 19 MB of Markdown), each file's status and seconds shown.
 Then Q tries to translate 4,500 characters through /v1/translate, 1,500 through /translate, 2,000
@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import statistics
+import string
 import tempfile
 import threading
 import time
@@ -118,14 +120,22 @@ def repeat(stop: threading.Event, threads: int, attack) -> list[threading.Thread
     return started
 
 
+def short_terms(count: int) -> list[str]:
+    """`count` distinct four-letter terms ("aaaa", "aaab", ...): 27,000 entries fit the body limit."""
+    return [
+        "".join(letters) for letters in itertools.islice(itertools.product(string.ascii_lowercase, repeat=4), count)
+    ]
+
+
 def stored_glossary_attack(url: str, stop: threading.Event, statuses: list[int]) -> list[threading.Thread]:
     headers = {"Authorization": f"DeepL-Auth-Key {KEYS['A']}"}
-    entries = "".join(f"term{n}\tBegriff{n}\n" for n in range(27_000))
+    terms = short_terms(27_000)
+    entries = "".join(f"{term}\t{term[:2].upper()}\n" for term in terms)
     made = httpx.post(f"{url}/v2/glossaries", headers=headers, timeout=300,
-                      data={"name": "big", "source_lang": "en", "target_lang": "de", "entries": entries,
+                      json={"name": "big", "source_lang": "en", "target_lang": "de", "entries": entries,
                             "entries_format": "tsv"})  # fmt: skip
     made.raise_for_status()
-    text = ("The term17 is in the house of term2045. " * 500)[:19_981]
+    text = " ".join(f"The {terms[n * 37 % len(terms)]} is in the house." for n in range(1_000))[:19_981]
     body = {"text": [text], "source_lang": "EN", "target_lang": "DE", "glossary_id": made.json()["glossary_id"]}
 
     def attack() -> None:
@@ -177,19 +187,17 @@ def crafted_files() -> list[tuple[str, bytes, dict[str, str]]]:
 
 
 def documents_attack(url: str, stop: threading.Event, results: list) -> list[threading.Thread]:
-    """Each crafted file in turn, again and again: (name, status, seconds, error) in results."""
+    """Each crafted file once, in turn (the phase lasts until the last is answered): (name, status,
+    seconds, error) in results."""
 
     def run() -> None:
         with httpx.Client(timeout=600) as http:
-            while not stop.is_set():
-                for name, data, fields in crafted_files():
-                    started = time.perf_counter()
-                    response = http.post(f"{url}/translate_file", files={"file": (name, data)},
-                                         data={"source": "en", "target": "de", "api_key": KEYS["A"], **fields})  # fmt: skip
-                    error = response.json().get("error", "") if response.status_code != 200 else ""
-                    results.append((name, response.status_code, time.perf_counter() - started, error))
-                    if stop.is_set():
-                        return
+            for name, data, fields in crafted_files():
+                started = time.perf_counter()
+                response = http.post(f"{url}/translate_file", files={"file": (name, data)},
+                                     data={"source": "en", "target": "de", "api_key": KEYS["A"], **fields})  # fmt: skip
+                error = response.json().get("error", "") if response.status_code != 200 else ""
+                results.append((name, response.status_code, time.perf_counter() - started, error))
 
     thread = threading.Thread(target=run)
     thread.start()

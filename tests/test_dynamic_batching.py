@@ -4,8 +4,10 @@ import threading
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull
+from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull, fair_order
 
 NEVER_S = 10**6  # a max_wait_s that no test outlives: a batch that went anyway did not wait for it
 HANG_S = 600  # how long a result may take before the test calls it a hang (not a speed bound)
@@ -36,6 +38,32 @@ def test_concurrent_sentences_share_a_batch_within_the_token_budget():
     assert [f.result(HANG_S) for f in first + second] == ["A", "B", "C", "D", "E"]
     batcher.stop()
     assert [texts for texts, _ in engine.calls] == [["a", "b", "c", "d"], ["e"]]
+
+
+def test_owners_take_turns_in_a_batch_so_one_sentence_is_not_held_behind_a_thousand():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=8, max_wait_s=0, max_queue=100)
+    many = batcher.submit([Job(f"a{n}", 2, "x", owner="key a") for n in range(8)])
+    one = batcher.submit([Job("b0", 2, "x", owner="key b")])  # came last: goes in the first batch
+    batcher.start()
+    assert [f.result(HANG_S) for f in one + many] == ["B0", *(f"A{n}" for n in range(8))]
+    batcher.stop()
+    assert [texts for texts, _ in engine.calls] == [["a0", "b0", "a1", "a2"], ["a3", "a4", "a5", "a6"], ["a7"]]
+
+
+@given(st.lists(st.sampled_from("abc"), max_size=30))
+def test_fair_order_keeps_each_owners_order_and_gives_each_a_turn(owners):
+    queue = [Job(n, 1, "x", owner=owner) for n, owner in enumerate(owners)]
+    ordered = fair_order(queue)
+    assert sorted(job.source for job in ordered) == list(range(len(queue)))  # each job once
+    for owner in set(owners):  # each owner's own jobs oldest first
+        assert [j.source for j in ordered if j.owner == owner] == [j.source for j in queue if j.owner == owner]
+    for end in range(len(ordered) + 1):  # no owner two turns ahead of one that still waits
+        taken = {owner: sum(j.owner == owner for j in ordered[:end]) for owner in set(owners)}
+        waiting = [owner for owner in taken if taken[owner] < owners.count(owner)]
+        assert all(taken[owner] <= taken[other] + 1 for owner in taken for other in waiting)
+    if len(set(owners)) <= 1:
+        assert ordered == queue
 
 
 def test_only_equal_options_share_a_batch_and_order_is_kept():

@@ -292,7 +292,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         async def work() -> tuple[bytes, int]:
             try:
                 async with fleet.route(source, target, (), owner_of(request, key)) as (service, _, _):
-                    translated, characters = await translate_upload(service, Call(), data, name, target, workers,
+                    translated, characters = await translate_upload(service, Call(owner=owner_of(request, key)), data, name, target, workers,
                                                                     glossary, source=source,
                                                                     charged=functools.partial(gate.charged, key, status=456))  # fmt: skip
                 return translated, characters

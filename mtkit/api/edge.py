@@ -45,10 +45,10 @@ def key_name(request) -> str | None:
 
 
 def call_of(request) -> Call:
-    """The request's Call: its client's going away cancels its work."""
+    """The request's Call (made once it is admitted): its client's going away cancels its work."""
     state = request.scope.setdefault("state", {})
     if "call" not in state:
-        state["call"] = Call(gone=lambda: _disconnect(request))
+        state["call"] = Call(gone=lambda: _disconnect(request), owner=owner_of(request))
     return state["call"]
 
 

@@ -41,9 +41,10 @@ class Call:
     """One request's life in the engine. gone(): returns when its client has left (the work is then
     dropped; by default never: a document translated after its upload was answered); sentences, long
     and missed_terms: what serving it took (pieces queued, texts cut for length, each text's terms not
-    found in its translation)."""
+    found in its translation); owner: whose request (a key, an address: clients take turns in a batch)."""
 
     gone: Callable[[], Awaitable[None]] = _never
+    owner: str | None = None
     sentences: int = 0
     long: int = 0
     missed_terms: list[int] = field(default_factory=list)

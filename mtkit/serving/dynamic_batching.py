@@ -3,6 +3,7 @@
 Requests submit their sentences to one bounded queue. A worker thread takes the oldest sentence,
 waits at most `max_wait_s` for company with the same decoding options, and translates up to
 `max_batch_tokens` source subwords of them in one call; the engine sorts a batch by length itself.
+Clients (a job's owner) take turns within a batch: one sentence of each, oldest first.
 A large request is spread over several batches. The wait counts from the oldest sentence's arrival
 or, if the worker was busy then, from the end of its last batch: under steady load, the clients
 answered by that batch get that long to send their next sentences and join the next batch, so
@@ -55,6 +56,7 @@ class Job:
     options: Hashable  # only jobs with equal options share a batch
     future: Future = field(default_factory=Future)
     arrival: float = field(default_factory=time.monotonic)
+    owner: Hashable = None  # whose request (a key, an address): owners take turns in a batch
 
 
 @dataclass
@@ -213,14 +215,13 @@ class Batcher:
             self._queue = deque(job for job in self._queue if not job.future.cancelled())
 
     def _select(self, options: Hashable, budget: int, first_always: bool = True) -> tuple[list[Job], bool]:
-        """The oldest jobs with these options that fit the token budget (the first always does,
-        unless not first_always), and whether the budget is full (a further job with these options
-        does not fit)."""
+        """The jobs with these options that fit the token budget, owners taking turns (fair_order:
+        one sentence of each, oldest first), the first always fitting unless not first_always; and
+        whether the budget is full (a further job with these options does not fit)."""
         batch: list[Job] = []
         tokens = 0
-        for job in self._queue:
-            if job.options != options or job.future.cancelled():
-                continue
+        waiting = [job for job in self._queue if job.options == options and not job.future.cancelled()]
+        for job in fair_order(waiting):
             if (batch or not first_always) and tokens + job.tokens > budget:
                 return batch, True
             batch.append(job)
@@ -306,3 +307,16 @@ class Batcher:
         if self._on_batch:
             tokens = sum(job.tokens for job in batch)
             self._on_batch(BatchStats(len(batch), tokens, time.perf_counter() - start, len(batch)))
+
+
+def fair_order(jobs: list[Job]) -> list[Job]:
+    """Jobs (oldest first) with owners taking turns: the oldest of each owner, in the order of their
+    oldest, then the second of each, ...; so that a client that sends a thousand sentences does not
+    hold back one that sends one. With one owner, the jobs as they came."""
+    by_owner: dict[Hashable, list[Job]] = {}
+    for job in jobs:
+        by_owner.setdefault(job.owner, []).append(job)
+    if len(by_owner) == 1:
+        return jobs
+    turns = itertools.zip_longest(*by_owner.values())
+    return [job for turn in turns for job in turn if job is not None]

@@ -168,7 +168,7 @@ class Replicas:
     def _send(self, replica: _Replica, jobs: list[Job]) -> list[Future]:
         keys = [next(self._keys) for _ in jobs]
         replica.waiting.update(zip(keys, (job.future for job in jobs)))
-        replica.send(("jobs", [(key, job.source, job.tokens, job.options) for key, job in zip(keys, jobs)]))
+        replica.send(("jobs", [(key, job.source, job.tokens, job.options, job.owner) for key, job in zip(keys, jobs)]))
         for key, job in zip(keys, jobs):
             job.future.add_done_callback(partial(self._cancelled, replica, key))
         return [job.future for job in jobs]
@@ -286,8 +286,8 @@ def _serve_replica(
                     future.cancel()
             continue
         jobs = []
-        for key, source, tokens, options in payload:
-            job = Job(source, tokens, options)
+        for key, source, tokens, options, owner in payload:
+            job = Job(source, tokens, options, owner=owner)
             futures[key] = job.future
             job.future.add_done_callback(partial(_report, outgoing, futures, key))
             jobs.append(job)

@@ -199,7 +199,9 @@ class Service(Runs):
             found = self.terms.per_piece(terms, [(n, t) for n, t, _ in pieced], options.beam)
         except TermsError as err:
             raise Refused(Reason.UNUSABLE, str(err)) from None
-        jobs = [Job(Sentence(t, ids, given, terms), len(ids) + 1, options) for (_, t, ids), terms in zip(pieced, found)]
+        owner = asked.call.owner
+        jobs = [Job(Sentence(t, ids, given, terms), len(ids) + 1, options, owner=owner)
+                for (_, t, ids), terms in zip(pieced, found)]  # fmt: skip
         return jobs, pieces, sum(len(ids) > segmenter.max_len for ids in encoded)
 
     async def run(self, asked: Asked) -> Translated:
