@@ -8,8 +8,6 @@ import signal
 
 from conftest import TINY_TRAIN, losses, run_mtkit, start_mtkit, write_corpus
 
-KILLS = 10
-
 
 def killed_at(point: str, *args) -> bool:
     """Run the CLI with MTKIT_KILL_AT=point; True if it died by SIGKILL (there), False if it ended."""
@@ -28,8 +26,10 @@ def test_training_killed_at_drawn_moments_resumes_to_the_uninterrupted_losses(tm
     run = tmp_path / "run"
     rng = random.Random(20261126)
     # The first run must save a state to resume from: it dies after an update that follows a save.
-    points = [f"update:{rng.randint(2, 24)}"]
-    points += [f"{rng.choice(['update', 'tempfile', 'rename'])}:{rng.randint(1, 24)}" for _ in range(KILLS - 2)]
+    # Then each kind of moment twice, in a drawn order, each at a drawn count.
+    kinds = ["update", "tempfile", "rename"] * 2
+    rng.shuffle(kinds)
+    points = [f"update:{rng.randint(2, 24)}", *(f"{kind}:{rng.randint(1, 24)}" for kind in kinds)]
     assert killed_at(points[0], "train", "-d", data_dir, "-o", run, *settings)
     for point in points[1:]:
         assert killed_at(point, "train", "--resume", run)
