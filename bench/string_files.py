@@ -163,7 +163,7 @@ def structure(kind: str, text: str):
             }
 
         return shape(Parser().parse(text))
-    from mtkit.documents.strings.common import APP_PLACEHOLDER
+    from mtkit.documents.strings.placeholders import APP_PLACEHOLDER
 
     return Counter(m.group() for m in APP_PLACEHOLDER.finditer(text) if m.group().strip())
 

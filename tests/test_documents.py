@@ -490,7 +490,8 @@ def test_po_fills_untranslated_messages_marks_them_fuzzy_and_keeps_placeholders(
 
 
 def test_unnumbered_placeholders_keep_their_order_and_named_ones_their_place():
-    from mtkit.documents.catalogs import _placeholders, fill_placeholders
+    from mtkit.documents.catalogs import _placeholders
+    from mtkit.documents.strings.placeholders import fill_placeholders
 
     built = _placeholders("%d files on %s for %(user)s")
     assert built.codes == ["%d", "%s", "%(user)s"]

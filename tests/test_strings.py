@@ -14,7 +14,8 @@ from test_documents import copy_engine, reverse_engine, translated
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import document_format, read_document
-from mtkit.documents.strings.common import APP_PLACEHOLDER, plural_categories
+from mtkit.documents.strings.common import plural_categories
+from mtkit.documents.strings.placeholders import APP_PLACEHOLDER
 
 PLACEHOLDERS = ["%s", "%d", "%1$s", "%2$d", "%@", "%1$@", "{0}", "{name}", "{{count}}", "%{user}", "$t(common.ok)",
                 "{count, number}", "%.2f", "%%"]  # fmt: skip

@@ -20,18 +20,12 @@ from mtkit.documents.inline import (
     FileLimits,
     InlineBuilder,
     language_tag,
-    pieces,
     read_mixed,
     read_xml,
     write_mixed,
 )
+from mtkit.documents.strings.placeholders import fill_placeholders, read_placeholders
 
-PLACEHOLDER = re.compile(
-    r"%(?:\(\w+\)|\d+\$)?[-+ #0]*(?:\d+|\*)?(?:\.\d+)?[hlLqjzt]*[diouxXeEfFgGcrsab%]"  # printf, Python %
-    r"|\{[\w.\[\]]*(?:![rsa])?(?::[^{}]*)?\}"  # str.format, ICU-style {name}
-    r"|\$\{\w+\}|</?[A-Za-z][^<>]*>|&\w+;|\n|\t"  # shell/JS ${x}, tags, entities, breaks
-)
-UNNUMBERED = re.compile(r"%[-+ #0]*(?:\d+|\*)?(?:\.\d+)?[hlLqjzt]*[diouxXeEfFgGcrsab]")  # not %(n)s, %1$s, %%
 PLURAL_FORMS = {
     "nplurals=1; plural=0;": "ja ko zh vi th id ms lo my km",
     "nplurals=2; plural=(n != 1);": "en de nl sv da nb nn no fi et el it es ca eu gl hu bg he af sq az eo fy is "
@@ -47,19 +41,6 @@ PLURAL_FORMS = {
     "nplurals=4; plural=(n%100==1 ? 0 : n%100==2 ? 1 : n%100==3 || n%100==4 ? 2 : 3);": "sl",
     "nplurals=6; plural=(n==0 ? 0 : n==1 ? 1 : n==2 ? 2 : n%100>=3 && n%100<=10 ? 3 : n%100>=11 ? 4 : 5);": "ar",
 }  # fmt: skip
-
-
-BREAKS = ("\n", "\t", "\\n", "\\t")  # line breaks and tabs, and their escapes: they part words
-
-
-def read_placeholders(builder: InlineBuilder, text: str, pattern: re.Pattern = PLACEHOLDER) -> None:
-    """Text into the builder with its placeholders (what pattern finds) and line breaks kept whole."""
-    position = 0
-    for match in pattern.finditer(text):
-        builder.text(text[position : match.start()])
-        builder.kept(match.group(), match.group() in BREAKS)
-        position = match.end()
-    builder.text(text[position:])
 
 
 def plural_forms(lang: str | None) -> str | None:
@@ -173,16 +154,6 @@ def _placeholders(text: str) -> InlineBuilder:
     builder = InlineBuilder()
     read_placeholders(builder, text)
     return builder
-
-
-def fill_placeholders(translation: str, built: InlineBuilder) -> str:
-    """The translated message with its placeholders; printf's unnumbered ones (`%s`, `%d`) stay in the
-    source's order wherever the alignment put them, as their arguments come in that order."""
-    found = pieces(translation, built.separators)
-    codes = built.codes
-    unnumbered = [p.kept for p in found if p.kept is not None and UNNUMBERED.fullmatch(codes[p.kept])]
-    in_order = dict(zip(unnumbered, sorted(unnumbered)))
-    return "".join(piece.text if piece.kept is None else codes[in_order.get(piece.kept, piece.kept)] for piece in found)
 
 
 XLIFF1 = "urn:oasis:names:tc:xliff:document:1.2"

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from lxml import etree
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.catalogs import BREAKS
 from mtkit.documents.inline import BuiltDocument, Document, FileLimits, InlineBuilder, read_mixed, read_xml, write_mixed
-from mtkit.documents.strings.common import APP_PLACEHOLDER, plural_categories, target_categories
+from mtkit.documents.strings.common import plural_categories, target_categories
+from mtkit.documents.strings.placeholders import APP_PLACEHOLDER, read_placeholders
 
 ANDROID_RUNS = {"b", "i", "u", "em", "strong", "small", "big", "sup", "sub"}  # runs whose words are translated
 
@@ -48,17 +48,10 @@ class AndroidStrings(BuiltDocument):
 
 
 class _AppBuilder(InlineBuilder):
-    """A builder whose text has its placeholders kept whole."""
+    """A builder whose text has its placeholders kept whole (tags are the element tree's own)."""
 
     def text(self, text: str) -> None:
-        position = 0
-        for match in APP_PLACEHOLDER.finditer(text):
-            if match.group().startswith("<"):  # markup is the element tree's own
-                continue
-            super().text(text[position : match.start()])
-            self.kept(match.group(), match.group() in BREAKS)
-            position = match.end()
-        super().text(text[position:])
+        read_placeholders(super(), text, APP_PLACEHOLDER, markup_is_text=True)
 
 
 ANDROID_ESCAPED = re.compile(r"\\(['\"@?])")

@@ -10,15 +10,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from mtkit.documents.catalogs import fill_placeholders, read_placeholders
 from mtkit.documents.inline import BuiltDocument, InlineBuilder, language_tag
-
-APP_PLACEHOLDER = re.compile(
-    r"\{\{[^{}]*\}\}|\$t\([^()]*\)|%\{\w+\}|%#@\w+@"  # i18next {{name}} and $t(key), Rails %{name}, iOS %#@var@
-    r"|%(?:\d+\$)?[-+ #0]*(?:\d+|\*)?(?:\.\d+)?(?:hh|h|ll|l|q|L|z|j|t)?[@diouxXeEfFgGcsSaA%]"  # printf, %@
-    r"|\{[\w.]+(?:,[^{}]*)?\}"  # {0}, {name}, {count, number}
-    r"|</?[A-Za-z][^<>]*>|\\[nt]|\n|\t"  # inline HTML, escaped and real line breaks
-)
+from mtkit.documents.strings.placeholders import APP_PLACEHOLDER, fill_placeholders, read_placeholders
 
 CATEGORIES = ("zero", "one", "two", "few", "many", "other")
 CLDR_PLURALS = {  # cardinal plural categories by language (CLDR)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.documents.catalogs import read_placeholders
 from mtkit.documents.inline import (
     BuiltDocument,
     Document,
@@ -23,7 +22,8 @@ from mtkit.documents.inline import (
     language_tag,
     pieces,
 )
-from mtkit.documents.strings.common import APP_PLACEHOLDER, plural_categories, target_categories
+from mtkit.documents.strings.common import plural_categories, target_categories
+from mtkit.documents.strings.placeholders import APP_PLACEHOLDER, read_placeholders
 from mtkit.documents.strings.trees import read_json_tree
 from mtkit.text.markup import MAX_DEPTH, too_deep
 
