@@ -290,9 +290,10 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
             raise
 
         async def work() -> tuple[bytes, int]:
+            call = Call(owner=owner_of(request, key))  # a background job: gone() never (its client is not waiting)
             try:
-                async with fleet.route(source, target, (), owner_of(request, key)) as (service, _, _):
-                    translated, characters = await translate_upload(service, Call(owner=owner_of(request, key)), data, name, target, workers,
+                async with fleet.route(source, target, (), call.owner) as (service, _, _):
+                    translated, characters = await translate_upload(service, call, data, name, target, workers,
                                                                     glossary, source=source,
                                                                     charged=functools.partial(gate.charged, key, status=456))  # fmt: skip
                 return translated, characters
