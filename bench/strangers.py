@@ -10,9 +10,9 @@ through /v1/translate from --clients threads for --seconds in each phase, while 
 - stored glossary: A stores a DeepL glossary of 27,000 entries and sends four /v2/translate of
   19,981 characters with it at once, again and again;
 - request glossary: A sends /v1/translate with a glossary of 1,000 entries, again and again;
-- documents: A uploads crafted files to /translate_file, each once, in turn (YAML merge keys and an alias bomb,
-  a PDF page of 800 blocks, 120,000 placeholders in one message, 320,000 .properties continuation
-  lines, 160 KB of CSV for the sniffer, 19 MB of Markdown), each file's status and seconds shown.
+- documents: A uploads crafted files to /translate_file, each once, in turn (YAML merge keys and an
+  alias bomb, a PDF page of 800 blocks, 120,000 placeholders in one message, 320,000 .properties
+  continuation lines, 200 KB of CSV for the sniffer, 19 MB of Markdown): each one's status and seconds.
 Then Q tries to translate 4,500 characters through /v1/translate, 1,500 through /translate, 2,000
 through /translate_file and 5 documents of 90 through /v2/document: its usage after them, against
 its quota.
