@@ -216,7 +216,6 @@ def test_translate_format_html_keeps_the_markup_around_the_model_s_translation(t
 
 
 def test_split_sentences_in_markup_translates_as_the_plain_text_does(trained_run):
-    pytest.importorskip("pysbd")
     line = "<p>A dog runs on the beach. Two men <b>talk</b>.</p>"
     options = ("-m", trained_run, "--split-sentences", "--precision", "fp32")
     marked = run_mtkit("translate", *options, "--format", "html", stdin=f"{line}\n".encode())

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import Hypothesis
 from mtkit.memory.store import TranslationMemory
-from mtkit.text.sentence_splitter import default_splitter
+from mtkit.text.sentence_splitter import SentenceSplitter
 from mtkit.translation.translate import NbestList, TextTranslator
 
 FROM_MEMORY = "tm 100"
@@ -30,7 +30,7 @@ class MemoryTranslator(TextTranslator):
         self.steer, self.threshold = steer, threshold
         self.src_tokenizer, self.tgt_tokenizer, self.cfg = inner.src_tokenizer, inner.tgt_tokenizer, inner.cfg
         self.model_meta, self.glossary = inner.model_meta, inner.glossary
-        self.splitter = default_splitter(src_lang)
+        self.splitter = SentenceSplitter(src_lang)
         self.sentences = self.remembered = self.steered = 0  # so far: translated, taken from the memory, steered
 
     @property
@@ -46,7 +46,7 @@ class MemoryTranslator(TextTranslator):
     ) -> None:
         """The inner translator's; a line is looked up whole where sentences are not split."""
         self.inner.set_segmenter(split_sentences, max_len, keep_spans, recase)
-        self.splitter = default_splitter(self.src_lang) if split_sentences else None
+        self.splitter = SentenceSplitter(self.src_lang) if split_sentences else None
 
     def translate_hypotheses(
         self,

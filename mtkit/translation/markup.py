@@ -18,7 +18,7 @@ from mtkit.text.markup_placement import (
     parse_alignment,
     translate_markup,
 )
-from mtkit.text.sentence_splitter import SentenceSplitter, default_splitter
+from mtkit.text.sentence_splitter import SentenceSplitter
 from mtkit.translation.translate import NbestList, TextTranslator, Translator
 
 if TYPE_CHECKING:  # the documents stage needs lxml, which a translation of lines does not
@@ -132,7 +132,7 @@ def translate_document(
         found = translator.translate_hypotheses(lines, on_line=_counter(len(lines), on_progress))
         return written_plain(document, [nbest[0][1] if nbest else None for nbest in found], target_lang)
     require_alignment(translator, document.markup, f"{name}, a file with formatting,")
-    splitter = default_splitter(translator.model_meta.get("src_lang")) if split_sentences else None
+    splitter = SentenceSplitter(translator.model_meta.get("src_lang")) if split_sentences else None
     markup = MarkupTranslator(translator, document.markup, split_sentences, splitter)  # type: ignore[arg-type]
     parts = sentences(document, splitter.split if splitter else None, name)
     texts = parts.texts  # a segment without codes (a paragraph in one formatting) needs no alignment:

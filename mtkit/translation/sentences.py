@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search_rules import MAX_SOURCE_TOKENS, Hypothesis
 from mtkit.text.casing import casing_of, recase, sentence_case
-from mtkit.text.sentence_splitter import Lines, SentenceSplitter, default_splitter, split_lines
+from mtkit.text.sentence_splitter import Lines, SentenceSplitter, split_lines
 from mtkit.text.spans import Masked, mask, without_invented
 from mtkit.text.tokenizer import Tokenizer
 
@@ -172,7 +172,7 @@ class Segmenter:
         sentences = self._splitter.split(text) if self.split_sentences else [text]
         if len(sentences) == 1 and len(row) > self.max_len:
             if self._splitter is None:
-                self._splitter = default_splitter(self.src_lang)
+                self._splitter = SentenceSplitter(self.src_lang)
             sentences = self._splitter.split(text)
         return [self.prepare(sentence, masked) for sentence in sentences]
 
