@@ -7,8 +7,9 @@ thread or processes, mtkit.serving.service) is loaded in a thread of its own, so
 stalls the requests of models already loaded. A request waits for its models within --load-timeout;
 a model in use is never unloaded, but a busy one gives way after its turn to requests that came first
 (mtkit.serving.turns: fair turns, and a budget of loads per client). A model that fails to load is
-named in /ready, /v1/models and its requests' errors, and the others serve on. A request starts loading only when room for all its models can be made at once, so
-two requests never each hold one model of the two the other needs. A loaded model whose file is written
+named in /ready, /v1/models and its requests' errors, and the others serve on. A request starts
+loading only when room for all its models can be made at once, so two requests never each hold one
+model of the two the other needs. A loaded model whose file is written
 again (`mtkit adapt -o` the served file) is swapped for the new version: loaded beside the old one, then
 put in its place, the old one stopped when the last request it holds is answered."""
 
