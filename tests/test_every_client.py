@@ -4,6 +4,7 @@ identifiers that mix letters and digits. Through engines that copy or reverse th
 route, split mode and tag handling, each line break and each placeholder comes back exactly; an
 engine that makes spans up has them taken out; DeepL's v3 routes answer as DeepL's client reads them."""
 
+import asyncio
 import re
 from collections import Counter
 from contextlib import contextmanager
@@ -214,7 +215,55 @@ def test_a_placeholder_against_a_word_is_its_own_word_for_the_model_and_glued_ba
     assert masked.restore("Ein schwarzer Hund 1 2.") == "Ein schwarzer Hund [X2X] [X10X]."  # no word to glue to
 
 
-def test_deepls_v3_languages_and_multilingual_glossaries_through_its_client(tokenizer, tmp_path):
+def on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+
+
+@pytest.fixture
+def glossary_work(monkeypatch) -> dict[str, set[bool]]:
+    """The glossary store's methods, the entries' parser and the terms' builder, each as it is called:
+    whether it ran on the server's event loop (a glossary of 27,000 entries once held it a quarter
+    of a second, and every other client with it)."""
+    from mtkit.api import deepl as deepl_api
+    from mtkit.api import deepl_v3
+    from mtkit.api.glossaries import GlossaryStore
+    from mtkit.serving.terms import ServerTerms
+
+    calls: dict[str, set[bool]] = {}
+
+    def watched(name: str, function):
+        def run(*args, **kwargs):
+            calls.setdefault(name, set()).add(on_event_loop())
+            return function(*args, **kwargs)
+
+        return run
+
+    for name in ("create", "create_multilingual", "change", "get", "owned", "delete"):
+        monkeypatch.setattr(GlossaryStore, name, watched(name, getattr(GlossaryStore, name)))
+    monkeypatch.setattr(ServerTerms, "stored", watched("stored", ServerTerms.stored))
+    for module in (deepl_api, deepl_v3):
+        monkeypatch.setattr(module, "parse_entries", watched("parse_entries", module.parse_entries))
+    return calls
+
+
+def test_deepls_v2_glossaries_are_read_written_and_built_off_the_event_loop(tokenizer, tmp_path, glossary_work):
+    with mirror_server(tokenizer, "copy", tmp_path) as url:
+        client = deepl.DeepLClient(KEY, server_url=url, send_platform_info=False)
+        glossary = client.create_glossary("app", "EN", "DE", {"dog": "Köter"})
+        assert client.get_glossary(glossary.glossary_id).name == "app"
+        assert [g.glossary_id for g in client.list_glossaries()] == [glossary.glossary_id]
+        assert client.get_glossary_entries(glossary) == {"dog": "Köter"}
+        used = client.translate_text("A dog runs.", source_lang="EN", target_lang="DE", glossary=glossary)
+        assert used.text == "A dog runs."
+        client.delete_glossary(glossary)
+    assert glossary_work == {name: {False} for name in ("create", "get", "owned", "delete", "stored", "parse_entries")}
+
+
+def test_deepls_v3_languages_and_multilingual_glossaries_through_its_client(tokenizer, tmp_path, glossary_work):
     with mirror_server(tokenizer, "copy", tmp_path) as url:
         headers = {"Authorization": f"DeepL-Auth-Key {KEY}"}
         languages = httpx.get(f"{url}/v3/languages", params={"resource": "translate_text"}, headers=headers)
@@ -256,6 +305,8 @@ def test_deepls_v3_languages_and_multilingual_glossaries_through_its_client(toke
             client.get_multilingual_glossary(glossary.glossary_id)
         gone = httpx.post(f"{url}/v2/translate", json=fields, headers=headers)
         assert (gone.status_code, gone.json()) == (404, {"message": "Glossary not found"})
+    work = ("create_multilingual", "create", "change", "get", "owned", "delete", "stored", "parse_entries")
+    assert glossary_work == {name: {False} for name in work}  # each off the event loop
 
 
 def test_weblates_deepl_requests_keep_its_placeholders_and_line_breaks(mirrored):

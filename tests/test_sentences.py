@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.search import Hypothesis, SearchConfig
 from mtkit.model.files import load_model_file
+from mtkit.text.sentence_splitter import LONGEST_WINDOW, WINDOW, SentenceSplitter
 from mtkit.text.tokenizer import Tokenizer
 from mtkit.translation.sentences import Segmenter
 from mtkit.translation.translate import TextTranslator, Translator
@@ -59,6 +60,46 @@ def test_split_sentences_cuts_a_paragraph_into_its_sentences(tokenizer):
         ["Mr. Smith runs in the park.", "A dog sits at the beach!", "Two children play near the water?"]
     )
     assert segmenter.pieces([line], tokenizer.encode_batch([line])) == [expected]
+
+
+# Sentences with what pysbd's rules look at: abbreviations, numbers, ellipses, quotes and brackets
+# holding sentence ends, a line break.
+MESSY = [
+    "Mr. Smith paid $3.50 at 7:45 p.m. today.",
+    'It\'s "great!" she said.',
+    "See e.g. the U.S. report (p. 12).",
+    "Wait... what?",
+    "Dr. Who? Yes!",
+    "He said (quietly. Very quietly.) no.",
+    "Visit www.example.com now.",
+    "“Quoted. Two sentences.” Then.",
+    "A\nnew line.",
+    "Ok",
+]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    st.lists(st.sampled_from(MESSY), min_size=WINDOW // 15, max_size=WINDOW // 6), st.sampled_from(["en", "de", "fr"])
+)
+def test_a_text_split_a_window_at_a_time_has_pysbd_s_sentences_of_the_whole(parts, lang):
+    import pysbd
+
+    text = " ".join(parts)
+    whole = pysbd.Segmenter(language=lang, clean=False).segment(text)
+    assert SentenceSplitter(lang).split(text) == [piece.strip() for piece in whole if piece.strip()]
+
+
+def test_pysbd_reads_no_more_than_a_window_at_a_time_and_a_sentence_longer_than_the_longest_is_cut_at_a_space():
+    splitter, read = SentenceSplitter("en"), []
+    segment = splitter._segmenter.segment
+    splitter._segmenter.segment = lambda text: read.append(len(text)) or segment(text)
+    endless = " ".join(["word"] * (LONGEST_WINDOW // 4))  # one sentence of 20,000 characters
+    text = " ".join(SENTENCES[:200]) + " " + endless + ". " + " ".join(SENTENCES[200:400])
+    sentences = splitter.split(text)
+    assert " ".join(sentences) == text and max(read) <= LONGEST_WINDOW
+    assert sentences[:200] == SENTENCES[:200] and sentences[-200:] == SENTENCES[200:400]
+    assert all(len(sentence) <= LONGEST_WINDOW for sentence in sentences) and len(sentences) == 402
 
 
 def test_a_long_line_without_sentence_ends_is_cut_at_word_starts(tokenizer):

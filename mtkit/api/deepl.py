@@ -10,6 +10,7 @@ DeepL's status codes (400, 403 a key, 404, 413, 429, 456 the quota). Fields come
 import asyncio
 import functools
 import re
+import threading
 from typing import Any
 
 from mtkit.api.deepl_memories import add_memory_routes, request_memory
@@ -121,6 +122,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
     from fastapi.responses import JSONResponse, Response
 
     built: dict[tuple[str, str], Any] = {}  # each stored glossary as a request's glossary, made once per model
+    building = threading.Lock()
 
     def authorized(request, fields: dict[str, Any]):
         """The request's key (None without --api-keys); 403 naming DeepL's ways of giving one."""
@@ -135,6 +137,8 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         return {(deepl_code(s).lower(), deepl_code(t).lower()) for s, t in fleet.languages.directions() if s and t}
 
     def glossary_of(service: Service, fields: dict[str, Any], owner: str | None, source: str | None, target: str):
+        """The request's stored glossary, built for the service's model (reading a large one from the store
+        and building its terms take a while: called off the event loop)."""
         glossary_id = fields.get("glossary_id")
         if not glossary_id:
             return None
@@ -145,14 +149,15 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         if entries is None:
             raise RequestError(400, "the glossary has no dictionary from source_lang into target_lang")
         made = (stored.glossary_id, stored.revision, source, target, service.info.name)  # in the model's own subwords
-        if made not in built:
-            built[made] = service.terms.stored(entries)
-        return built[made]
+        with building:  # requests that name it at once build it once
+            if made not in built:
+                built[made] = service.terms.stored(entries)
+            return built[made]
 
     def forget(glossary_id: str) -> None:
         """Drop what was built of a glossary that changed or went."""
-        for made in [made for made in built if made[0] == glossary_id]:
-            del built[made]
+        for made in [made for made in list(built) if made[0] == glossary_id]:  # list(): a copy, though threads add
+            built.pop(made, None)
 
     def detected(service: Service, source: str | None, text: str) -> str:
         if source or service.info.source_language:
@@ -176,7 +181,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
             target,
         ):
             service.framing(source, target)
-            glossary = glossary_of(service, fields, key and key.name, source, target)
+            glossary = await asyncio.to_thread(glossary_of, service, fields, key and key.name, source, target)
             memory, threshold = await asyncio.to_thread(request_memory, fleet.memory, key and key.name, fields)
             asked = Asked(call=call_of(request), texts=texts, options=service.defaults(), source=source,
                           target=target, format=tags or "text", split=split, glossary=glossary,
@@ -218,9 +223,10 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
             )
         if (source, target) not in pairs():
             raise RequestError(400, f"Unsupported glossary source and target language pair: {source}, {target}.")
+        text, entries_format = str(fields.get("entries", "")), str(fields.get("entries_format", "tsv"))
         try:
-            entries = parse_entries(str(fields.get("entries", "")), str(fields.get("entries_format", "tsv")))
-            stored = glossaries.create(key and key.name, name, source, target, entries)
+            entries = await asyncio.to_thread(parse_entries, text, entries_format)
+            stored = await asyncio.to_thread(glossaries.create, key and key.name, name, source, target, entries)
         except TermsError as err:
             raise RequestError(400, str(err)) from None
         return JSONResponse(stored.info(), status_code=201)
@@ -228,11 +234,11 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
     @app.get("/v2/glossaries")
     async def list_glossaries(request: Request):
         key = authorized(request, await fields_of(request))
-        owned = glossaries.owned(key and key.name)  # v2 lists those of one language pair
+        owned = await asyncio.to_thread(glossaries.owned, key and key.name)  # v2 lists those of one language pair
         return {"glossaries": [stored.info() for stored in owned if not stored.more]}
 
-    def found_glossary(key, glossary_id: str):
-        stored = glossaries.get(key and key.name, glossary_id)
+    async def found_glossary(key, glossary_id: str):
+        stored = await asyncio.to_thread(glossaries.get, key and key.name, glossary_id)
         if stored is None:
             raise RequestError(404, "Glossary not found")
         return stored
@@ -240,18 +246,19 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
     @app.get("/v2/glossaries/{glossary_id}")
     async def get_glossary(glossary_id: str, request: Request):
         key = authorized(request, await fields_of(request))
-        return found_glossary(key, glossary_id).info()
+        return (await found_glossary(key, glossary_id)).info()
 
     @app.get("/v2/glossaries/{glossary_id}/entries")
     async def glossary_entries(glossary_id: str, request: Request):
         key = authorized(request, await fields_of(request))
-        lines = "".join(f"{source}\t{target}\n" for source, target in found_glossary(key, glossary_id).entries)
+        stored = await found_glossary(key, glossary_id)
+        lines = "".join(f"{source}\t{target}\n" for source, target in stored.entries)
         return Response(lines, media_type="text/tab-separated-values; charset=utf-8")
 
     @app.delete("/v2/glossaries/{glossary_id}")
     async def delete_glossary(glossary_id: str, request: Request):
         key = authorized(request, await fields_of(request))
-        if not glossaries.delete(key and key.name, glossary_id):
+        if not await asyncio.to_thread(glossaries.delete, key and key.name, glossary_id):
             raise RequestError(404, "Glossary not found")
         forget(glossary_id)
         return Response(status_code=204)
@@ -270,7 +277,7 @@ def add_deepl_routes(app, fleet, admit, gate, jobs: DocumentJobs, glossaries: Gl
         check_options(fields, target)
         async with fleet.route(source, target, (), owner_of(request, key)) as (service, source, target):
             service.framing(source, target)
-            glossary = glossary_of(service, fields, key and key.name, source, target)
+            glossary = await asyncio.to_thread(glossary_of, service, fields, key and key.name, source, target)
         name = safe_name(fields.get("filename") or upload.filename or "")
         formats = document_formats()
         if formats is None:

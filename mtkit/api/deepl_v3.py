@@ -3,8 +3,11 @@ Weblate's DeepL backend call them: /v3/languages (the languages of a resource: t
 translate_document, glossary; write is answered with no language, since mtkit does not rewrite text)
 and the multilingual glossaries of /v3/glossaries (several language pairs in one glossary, each a
 "dictionary"), whose ids are taken as `glossary_id` by /v2/translate and /v2/document like v2's.
-Errors are DeepL's {"message": ...}."""
+Errors are DeepL's {"message": ...}. The glossary store is read and written off the event loop (a
+glossary of 27,000 entries takes a quarter of a second to read, and PostgreSQL answers over the network)."""
 
+import asyncio
+import functools
 from typing import Any
 
 from mtkit.api.edge import RequestError
@@ -83,8 +86,8 @@ def add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries: Glossary
     def owner(key) -> str | None:
         return key and key.name
 
-    def found(key, glossary_id: str) -> StoredGlossary:
-        stored = glossaries.get(owner(key), glossary_id)
+    async def found(key, glossary_id: str) -> StoredGlossary:
+        stored = await asyncio.to_thread(glossaries.get, owner(key), glossary_id)
         if stored is None:
             raise RequestError(404, "Glossary not found")
         return stored
@@ -110,9 +113,10 @@ def add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries: Glossary
     async def create(request: Request):
         fields = await fields_of(request)
         key = authorized(request, fields)
-        name, dictionaries = _name(fields.get("name"), True), dictionaries_of(fields.get("dictionaries"), pairs())
+        name = _name(fields.get("name"), True)
+        dictionaries = await asyncio.to_thread(dictionaries_of, fields.get("dictionaries"), pairs())
         try:
-            stored = glossaries.create_multilingual(owner(key), name, dictionaries)
+            stored = await asyncio.to_thread(glossaries.create_multilingual, owner(key), name, dictionaries)
         except TermsError as err:
             raise RequestError(400, str(err)) from None
         return JSONResponse(stored.v3_info(), status_code=201)
@@ -120,18 +124,18 @@ def add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries: Glossary
     @app.get("/v3/glossaries")
     async def listed(request: Request):
         key = authorized(request, await fields_of(request))
-        return {"glossaries": [stored.v3_info() for stored in glossaries.owned(owner(key))]}
+        return {"glossaries": [stored.v3_info() for stored in await asyncio.to_thread(glossaries.owned, owner(key))]}
 
     @app.get("/v3/glossaries/{glossary_id}")
     async def info(glossary_id: str, request: Request):
         key = authorized(request, await fields_of(request))
-        return found(key, glossary_id).v3_info()
+        return (await found(key, glossary_id)).v3_info()
 
     @app.get("/v3/glossaries/{glossary_id}/entries")
     async def entries(glossary_id: str, request: Request):
         fields = await fields_of(request)
         key = authorized(request, fields)
-        stored = found(key, glossary_id)
+        stored = await found(key, glossary_id)
         source, target = _language(fields, "source_lang"), _language(fields, "target_lang")
         pair = stored.entries_for(source, target)
         if pair is None:
@@ -144,13 +148,15 @@ def add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries: Glossary
     async def patch(glossary_id: str, request: Request):
         fields = await fields_of(request)
         key = authorized(request, fields)
-        found(key, glossary_id)
+        await found(key, glossary_id)
         name = _name(fields.get("name"), False)
-        more = dictionaries_of(fields["dictionaries"], pairs()) if "dictionaries" in fields else []
+        more = []
+        if "dictionaries" in fields:
+            more = await asyncio.to_thread(dictionaries_of, fields["dictionaries"], pairs())
         if name is None and not more:
             raise RequestError(400, "Parameter 'name' or 'dictionaries' not specified.")
         try:
-            stored = glossaries.change(owner(key), glossary_id, name, more, merge=True)
+            stored = await asyncio.to_thread(glossaries.change, owner(key), glossary_id, name, more, merge=True)
         except TermsError as err:
             raise RequestError(400, str(err)) from None
         return changed(stored).v3_info()
@@ -159,10 +165,11 @@ def add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries: Glossary
     async def replace(glossary_id: str, request: Request):
         fields = await fields_of(request)
         key = authorized(request, fields)
-        found(key, glossary_id)
-        source, target, pair = dictionary_of(fields, pairs())
+        await found(key, glossary_id)
+        source, target, pair = await asyncio.to_thread(dictionary_of, fields, pairs())
         try:
-            changed(glossaries.change(owner(key), glossary_id, dictionaries=[(source, target, pair)], merge=False))
+            replace_pair = functools.partial(glossaries.change, dictionaries=[(source, target, pair)], merge=False)
+            changed(await asyncio.to_thread(replace_pair, owner(key), glossary_id))
         except TermsError as err:
             raise RequestError(400, str(err)) from None
         return {"source_lang": source, "target_lang": target, "entry_count": len(pair)}
@@ -172,10 +179,10 @@ def add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries: Glossary
         fields = await fields_of(request)
         key = authorized(request, fields)
         pair = (_language(fields, "source_lang"), _language(fields, "target_lang"))
-        if found(key, glossary_id).entries_for(*pair) is None:
+        if (await found(key, glossary_id)).entries_for(*pair) is None:
             raise RequestError(404, f"Glossary dictionary not found: {pair[0]}, {pair[1]}.")
         try:
-            changed(glossaries.change(owner(key), glossary_id, drop=pair))
+            changed(await asyncio.to_thread(glossaries.change, owner(key), glossary_id, drop=pair))
         except TermsError as err:
             raise RequestError(400, str(err)) from None
         return Response(status_code=204)
@@ -183,7 +190,7 @@ def add_v3_routes(app, fleet, authorized, fields_of, pairs, glossaries: Glossary
     @app.delete("/v3/glossaries/{glossary_id}")
     async def delete(glossary_id: str, request: Request):
         key = authorized(request, await fields_of(request))
-        if not glossaries.delete(owner(key), glossary_id):
+        if not await asyncio.to_thread(glossaries.delete, owner(key), glossary_id):
             raise RequestError(404, "Glossary not found")
         forget(glossary_id)
         return Response(status_code=204)

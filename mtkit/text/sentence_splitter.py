@@ -20,6 +20,14 @@ from mtkit.core.console import warn
 # space, or a CJK full stop, question or exclamation mark anywhere: a line without one is one sentence.
 SENTENCE_END = re.compile(r"(?:(?<=[.!?…])|(?<=[.!?…][\"'”’»)\]]))\s+|(?<=[。！？])")
 
+# pysbd reads a text this many characters at a time: its time grows with the square of the text's
+# length (20,000 characters of short sentences: 0.79 s; a window at a time: 0.11 s), and each of its
+# regular expressions holds Python's lock for as long as the text is long, stalling every other thread.
+WINDOW = 2_000
+# A window that holds one sentence grows to this before the sentence is cut at a space (the model
+# cuts a sentence this long into pieces anyway: mtkit.translation.sentences).
+LONGEST_WINDOW = 16_000
+
 
 class SentenceSplitter:
     """Sentences of a text, by pysbd's rules for `lang` (English's where pysbd has none)."""
@@ -36,8 +44,28 @@ class SentenceSplitter:
     def split(self, text: str) -> list[str]:
         if not SENTENCE_END.search(text.strip()):  # no end mark inside it: one sentence (pysbd costs ~0.5 ms a line)
             return [text.strip()] if text.strip() else [text]
-        pieces = self._segmenter.segment(text)
-        return [piece.strip() for piece in pieces if piece.strip()] or [text]
+        pieces = [piece.strip() for piece in self._pieces(text)]
+        return [piece for piece in pieces if piece] or [text]
+
+    def _pieces(self, text: str) -> list[str]:
+        """pysbd's sentences of the text, a window at a time: each window's sentences but its last two
+        (the last may go on past the window, and a bracket or quote open across the window's end
+        changes where the one before it ends), which begin the next window; of two, the first."""
+        pieces, start, size = [], 0, WINDOW
+        while len(text) - start > size:
+            window = text[start : start + size]
+            found = self._segmenter.segment(window)
+            done = found[: -2 if len(found) > 2 else -1] if "".join(found) == window else []
+            if done:
+                pieces += done
+                start, size = start + len("".join(done)), WINDOW
+            elif size < LONGEST_WINDOW:
+                size *= 2
+            else:
+                cut = window.rstrip().rfind(" ") + 1 or size
+                pieces.append(window[:cut])
+                start, size = start + cut, WINDOW
+        return pieces + self._segmenter.segment(text[start:])
 
 
 _WHITESPACE = re.compile(r"\s+")
