@@ -51,6 +51,29 @@ def test_owners_take_turns_in_a_batch_so_one_sentence_is_not_held_behind_a_thous
     assert [texts for texts, _ in engine.calls] == [["a0", "b0", "a1", "a2"], ["a3", "a4", "a5", "a6"], ["a7"]]
 
 
+def test_a_client_holds_at_most_its_tokens_of_a_batch_while_another_waits_and_the_whole_budget_alone():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=8, max_wait_s=0, max_queue=100, max_client_tokens=4)
+    many = batcher.submit([Job(f"a{n}", 2, "x", owner="key a") for n in range(8)])
+    one = batcher.submit([Job("b0", 2, "x", owner="key b")])
+    batcher.start()
+    assert [f.result(HANG_S) for f in one + many] == ["B0", *(f"A{n}" for n in range(8))]
+    batcher.stop()
+    assert [texts for texts, _ in engine.calls] == [["a0", "b0", "a1"], ["a2", "a3", "a4", "a5"], ["a6", "a7"]]
+
+
+def test_a_client_holds_at_most_its_tokens_of_the_running_search_while_another_searches():
+    log: list = []
+    batcher = streaming_batcher(log, max_client_tokens=6)
+    many = batcher.submit([Job("aaa", 2, "a", owner="key a") for _ in range(10)])
+    one = batcher.submit([Job("b", 2, "a", owner="key b")])  # finishes after one step
+    batcher.start()
+    assert [f.result(HANG_S) for f in one + many] == ["B"] + ["AAA"] * 10
+    batcher.stop()
+    adds = [entry[2:] for entry in log if entry[0] == "add"]
+    assert adds == [(0, ["aaa", "b", "aaa", "aaa"]), (1, ["aaa"] * 7)]  # the rest once "b" has left
+
+
 @given(st.lists(st.sampled_from("abc"), max_size=30))
 def test_fair_order_keeps_each_owners_order_and_gives_each_a_turn(owners):
     queue = [Job(n, 1, "x", owner=owner) for n, owner in enumerate(owners)]
@@ -226,11 +249,12 @@ class CountdownStream:
                 self.deliver(key, entry[1].upper())
 
 
-def streaming_batcher(log, max_batch_tokens=100, fail_at=None, pause=None, max_wait_s=0.0):
+def streaming_batcher(log, max_batch_tokens=100, fail_at=None, pause=None, max_wait_s=0.0, max_client_tokens=None):
     def open_stream(options, deliver):
         return CountdownStream(log, options, deliver, fail_at, pause)
 
-    return Batcher(Recorder(), max_batch_tokens, max_wait_s=max_wait_s, max_queue=100, open_stream=open_stream)
+    return Batcher(Recorder(), max_batch_tokens, max_wait_s=max_wait_s, max_queue=100, open_stream=open_stream,
+                   max_client_tokens=max_client_tokens)  # fmt: skip
 
 
 def test_a_running_search_starts_without_waiting_for_company():

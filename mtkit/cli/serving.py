@@ -94,6 +94,14 @@ def serve(
     max_batch_tokens: Annotated[
         int, typer.Option(help="Most source subwords translated together (a batch, or the running search).")
     ] = 4096,
+    max_client_tokens: Annotated[
+        int,
+        typer.Option(
+            help="Most of those subwords one client's sentences (a key's, or an address's without keys) hold "
+            "while another client's wait or search beside them: one client's thousand sentences do not slow "
+            "every step of another's one. --max-batch-tokens' value: no limit."
+        ),
+    ] = 512,
     max_wait_ms: Annotated[
         float, typer.Option(help="Longest wait for other requests' sentences to batch with (0: no batching wait).")
     ] = 20.0,
@@ -252,8 +260,9 @@ def serve(
     several = len(models) > 1
     replicas, engine_process = _layout(replicas, engine_process, engine, device, several)
     serve_cfg = ServeConfig(
-        max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, max_queue=max_queue, max_chars=max_chars,
-        split_sentences=split_sentences, max_source_len=max_source_len, max_texts=max_texts, replicas=replicas,
+        max_batch_tokens=max_batch_tokens, max_client_tokens=max_client_tokens, max_wait_ms=max_wait_ms,
+        max_queue=max_queue, max_chars=max_chars, split_sentences=split_sentences, max_source_len=max_source_len,
+        max_texts=max_texts, replicas=replicas,
         confidence=confidence, max_file_bytes=max_file_bytes, keep_files_s=keep_files, in_process=not engine_process,
         keep_spans=keep_spans, recase=recase, max_file_chars=max_file_chars, max_stored_bytes=max_stored_bytes,
         public_url=public_url, file_processes=file_processes, file_seconds=file_seconds, state_dir=state_dir, tm=tm,

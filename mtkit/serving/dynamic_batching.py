@@ -3,7 +3,12 @@
 Requests submit their sentences to one bounded queue. A worker thread takes the oldest sentence,
 waits at most `max_wait_s` for company with the same decoding options, and translates up to
 `max_batch_tokens` source subwords of them in one call; the engine sorts a batch by length itself.
-Clients (a job's owner) take turns within a batch: one sentence of each, oldest first.
+Clients (a job's owner) take turns within a batch: one sentence of each, oldest first; and while
+another client's sentences wait or search beside its own, a client's sentences hold at most
+`max_client_tokens` source subwords of the batch or running search. A step's time grows with the
+sentences searching (a tiny model on 2 CPU cores: 3.6 ms for one, 21 ms for 150 with terms), so a
+client that fills the search slows every step of another's one sentence; capped, its own sentences
+wait instead (docs/results/hostile-files.md).
 A large request is spread over several batches. The wait counts from the oldest sentence's arrival
 or, if the worker was busy then, from the end of its last batch: under steady load, the clients
 answered by that batch get that long to send their next sentences and join the next batch, so
@@ -29,7 +34,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -101,7 +106,8 @@ class Batcher:
     open_stream(options, deliver), where given, opens a Stream for continuous batching, or returns
     None to translate in batches. on_batch(stats) is called after each batch or step (for
     metrics); setup() runs once on the worker thread before any batch, and if it fails, every
-    request gets its error.
+    request gets its error. max_client_tokens: the source subwords one owner's sentences hold at most
+    while another owner's wait or search beside them (None: as many as max_batch_tokens).
     """
 
     def __init__(
@@ -113,10 +119,12 @@ class Batcher:
         on_batch: Callable[[BatchStats], None] | None = None,
         setup: Callable[[], None] | None = None,
         open_stream: Callable[[Any, Callable[[int, Any], None]], Stream | None] | None = None,
+        max_client_tokens: int | None = None,
     ):
         self._translate = translate
         self._open_stream = open_stream
         self.max_batch_tokens = max_batch_tokens
+        self.max_client_tokens = max_client_tokens or max_batch_tokens
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
         self._on_batch = on_batch
@@ -214,18 +222,29 @@ class Batcher:
         if any(job.future.cancelled() for job in self._queue):
             self._queue = deque(job for job in self._queue if not job.future.cancelled())
 
-    def _select(self, options: Hashable, budget: int, first_always: bool = True) -> tuple[list[Job], bool]:
+    def _select(
+        self, options: Hashable, budget: int, first_always: bool = True, searching: Collection[Job] = ()
+    ) -> tuple[list[Job], bool]:
         """The jobs with these options that fit the token budget, owners taking turns (fair_order:
-        one sentence of each, oldest first), the first always fitting unless not first_always; and
-        whether the budget is full (a further job with these options does not fit)."""
+        one sentence of each, oldest first), the first always fitting unless not first_always; while
+        more than one owner's jobs wait or search, none holding more than max_client_tokens with its
+        jobs `searching`; and whether the budget is full (a further job with these options does not fit)."""
         batch: list[Job] = []
         tokens = 0
         waiting = [job for job in self._queue if job.options == options and not job.future.cancelled()]
+        held = Counter()
+        for job in searching:
+            held[job.owner] += job.tokens
+        shared = len(held.keys() | {job.owner for job in waiting}) > 1
         for job in fair_order(waiting):
-            if (batch or not first_always) and tokens + job.tokens > budget:
-                return batch, True
+            if batch or not first_always:
+                if shared and held[job.owner] + job.tokens > self.max_client_tokens:
+                    continue  # its owner's share is full: others' jobs may still fit
+                if tokens + job.tokens > budget:
+                    return batch, True
             batch.append(job)
             tokens += job.tokens
+            held[job.owner] += job.tokens
         return batch, tokens >= budget
 
     def _open_search(self, options: Hashable) -> _Search | None:
@@ -276,7 +295,7 @@ class Batcher:
         if not self._queue or self._queue[0].options != options:
             return []
         budget = self.max_batch_tokens - sum(job.tokens for job in searching)
-        joining, full = self._select(options, budget, first_always=False)
+        joining, full = self._select(options, budget, first_always=False, searching=searching)
         if joining and not full and self.max_wait_s > 0:
             oldest = joining[0].arrival
             if oldest > step_began:

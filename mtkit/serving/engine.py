@@ -86,11 +86,16 @@ class Engine:
         self.translator: TextTranslator | None = None
 
     def batcher(
-        self, max_batch_tokens: int, max_wait_s: float, max_queue: int, on_batch: Callable[[BatchStats], None]
+        self,
+        max_batch_tokens: int,
+        max_wait_s: float,
+        max_queue: int,
+        on_batch: Callable[[BatchStats], None],
+        max_client_tokens: int | None = None,
     ) -> Batcher:
         return Batcher(
             self.translate, max_batch_tokens, max_wait_s, max_queue, on_batch,
-            setup=self.build, open_stream=self.open_stream,
+            setup=self.build, open_stream=self.open_stream, max_client_tokens=max_client_tokens,
         )  # fmt: skip
 
     def build(self) -> None:

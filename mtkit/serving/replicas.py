@@ -89,10 +89,12 @@ class Replicas:
         max_queue: int,
         on_batch: Callable[[BatchStats], None],
         calibration: Calibration | None = None,
+        max_client_tokens: int | None = None,
     ):
         self._make_translator, self.count, self.threads = make_translator, count, threads
         self._calibration = calibration
-        self._batching = (max_batch_tokens, max_wait_s)
+        self._batching = {"max_batch_tokens": max_batch_tokens, "max_wait_s": max_wait_s,
+                          "max_client_tokens": max_client_tokens}  # fmt: skip
         self.max_queue = max_queue
         self._on_batch = on_batch
         self._replicas: list[_Replica] = []
@@ -252,7 +254,7 @@ def _settle(future: Future | None, result: Any = None, error: Exception | None =
 def _serve_replica(
     make_translator: Callable[[], TextTranslator],
     threads: int,
-    batching: tuple[int, float],
+    batching: dict[str, Any],
     inbox: Connection,
     outbox: Connection,
     calibration: Calibration | None = None,
@@ -269,7 +271,7 @@ def _serve_replica(
     sender.start()
     engine = Engine(make_translator, calibration)
     batcher = engine.batcher(
-        *batching, max_queue=1 << 62, on_batch=lambda stats: outgoing.put(("batch", (stats, batcher.depth)))
+        **batching, max_queue=1 << 62, on_batch=lambda stats: outgoing.put(("batch", (stats, batcher.depth)))
     )
     batcher.start()
     futures: dict[int, Future] = {}

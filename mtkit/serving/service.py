@@ -69,12 +69,13 @@ class Service(Runs):
             threads = max(1, torch.get_num_threads() // cfg.replicas)
             self.batcher = Replicas(
                 make_translator, cfg.replicas, threads, cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue,
-                self.metrics.observe_batch, calibration,
+                self.metrics.observe_batch, calibration, max_client_tokens=cfg.max_client_tokens,
             )  # fmt: skip
         else:
             self.batcher = self.engine.batcher(
-                cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch
-            )
+                cfg.max_batch_tokens, cfg.max_wait_ms / 1000, cfg.max_queue, self.metrics.observe_batch,
+                max_client_tokens=cfg.max_client_tokens,
+            )  # fmt: skip
         self.ready = False
         self.checksum = sha256_file(info.path)
         self._segmenters: dict[bool, Segmenter] = {False: self._segmenter_for(False)}  # True: when first asked

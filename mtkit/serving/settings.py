@@ -19,6 +19,7 @@ from mtkit.text.tokenizer import Tokenizer
 @dataclass
 class ServeConfig:
     max_batch_tokens: int = 4096
+    max_client_tokens: int = 512  # of them one client's sentences hold while another's wait or search beside them
     max_wait_ms: float = 20.0
     max_queue: int = 2048
     max_chars: int = 20000
@@ -42,7 +43,7 @@ class ServeConfig:
     tm_steer: int = 0  # fuzzy matches of at least this score steer the model (0: off; mtkit.training.adaptation)
 
     def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",
+        for name in ("max_batch_tokens", "max_client_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",
                      "max_stored_bytes", "file_processes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
