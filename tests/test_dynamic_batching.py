@@ -1,13 +1,15 @@
 """Dynamic batching, in-process with a recording stand-in for the engine."""
 
+import math
 import threading
 import time
+from collections import Counter
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull, fair_order
+from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull, Waiting
 
 NEVER_S = 10**6  # a max_wait_s that no test outlives: a batch that went anyway did not wait for it
 HANG_S = 600  # how long a result may take before the test calls it a hang (not a speed bound)
@@ -62,6 +64,17 @@ def test_a_client_holds_at_most_its_tokens_of_a_batch_while_another_waits_and_th
     assert [texts for texts, _ in engine.calls] == [["a0", "b0", "a1"], ["a2", "a3", "a4", "a5"], ["a6", "a7"]]
 
 
+def test_a_sentence_longer_than_a_clients_share_still_goes_while_another_client_waits():
+    engine = Recorder()
+    batcher = Batcher(engine, max_batch_tokens=20, max_wait_s=0, max_queue=100, max_client_tokens=4)
+    two = batcher.submit([Job("a-long", 10, "x", owner="key a"), Job("a2", 2, "x", owner="key a")])
+    one = batcher.submit([Job("b0", 2, "x", owner="key b")])
+    batcher.start()
+    assert [f.result(HANG_S) for f in two + one] == ["A-LONG", "A2", "B0"]
+    batcher.stop()
+    assert [texts for texts, _ in engine.calls] == [["a-long", "b0"], ["a2"]]
+
+
 def test_a_client_holds_at_most_its_tokens_of_the_running_search_while_another_searches():
     log: list = []
     batcher = streaming_batcher(log, max_client_tokens=6)
@@ -74,19 +87,37 @@ def test_a_client_holds_at_most_its_tokens_of_the_running_search_while_another_s
     assert adds == [(0, ["aaa", "b", "aaa", "aaa"]), (1, ["aaa"] * 7)]  # the rest once "b" has left
 
 
+def waiting(jobs: list[Job]) -> Waiting:
+    queued = Waiting()
+    queued.add(jobs)
+    return queued
+
+
 @given(st.lists(st.sampled_from("abc"), max_size=30))
-def test_fair_order_keeps_each_owners_order_and_gives_each_a_turn(owners):
-    queue = [Job(n, 1, "x", owner=owner) for n, owner in enumerate(owners)]
-    ordered = fair_order(queue)
+def test_owners_take_turns_each_in_its_own_order(owners):
+    queue = [Job(n, 1, "x", owner=owner, arrival=n) for n, owner in enumerate(owners)]
+    ordered = list(waiting(queue).in_turns("x", Counter(), math.inf))
     assert sorted(job.source for job in ordered) == list(range(len(queue)))  # each job once
     for owner in set(owners):  # each owner's own jobs oldest first
         assert [j.source for j in ordered if j.owner == owner] == [j.source for j in queue if j.owner == owner]
     for end in range(len(ordered) + 1):  # no owner two turns ahead of one that still waits
         taken = {owner: sum(j.owner == owner for j in ordered[:end]) for owner in set(owners)}
-        waiting = [owner for owner in taken if taken[owner] < owners.count(owner)]
-        assert all(taken[owner] <= taken[other] + 1 for owner in taken for other in waiting)
+        still = [owner for owner in taken if taken[owner] < owners.count(owner)]
+        assert all(taken[owner] <= taken[other] + 1 for owner in taken for other in still)
     if len(set(owners)) <= 1:
         assert ordered == queue
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 9)), max_size=30), st.integers(1, 12))
+def test_an_owner_takes_its_oldest_jobs_up_to_its_share_or_one_larger_alone(jobs, share):
+    queue = [Job(n, tokens, "x", owner=owner, arrival=n) for n, (owner, tokens) in enumerate(jobs)]
+    held: Counter = Counter()
+    for job in waiting(queue).in_turns("x", held, share):
+        held[job.owner] += job.tokens
+    for owner in {owner for owner, _ in jobs}:
+        own = [job.tokens for job in queue if job.owner == owner]
+        first_past = next((k for k in range(len(own)) if k and sum(own[: k + 1]) > share), len(own))
+        assert held[owner] == sum(own[:first_past])  # its oldest, up to the first past its share
 
 
 def test_only_equal_options_share_a_batch_and_order_is_kept():

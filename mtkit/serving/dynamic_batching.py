@@ -32,10 +32,11 @@ options, so those wait for it to drain, not forever.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -98,6 +99,74 @@ class _Search:
         self.finished += 1
 
 
+class Waiting:
+    """The jobs waiting for a batch: each owner's, oldest first. A batch looks at the jobs it takes
+    (and one more of each owner), not at all that wait: a client with thousands of sentences queued
+    once cost every step of the running search a pass over them."""
+
+    def __init__(self):
+        self.by_owner: dict[Hashable, deque[Job]] = {}
+        self.count = 0
+        self._cancelled = False  # a job was cancelled since the last drop_cancelled
+
+    def add(self, jobs: Iterable[Job]) -> None:
+        for job in jobs:
+            self.by_owner.setdefault(job.owner, deque()).append(job)
+            self.count += 1
+            job.future.add_done_callback(self._note)
+
+    def _note(self, future: Future) -> None:
+        if future.cancelled():
+            self._cancelled = True
+
+    def drop_cancelled(self) -> None:
+        """Forget the jobs whose clients went away."""
+        if not self._cancelled:
+            return
+        self._cancelled = False
+        for owner, jobs in list(self.by_owner.items()):
+            kept = deque(job for job in jobs if not job.future.cancelled())
+            self.count -= len(jobs) - len(kept)
+            if kept:
+                self.by_owner[owner] = kept
+            else:
+                del self.by_owner[owner]
+
+    def oldest(self) -> Job | None:
+        return min((jobs[0] for jobs in self.by_owner.values()), key=lambda job: job.arrival, default=None)
+
+    def in_turns(self, options: Hashable, held: Counter, share: float) -> Iterator[Job]:
+        """The jobs with these options, owners taking turns (take_turns; owners in the order of their
+        oldest job), each owner's turns ending at its first job past its `share` of tokens with those it
+        `held` (which the caller counts up as it takes jobs); an owner that holds none may take one larger."""
+
+        def owned(owner: Hashable, jobs: deque[Job]) -> Iterator[Job]:
+            for job in jobs:
+                if job.options != options:
+                    continue
+                if held[owner] and held[owner] + job.tokens > share:
+                    return
+                yield job
+
+        owners = sorted(self.by_owner.items(), key=lambda item: item[1][0].arrival)
+        return take_turns(owned(owner, jobs) for owner, jobs in owners)
+
+    def take(self, jobs: list[Job]) -> None:
+        """Remove these jobs (chosen from those waiting)."""
+        chosen: dict[Hashable, set[int]] = {}
+        for job in jobs:
+            chosen.setdefault(job.owner, set()).add(id(job))
+        for owner, ids in chosen.items():
+            queued = self.by_owner[owner]
+            while queued and id(queued[0]) in ids:  # usually the owner's oldest
+                ids.discard(id(queued.popleft()))
+            if ids:
+                queued = self.by_owner[owner] = deque(job for job in queued if id(job) not in ids)
+            if not queued:
+                del self.by_owner[owner]
+        self.count -= len(jobs)
+
+
 class Batcher:
     """A queue of sentences and the worker thread that translates them in batches.
 
@@ -128,7 +197,7 @@ class Batcher:
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
         self._on_batch = on_batch
-        self._queue: deque[Job] = deque()
+        self._waiting = Waiting()
         self._cond = threading.Condition()
         self._stopping = False
         self._last_batch_end = 0.0
@@ -138,7 +207,7 @@ class Batcher:
     @property
     def depth(self) -> int:
         """Sentences waiting (not yet in a batch)."""
-        return len(self._queue)
+        return self._waiting.count
 
     def start(self) -> None:
         self._thread.start()
@@ -155,9 +224,9 @@ class Batcher:
         with self._cond:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
-            if len(self._queue) + len(jobs) > self.max_queue:
-                raise QueueFull(f"{len(self._queue)} sentences are waiting; the queue holds {self.max_queue}")
-            self._queue.extend(jobs)
+            if self._waiting.count + len(jobs) > self.max_queue:
+                raise QueueFull(f"{self._waiting.count} sentences are waiting; the queue holds {self.max_queue}")
+            self._waiting.add(jobs)
             self._cond.notify()
         return [job.future for job in jobs]
 
@@ -188,9 +257,9 @@ class Batcher:
         none is left."""
         with self._cond:
             while True:
-                self._drop_cancelled()
-                if self._queue:
-                    return self._queue[0].options
+                self._waiting.drop_cancelled()
+                if (oldest := self._waiting.oldest()) is not None:
+                    return oldest.options
                 if self._stopping:
                     return _STOP
                 self._cond.wait()
@@ -200,48 +269,37 @@ class Batcher:
         after waiting up to max_wait_s for more of them (a running search needs no wait: later
         sentences join it)."""
         with self._cond:
-            self._drop_cancelled()
-            if not self._queue:  # every sentence left meanwhile
+            self._waiting.drop_cancelled()
+            if (oldest := self._waiting.oldest()) is None:  # every sentence left meanwhile
                 return []
             wait = self.max_wait_s if wait_for_company else 0.0
-            deadline = max(self._queue[0].arrival, self._last_batch_end) + wait
+            deadline = max(oldest.arrival, self._last_batch_end) + wait
             while True:
+                self._waiting.drop_cancelled()
                 batch, full = self._select(options, self.max_batch_tokens)
                 remaining = deadline - time.monotonic()
                 if full or remaining <= 0 or self._stopping:
                     break
                 self._cond.wait(remaining)
-            self._take(batch)
+            self._waiting.take(batch)
             return batch
-
-    def _take(self, jobs: list[Job]) -> None:
-        chosen = {id(job) for job in jobs}
-        self._queue = deque(job for job in self._queue if id(job) not in chosen)
-
-    def _drop_cancelled(self) -> None:
-        if any(job.future.cancelled() for job in self._queue):
-            self._queue = deque(job for job in self._queue if not job.future.cancelled())
 
     def _select(
         self, options: Hashable, budget: int, first_always: bool = True, searching: Collection[Job] = ()
     ) -> tuple[list[Job], bool]:
-        """The jobs with these options that fit the token budget, owners taking turns (fair_order:
-        one sentence of each, oldest first), the first always fitting unless not first_always; while
-        more than one owner's jobs wait or search, none holding more than max_client_tokens with its
-        jobs `searching`; and whether the budget is full (a further job with these options does not fit)."""
+        """The jobs with these options that fit the token budget, owners taking turns (one sentence of
+        each, oldest first), the first always fitting unless not first_always; while more than one
+        owner's jobs wait or search, none holding more than max_client_tokens with its jobs `searching`;
+        and whether the budget is full (a further job with these options does not fit)."""
         batch: list[Job] = []
         tokens = 0
-        waiting = [job for job in self._queue if job.options == options and not job.future.cancelled()]
-        held = Counter()
+        held: Counter = Counter()
         for job in searching:
             held[job.owner] += job.tokens
-        shared = len(held.keys() | {job.owner for job in waiting}) > 1
-        for job in fair_order(waiting):
-            if batch or not first_always:
-                if shared and held[job.owner] + job.tokens > self.max_client_tokens:
-                    continue  # its owner's share is full: others' jobs may still fit
-                if tokens + job.tokens > budget:
-                    return batch, True
+        shared = len(held.keys() | self._waiting.by_owner.keys()) > 1
+        for job in self._waiting.in_turns(options, held, self.max_client_tokens if shared else math.inf):
+            if (batch or not first_always) and tokens + job.tokens > budget:
+                return batch, True
             batch.append(job)
             tokens += job.tokens
             held[job.owner] += job.tokens
@@ -283,7 +341,7 @@ class Batcher:
             if not active:
                 break
             with self._cond:
-                self._drop_cancelled()
+                self._waiting.drop_cancelled()
                 joining = self._joiners(options, active.values(), began)
         self._last_batch_end = time.monotonic()
 
@@ -292,7 +350,8 @@ class Batcher:
         that fit beside the sentences `searching`, once the oldest of them has waited through a whole
         step (the one that began at `step_began`) and they are at least JOIN_SHARE of the search or the
         oldest has waited max_wait_s; at once if they fill the budget or max_wait_s is 0."""
-        if not self._queue or self._queue[0].options != options:
+        oldest = self._waiting.oldest()
+        if oldest is None or oldest.options != options:
             return []
         budget = self.max_batch_tokens - sum(job.tokens for job in searching)
         joining, full = self._select(options, budget, first_always=False, searching=searching)
@@ -302,7 +361,7 @@ class Batcher:
                 return []  # none has waited a whole step yet
             if len(joining) < JOIN_SHARE * len(searching) and time.monotonic() - oldest < self.max_wait_s:
                 return []  # a few more share the join's encoder call
-        self._take(joining)
+        self._waiting.take(joining)
         return joining
 
     def _process(self, batch: list[Job]) -> None:
@@ -328,14 +387,16 @@ class Batcher:
             self._on_batch(BatchStats(len(batch), tokens, time.perf_counter() - start, len(batch)))
 
 
-def fair_order(jobs: list[Job]) -> list[Job]:
-    """Jobs (oldest first) with owners taking turns: the oldest of each owner, in the order of their
-    oldest, then the second of each, ...; so that a client that sends a thousand sentences does not
-    hold back one that sends one. With one owner, the jobs as they came."""
-    by_owner: dict[Hashable, list[Job]] = {}
-    for job in jobs:
-        by_owner.setdefault(job.owner, []).append(job)
-    if len(by_owner) == 1:
-        return jobs
-    turns = itertools.zip_longest(*by_owner.values())
-    return [job for turn in turns for job in turn if job is not None]
+def take_turns(owners: Iterable[Iterable[Job]]) -> Iterator[Job]:
+    """Each owner's jobs (oldest first; the owners in the order of their oldest) taking turns: the first
+    of each, then the second of each, ...; so that a client that sends a thousand sentences does not
+    hold back one that sends one. Lazily: a batch draws only the jobs it looks at."""
+    turns = [iter(jobs) for jobs in owners]
+    while turns:
+        still = []
+        for jobs in turns:
+            job = next(jobs, None)
+            if job is not None:
+                yield job
+                still.append(jobs)
+        turns = still

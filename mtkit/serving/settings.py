@@ -43,8 +43,8 @@ class ServeConfig:
     tm_steer: int = 0  # fuzzy matches of at least this score steer the model (0: off; mtkit.training.adaptation)
 
     def validate(self) -> None:
-        for name in ("max_batch_tokens", "max_client_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes", "max_file_chars",
-                     "max_stored_bytes", "file_processes"):  # fmt: skip
+        for name in ("max_batch_tokens", "max_client_tokens", "max_queue", "max_chars", "replicas", "max_file_bytes",
+                     "max_file_chars", "max_stored_bytes", "file_processes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise MtkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if self.max_texts < 0:
