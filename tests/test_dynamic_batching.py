@@ -161,6 +161,20 @@ def test_the_queue_is_bounded_and_takes_all_of_a_request_or_nothing():
     assert batcher.depth == 3
 
 
+def test_a_client_that_filled_the_queue_leaves_a_reserve_for_clients_with_few_sentences():
+    batcher = Batcher(Recorder(), max_batch_tokens=100, max_wait_s=0.0, max_queue=8)  # a reserve of 2
+    batcher.submit([Job(f"a{n}", 2, "x", owner="a") for n in range(8)])
+    with pytest.raises(QueueFull, match="8 sentences are waiting; the queue holds 8"):
+        batcher.submit([Job("a8", 2, "x", owner="a")])
+    batcher.submit([Job("b0", 2, "x", owner="b")])
+    with pytest.raises(QueueFull, match="9 sentences are waiting"):
+        batcher.submit([Job(f"b{n}", 2, "x", owner="b") for n in (1, 2)])  # more than the reserve
+    batcher.submit([Job("c0", 2, "x", owner="c")])
+    with pytest.raises(QueueFull, match="10 sentences are waiting"):
+        batcher.submit([Job("d0", 2, "x", owner="d")])  # the reserve is full
+    assert batcher.depth == 10
+
+
 def test_cancelled_sentences_are_never_translated():
     engine = Recorder()
     batcher = Batcher(engine, max_batch_tokens=100, max_wait_s=0.2, max_queue=100)

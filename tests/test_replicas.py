@@ -40,9 +40,10 @@ def replicas(trained_run):
     pool.stop()
 
 
-def jobs(trained_run, lines: list[str]) -> list[Job]:
+def jobs(trained_run, lines: list[str], owner=None) -> list[Job]:
     tokenizer = load_model_file(resolve_model_path(trained_run)).src_tokenizer
-    return [Job(Sentence(line, ids), len(ids) + 1, OPTIONS) for line, ids in zip(lines, tokenizer.encode_batch(lines))]
+    encoded = tokenizer.encode_batch(lines)
+    return [Job(Sentence(line, ids), len(ids) + 1, OPTIONS, owner=owner) for line, ids in zip(lines, encoded)]
 
 
 def texts(futures) -> list[str]:
@@ -87,6 +88,19 @@ def test_the_queue_limit_counts_the_sentences_in_flight(replicas, trained_run, s
     fits = replicas.submit(jobs(trained_run, sentences[4:6]))
     resumed(replicas)
     assert texts(held + fits) == expected(trained_run, sentences[:6])
+
+
+def test_a_client_that_filled_the_flight_leaves_room_for_another_s_sentence(replicas, trained_run, sentences):
+    paused(replicas)
+    held = replicas.submit(jobs(trained_run, sentences[:6], owner="a"))
+    with pytest.raises(QueueFull, match="^6 sentences are in flight; the queue holds 6$"):
+        replicas.submit(jobs(trained_run, sentences[6:7], owner="a"))
+    other = replicas.submit(jobs(trained_run, sentences[6:7], owner="b"))  # the reserve: a quarter, 1 sentence
+    with pytest.raises(QueueFull):
+        replicas.submit(jobs(trained_run, sentences[7:8], owner="c"))
+    resumed(replicas)
+    assert texts(held + other) == expected(trained_run, sentences[:7])
+    assert replicas._owned == {}  # each sentence counted out as it came back
 
 
 def test_a_cancelled_sentence_leaves_the_flight(replicas, trained_run, sentences):

@@ -45,10 +45,23 @@ _STOP = object()  # the worker's signal to end
 # Sentences join a running search once they are this share of it (or have waited max_wait_s): each
 # join runs the encoder once, and on a CPU a call for one sentence costs about half of one for four.
 JOIN_SHARE = 1 / 8
+# Room beyond the queue's bound, as a share of it, for the clients with fewer sentences queued than
+# that room: one client that fills the queue (its sentences wait longer, capped in the search) does
+# not shut out another's single sentence.
+RESERVE = 1 / 4
 
 
 class QueueFull(Exception):
     """The queue has no room for the request's sentences: try again later."""
+
+
+def check_room(queued: int, owned: int, adding: int, max_queue: int, state: str = "waiting") -> None:
+    """QueueFull where `adding` sentences would pass the queue's bound, unless their client, with `owned`
+    of the `queued`, stays within the reserve beyond it (RESERVE)."""
+    reserve = int(max_queue * RESERVE)
+    if queued + adding <= max_queue or (owned + adding <= reserve and queued + adding <= max_queue + reserve):
+        return
+    raise QueueFull(f"{queued} sentences are {state}; the queue holds {max_queue}")
 
 
 class EngineStopped(Exception):
@@ -224,8 +237,8 @@ class Batcher:
         with self._cond:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
-            if self._waiting.count + len(jobs) > self.max_queue:
-                raise QueueFull(f"{self._waiting.count} sentences are waiting; the queue holds {self.max_queue}")
+            owned = len(self._waiting.by_owner.get(jobs[0].owner, ())) if jobs else 0
+            check_room(self._waiting.count, owned, len(jobs), self.max_queue)
             self._waiting.add(jobs)
             self._cond.notify()
         return [job.future for job in jobs]

@@ -21,6 +21,7 @@ import multiprocessing
 import queue
 import signal
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtkit.core.console import warn
-from mtkit.serving.dynamic_batching import BatchStats, EngineStopped, Job, QueueFull
+from mtkit.serving.dynamic_batching import BatchStats, EngineStopped, Job, QueueFull, check_room
 from mtkit.serving.engine import Engine
 from mtkit.translation.confidence import Calibration
 from mtkit.translation.translate import TextTranslator
@@ -100,6 +101,8 @@ class Replicas:
         self._replicas: list[_Replica] = []
         self._keys = itertools.count()
         self._lock = threading.Lock()
+        self._owned: Counter = Counter()  # each owner's sentences in flight
+        self._owned_lock = threading.Lock()  # not _lock: futures land on the replicas' reader threads
         self._stopping = False
         self._warm_up_job: Callable[[], Job] | None = None  # a replica started again translates it first
 
@@ -160,8 +163,8 @@ class Replicas:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
             in_flight = sum(len(replica.waiting) for replica in self._replicas)
-            if in_flight + len(jobs) > self.max_queue:
-                raise QueueFull(f"{in_flight} sentences are in flight; the queue holds {self.max_queue}")
+            owned = self._owned[jobs[0].owner] if jobs else 0
+            check_room(in_flight, owned, len(jobs), self.max_queue, "in flight")
             alive = [replica for replica in self._replicas if replica.alive]
             if not alive:
                 raise EngineStopped("every engine replica has stopped (the server's log says why)")
@@ -171,9 +174,18 @@ class Replicas:
         keys = [next(self._keys) for _ in jobs]
         replica.waiting.update(zip(keys, (job.future for job in jobs)))
         replica.send(("jobs", [(key, job.source, job.tokens, job.options, job.owner) for key, job in zip(keys, jobs)]))
+        with self._owned_lock:
+            self._owned.update(job.owner for job in jobs)
         for key, job in zip(keys, jobs):
             job.future.add_done_callback(partial(self._cancelled, replica, key))
+            job.future.add_done_callback(partial(self._landed, job.owner))
         return [job.future for job in jobs]
+
+    def _landed(self, owner, _: Future) -> None:
+        with self._owned_lock:
+            self._owned[owner] -= 1
+            if not self._owned[owner]:
+                del self._owned[owner]
 
     def _cancelled(self, replica: _Replica, key: int, future: Future) -> None:
         """A client went away: the replica drops the sentence if it has not started it."""
