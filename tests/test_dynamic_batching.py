@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mtkit.serving.dynamic_batching import Batcher, Job, QueueFull, Waiting
+from mtkit.serving.dynamic_batching import Batcher
+from mtkit.serving.waiting import Job, QueueFull, Waiting
 
 NEVER_S = 10**6  # a max_wait_s that no test outlives: a batch that went anyway did not wait for it
 HANG_S = 600  # how long a result may take before the test calls it a hang (not a speed bound)

@@ -10,8 +10,9 @@ from mtkit.decoding.beam import BeamStream
 from mtkit.decoding.greedy_stream import GreedyStream
 from mtkit.decoding.search import SearchConfig
 from mtkit.model.files import load_model_file
-from mtkit.serving.dynamic_batching import Batcher, Job
+from mtkit.serving.dynamic_batching import Batcher
 from mtkit.serving.engine import Engine, Options, Sentence
+from mtkit.serving.waiting import Job
 from mtkit.translation.translate import Translator
 
 HANG_S = 600  # how long a result may take before the test calls it a hang (not a speed bound)

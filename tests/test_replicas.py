@@ -16,9 +16,10 @@ from test_serve import Server, concurrent_translations, offline, wait_until
 from mtkit.decoding.search import SearchConfig
 from mtkit.interop.engines import Decoding
 from mtkit.model.files import load_model_file, resolve_model_path
-from mtkit.serving.dynamic_batching import EngineStopped, Job, QueueFull
+from mtkit.serving.dynamic_batching import EngineStopped
 from mtkit.serving.engine import Options, Sentence
 from mtkit.serving.replicas import EngineSpec, Replicas
+from mtkit.serving.waiting import Job, QueueFull
 from mtkit.translation.translate import Translator
 
 OPTIONS = Options(beam=2, nbest=1, lenpen=0.6, alignment=False)

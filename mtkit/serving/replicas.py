@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtkit.core.console import warn
-from mtkit.serving.dynamic_batching import BatchStats, EngineStopped, Job, QueueFull, check_room
+from mtkit.serving.dynamic_batching import BatchStats, EngineStopped
 from mtkit.serving.engine import Engine
+from mtkit.serving.waiting import Job, QueueFull, check_room
 from mtkit.translation.confidence import Calibration
 from mtkit.translation.translate import TextTranslator
 

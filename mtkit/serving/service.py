@@ -15,13 +15,14 @@ from mtkit.core.textio import sha256_file
 from mtkit.decoding.constraints import without_made_up_spans
 from mtkit.decoding.search_rules import SearchConfig
 from mtkit.serving.calls import Asked, Call, Reason, Refused, Translated
-from mtkit.serving.dynamic_batching import Batcher, EngineStopped, Job, QueueFull
+from mtkit.serving.dynamic_batching import Batcher, EngineStopped
 from mtkit.serving.engine import Engine, Options, Result, Sentence, when_all
 from mtkit.serving.metrics import Metrics
 from mtkit.serving.pivot import Runs
 from mtkit.serving.replicas import Replicas
 from mtkit.serving.settings import LanguageError, Languages, ModelInfo, ServeConfig, aligns
 from mtkit.serving.terms import ServerTerms, TermsError, missed_terms
+from mtkit.serving.waiting import Job, QueueFull
 from mtkit.text.sentence_splitter import SentenceSplitter, split_lines
 from mtkit.text.targets import LANGUAGE_TOKENS
 from mtkit.text.tokenizer import Tokenizer
