@@ -90,6 +90,16 @@ def test_a_text_split_a_window_at_a_time_has_pysbd_s_sentences_of_the_whole(part
     assert SentenceSplitter(lang).split(text) == [piece.strip() for piece in whole if piece.strip()]
 
 
+ODD = ["a", "Bb", "cc.", "Dd!", "e?", "(f", "g)", "“h", "i”", "3.5", "...", "–", "\n", "»", "«", "x\u00a0y", "   "]
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.sampled_from(ODD), min_size=WINDOW // 3, max_size=WINDOW))
+def test_any_text_split_a_window_at_a_time_keeps_every_character_in_order(words):
+    text = " ".join(words)  # unclosed quotes and brackets, and windows pysbd does not give back as they were
+    assert "".join("".join(SentenceSplitter("en").split(text)).split()) == "".join(text.split())
+
+
 def test_pysbd_reads_no_more_than_a_window_at_a_time_and_a_sentence_longer_than_the_longest_is_cut_at_a_space():
     splitter, read = SentenceSplitter("en"), []
     segment = splitter._segmenter.segment
