@@ -276,10 +276,10 @@ class Batcher:
         budget = self.max_batch_tokens - sum(job.tokens for job in searching)
         joining, full = self._select(options, budget, first_always=False, searching=searching)
         if joining and not full and self.max_wait_s > 0:
-            oldest = joining[0].arrival
-            if oldest > step_began:
+            first_arrival = joining[0].arrival
+            if first_arrival > step_began:
                 return []  # none has waited a whole step yet
-            if len(joining) < JOIN_SHARE * len(searching) and time.monotonic() - oldest < self.max_wait_s:
+            if len(joining) < JOIN_SHARE * len(searching) and time.monotonic() - first_arrival < self.max_wait_s:
                 return []  # a few more share the join's encoder call
         self._waiting.take(joining)
         return joining

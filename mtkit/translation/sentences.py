@@ -5,10 +5,9 @@ A model learns from sentences of bounded length. Given a paragraph on one line i
 after the first sentence, and given more subwords than it was trained on it drifts. So:
 - with split_sentences (segmenter_for's default), every line is cut into its sentences by pysbd's
   rules for the source language (shipped in its pip package, a dependency of mtkit);
-- a line longer than max_len subwords is always cut: into sentences (pysbd's where installed, else
-  a split after . ! ? … and CJK full stops), and a sentence still longer at word starts (subwords
-  whose token begins with "▁"), into pieces of at most max_len subwords, as Sockeye does. Nothing
-  is truncated or dropped.
+- a line longer than max_len subwords is always cut: into sentences (pysbd's), and a sentence
+  still longer at word starts (subwords whose token begins with "▁"), into pieces of at most max_len
+  subwords, as Sockeye does. Nothing is truncated or dropped.
 Each sentence is made ready for the model first (with keep_spans and recase, segmenter_for's
 defaults): numbers, links, addresses, paths, code, placeholders and emoji replaced by stand-ins and
 put back after (mtkit.text.spans: masked in the whole line, before the splitter sees it), and a
