@@ -143,14 +143,22 @@ def hold_until(started: str, go_on: str) -> int:
 
 
 def endless(deaf: bool) -> None:
-    """A document worker's job that never ends: in Python (an alarm stops it), or deaf to the alarm
-    (it blocks the signal, as a long call into C would not see it)."""
+    """A document worker's job that never ends, busy: in Python (the timer of its CPU time stops it),
+    or deaf to the timer (it blocks the signal, as a long call into C would not see it)."""
     import signal
 
     if deaf:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF})
     while True:
-        time.sleep(0.01)
+        pass
+
+
+def busy(seconds: float) -> float:
+    """A document worker's job that takes `seconds` of CPU time; the CPU time it took."""
+    started = time.process_time()
+    while time.process_time() - started < seconds:
+        pass
+    return time.process_time() - started
 
 
 def yaml_alias_bomb(levels: int = 10) -> bytes:

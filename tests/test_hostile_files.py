@@ -194,6 +194,31 @@ def test_a_documents_characters_are_bounded():
     refused("a.html", page, max_chars=len("a dog & cat") - 1)
 
 
+@pytest.mark.parametrize("name", ["a.md", "a.txt", "a.srt", "a.vtt", "a.po", "a.properties", "a.strings"])
+def test_a_file_of_light_markup_far_past_the_characters_is_refused_before_it_is_parsed(name, monkeypatch):
+    """Characters, not bytes (a 2-byte "é" is one): 4 x the limit reaches the reader, one more is
+    refused without calling it."""
+    from mtkit.documents import formats
+
+    fmt = document_format(name)
+    within, past = "é" * 40, "é" * 41
+
+    def unreachable(*_):
+        raise AssertionError("parsed")
+
+    monkeypatch.setitem(formats.READERS, fmt, unreachable)
+    assert refused(name, past.encode(), max_chars=10) == (
+        f"{name}: 41 characters, more than 4 times the 10 characters to translate a document may hold (--max-file-chars)"
+    )
+    with pytest.raises(AssertionError, match="parsed"):
+        read_document(within.encode(), name, fmt, limits=FileLimits(max_chars=10))
+
+
+def test_a_file_of_heavy_markup_is_bounded_by_its_text_alone():
+    page = b"<p>" + b'<b class="x"></b>' * 1000 + b"a dog</p>"
+    assert len(read_document(page, "a.html", "html", limits=FileLimits(max_chars=5)).segments()) == 1
+
+
 def test_translate_file_names_the_bound_and_writes_nothing(trained_run, tmp_path):
     from conftest import run_mtkit
 

@@ -4,6 +4,7 @@ with keys and limits, giving what `mtkit translate-file` gives offline."""
 import asyncio
 import io
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -13,7 +14,7 @@ import httpx
 import pymupdf
 import pytest
 from conftest import run_mtkit
-from hostile import deep, endless, hold_until, inflating_word_file, plural_po
+from hostile import busy, deep, endless, hold_until, inflating_word_file, plural_po
 from test_documents import RUNS, word_document, word_runs
 from test_serve import Server, app_on_a_thread, wait_until
 
@@ -313,16 +314,72 @@ def test_documents_are_read_in_a_worker_process_and_links_use_the_public_url(tra
 
 @pytest.mark.parametrize("deaf", [False, True])
 def test_a_document_job_past_its_time_budget_is_stopped_and_the_worker_serves_again(monkeypatch, deaf):
-    """A job that never ends: stopped by the worker's alarm, or (deaf to it) its worker killed after the
-    grace; either way one JobTimeout, and the next job runs in a worker again."""
+    """A job that never ends: stopped by the timer of the worker's CPU time, or (deaf to it) its worker
+    ended by the kernel after the grace; either way one JobTimeout, and the next job runs in a worker
+    again."""
     from mtkit.documents import worker
     from mtkit.documents.worker import JobTimeout, Workers
 
     monkeypatch.setattr(worker, "GRACE_SECONDS", 0.5)
     workers = Workers(processes=1, seconds=0.5)
     try:
-        with pytest.raises(JobTimeout, match="took more than 0.5 s, the time a document may take"):
+        with pytest.raises(JobTimeout, match="took more than 0.5 s of a worker's time"):
             asyncio.run(workers.run(endless, deaf))
         assert asyncio.run(workers.run(os.getpid)) != os.getpid()
     finally:
         workers.close()
+
+
+def test_a_documents_reading_and_writing_share_one_budget_of_cpu_time_and_waiting_is_not_charged(tmp_path):
+    from mtkit.documents.worker import JobTimeout, Workers
+
+    workers = Workers(processes=1, seconds=1.0)
+    try:
+        budget = workers.budget()
+        spent = asyncio.run(workers.run(busy, 0.6, budget=budget))
+        assert budget.left == pytest.approx(1.0 - spent, abs=0.05) and spent >= 0.6
+        with pytest.raises(JobTimeout, match="took more than 1 s of a worker's time"):
+            asyncio.run(workers.run(busy, 0.6, budget=budget))
+        assert asyncio.run(workers.run(busy, 0.6)) >= 0.6  # another document: a budget of its own
+        started, go_on, clock = tmp_path / "started", tmp_path / "go-on", time.monotonic()
+        with ThreadPoolExecutor(1) as pool:  # a job that waits past its budget by the clock, using no CPU
+            held = pool.submit(asyncio.run, workers.run(hold_until, str(started), str(go_on)))
+            wait_until(lambda: started.exists() and time.monotonic() > clock + 1.5, "the clock past the budget")
+            go_on.touch()
+            assert held.result() != os.getpid()
+    finally:
+        workers.close()
+
+
+def test_a_document_job_that_waits_on_nothing_is_killed_by_the_clock(monkeypatch, tmp_path):
+    from mtkit.documents import worker
+    from mtkit.documents.worker import JobTimeout, Workers
+
+    monkeypatch.setattr(worker, "WALL_SLACK", 2)
+    monkeypatch.setattr(worker, "GRACE_SECONDS", 0.5)
+    workers = Workers(processes=1, seconds=0.5)
+    try:
+        with pytest.raises(JobTimeout, match=r"its worker did not get it done in 1.5 s"):
+            asyncio.run(workers.run(hold_until, str(tmp_path / "started"), str(tmp_path / "never")))
+        assert asyncio.run(workers.run(os.getpid)) != os.getpid()
+    finally:
+        workers.close()
+
+
+@pytest.mark.parametrize(
+    ("settings", "sizes"),
+    [
+        ({"max_queue": 8}, [2, 2, 2, 1]),  # a quarter of the queue: room beside other clients' sentences
+        ({"max_queue": 8, "max_texts": 3}, [2, 2, 2, 1]),
+        ({"max_queue": 40, "max_texts": 3}, [3, 3, 1]),
+        ({"max_queue": 40, "max_chars": 9}, [3, 2, 2]),  # "abc"*3, then the characters of a request
+        ({"max_queue": 2}, [1] * 7),
+    ],
+)
+def test_a_documents_texts_go_in_chunks_a_request_and_a_quarter_of_the_queue_may_hold(settings, sizes):
+    from mtkit.api.files import in_chunks
+    from mtkit.serving.settings import ServeConfig
+
+    texts = ["abc", "abc", "abc", "abcd", "abcd", "abcd", "a"]
+    chunks = in_chunks(texts, replace(ServeConfig(), **settings))
+    assert [len(chunk) for chunk in chunks] == sizes and sum(chunks, []) == texts

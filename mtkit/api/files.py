@@ -235,7 +235,8 @@ async def translate_upload(
     limits = FileLimits(max_chars=service.cfg.max_file_chars)
     job = FileJob(data, name, fmt, target or service.info.target_language, limits, service.can_align, True,
                   service.info.source_language, column)  # fmt: skip
-    texts, translated = await _in_worker(workers, prepare, job), []
+    budget = workers.budget()  # its reading and its writing share one
+    texts, translated = await _in_worker(workers, prepare, job, budget=budget), []
     asked = Asked(call=call, texts=[], options=service.defaults(), source=source, target=target, split=True,
                   glossary=glossary)  # fmt: skip
     with charged(sum(map(len, texts))):
@@ -244,15 +245,16 @@ async def translate_upload(
                 translated += await service.run_aligned(replace(asked, texts=chunk))
             else:  # plain text: any engine
                 translated += (await service.run(replace(asked, texts=chunk))).texts
-        return await _in_worker(workers, finish, job, translated), sum(map(len, texts))
+        return await _in_worker(workers, finish, job, translated, budget=budget), sum(map(len, texts))
 
 
 def in_chunks(texts: list[str], cfg) -> list[list[str]]:
     """A document's texts in consecutive chunks, each as large as a request may be (--max-chars,
-    --max-texts); a text longer than a request may be is a 413."""
+    --max-texts) and at most a quarter of the queue (a chunk the size of the queue would be refused
+    whenever another client's sentence waits); a text longer than a request may be is a 413."""
     if (longest := max(map(len, texts), default=0)) > cfg.max_chars:
         raise RequestError(413, f"a sentence of {longest:,} characters: the limit is {cfg.max_chars:,} (--max-chars)")
-    most, out, size = min(cfg.max_texts or cfg.max_queue, cfg.max_queue), [], 0
+    most, out, size = min(cfg.max_texts or cfg.max_queue, max(cfg.max_queue // 4, 1)), [], 0
     for text in texts:
         if not out or len(out[-1]) >= most or size + len(text) > cfg.max_chars:
             out.append([])
@@ -262,14 +264,14 @@ def in_chunks(texts: list[str], cfg) -> list[list[str]]:
     return out
 
 
-async def _in_worker(workers, work, *args):
+async def _in_worker(workers, work, *args, budget):
     """work(*args) in a document worker, its errors as the requests': a bound 413, formatting that
     needs alignments 422, any other MtkitError 400."""
     from mtkit.documents.inline import FileTooLarge
     from mtkit.documents.worker import NeedsAlignment
 
     try:
-        return await workers.run(work, *args)
+        return await workers.run(work, *args, budget=budget)
     except FileTooLarge as err:
         raise RequestError(413, str(err)) from None
     except NeedsAlignment as err:

@@ -143,8 +143,8 @@ def serve(
     ] = 1,
     file_seconds: Annotated[
         float,
-        typer.Option(help="Most seconds a worker spends reading, or writing, one uploaded document; beyond, 413."),
-    ] = 20.0,
+        typer.Option(help="Most CPU seconds a worker spends reading and writing one uploaded document; beyond, 413."),
+    ] = 10.0,
     state_dir: Annotated[
         str | None,
         typer.Option(

@@ -40,7 +40,8 @@ READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "pdf": pdf.read_pdf,
 }
 INLINE_CODE = re.compile(r'<g id="\d+">|</g>|<x id="\d+"/>')  # InlineBuilder's codes (its text escapes "<")
-RETRANSLATABLE = {"po", "xliff", "csv"}  # formats whose messages may be translated already
+RETRANSLATABLE = {"po", "xliff", "csv"}
+LIGHT_MARKUP = {"txt", "md", "srt", "vtt", "po", "properties", "strings"}  # their characters bound before parsing  # formats whose messages may be translated already
 ALIASES = {
     "pot": "po",
     "xlf": "xliff",
@@ -104,6 +105,8 @@ def read_document(
     naming the file where it is not that format, or past one of the limits (a FileTooLarge where it is
     too large)."""
     try:
+        if fmt in LIGHT_MARKUP:
+            limits.check_raw_chars(data)
         if fmt == "csv":
             document = tables.read_csv(data, name, limits, retranslate, column)
         elif fmt in RETRANSLATABLE:

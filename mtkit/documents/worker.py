@@ -16,6 +16,7 @@ import os
 import resource
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -82,44 +83,60 @@ def _splitter(lang: str | None) -> SentenceSplitter:
 
 
 def _over_budget(seconds: float) -> str:
-    return f"reading or writing it took more than {seconds:g} s, the time a document may take"
+    return f"reading and writing it took more than {seconds:g} s of a worker's time, the most a document may take"
 
 
-def _within_budget(seconds: float, work: Callable, *args) -> Any:
-    """work(*args) in a worker, stopped by an alarm past `seconds` (at its next Python instruction)."""
+def _within_budget(left: float, seconds: float, grace: float, work: Callable, *args) -> tuple[Any, float]:
+    """work(*args) in a worker, and the CPU seconds it took; stopped past `left` seconds of the worker's
+    CPU time (a timer of the process's CPU time, seen at its next Python instruction), and ended by the
+    kernel `grace` seconds of CPU later (a second timer, whose signal ends the process: a job held in a
+    call into C never sees the first). CPU time, not the clock's: a worker at a low priority waits while
+    the engine is busy, and that is not the document's doing."""
 
     def stop(signum, frame) -> None:
         raise JobTimeout(_over_budget(seconds))
 
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous, started = signal.signal(signal.SIGPROF, stop), time.process_time()
+    signal.signal(signal.SIGVTALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_PROF, max(left, 1e-3))
+    signal.setitimer(signal.ITIMER_VIRTUAL, max(left, 1e-3) + grace)
     try:
-        return work(*args)
+        return work(*args), time.process_time() - started
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def _start_worker(memory_bytes: int) -> None:
     """A worker's address space bounded, and its priority the lowest: documents take the CPU the
     engine leaves (on a machine of few cores, a busy reader at normal priority slows the engine)."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    os.nice(19)
+    os.nice(10)
 
 
 class JobTimeout(FileTooLarge):
     """A document that took its worker longer than the time budget to read or write."""
 
 
-WORK_SECONDS = 20.0  # the most a worker spends reading, or writing, one document
-GRACE_SECONDS = 5.0  # past the budget, the time a worker has to stop before it is killed
+WORK_SECONDS = 10.0  # the CPU seconds a worker spends at most reading and writing one document
+GRACE_SECONDS = 5.0  # CPU seconds past the budget before the kernel ends a worker that does not stop
+WALL_SLACK = 30  # a job's budget times this (and the grace) by the clock: for one that waits on nothing
+
+
+@dataclass
+class Budget:
+    """The CPU seconds left to one document's job: its reading and its writing share them."""
+
+    left: float
 
 
 class Workers:
     """A pool of worker processes, started on first use by spawning (nothing of the server's threads
-    or model is copied into them), started again if one dies. Each job has a time budget: the worker
-    stops it past `seconds` (an alarm in the worker), and one that does not stop (held in a C call)
-    is killed, and the pool started again, `GRACE_SECONDS` later."""
+    or model is copied into them), started again if one dies. Each document has a budget of `seconds`
+    of a worker's CPU time for its reading and writing together: the worker stops it past that, a job
+    that does not stop (held in a C call) ends its worker, one that is not done by the clock (WALL_SLACK
+    times its budget) is killed, and the pool is started again."""
 
     def __init__(self, processes: int = 1, memory_bytes: int = 4 << 30, seconds: float = WORK_SECONDS):
         self.processes, self.memory_bytes, self.seconds = processes, memory_bytes, seconds
@@ -133,19 +150,31 @@ class Workers:
                 self._pool = ProcessPoolExecutor(self.processes, context, _start_worker, (self.memory_bytes,))
             return self._pool
 
-    async def run(self, work: Callable, *args) -> Any:
-        """work(*args) in a worker; its MtkitError comes back as it is, running out of memory as a FileTooLarge."""
-        pool = self._executor()
-        running = asyncio.wrap_future(pool.submit(_within_budget, self.seconds, work, *args))
+    def budget(self) -> Budget:
+        """One document's CPU seconds, for each of its runs."""
+        return Budget(self.seconds)
+
+    async def run(self, work: Callable, *args, budget: Budget | None = None) -> Any:
+        """work(*args) in a worker, within the budget (a fresh one if none), which it is charged; its
+        MtkitError comes back as it is, running out of memory as a FileTooLarge."""
+        budget = budget or self.budget()
+        pool, by_clock = self._executor(), budget.left * WALL_SLACK + GRACE_SECONDS
+        submitted = pool.submit(_within_budget, budget.left, self.seconds, GRACE_SECONDS, work, *args)
+        processes = list(getattr(pool, "_processes", {}).values())  # the executor has no public list
+        running = asyncio.wrap_future(submitted)
         try:
-            return await asyncio.wait_for(running, self.seconds + GRACE_SECONDS)
+            result, spent = await asyncio.wait_for(running, by_clock)
+            budget.left -= spent
+            return result
         except MemoryError:
             raise FileTooLarge(f"reading it needs more than {self.memory_bytes >> 20:,} MiB of memory") from None
-        except TimeoutError:  # the worker did not stop by itself
+        except TimeoutError:  # the job waits on something, using no CPU
             self._restart(pool, kill=True)
-            raise JobTimeout(_over_budget(self.seconds)) from None
+            raise JobTimeout(f"its worker did not get it done in {by_clock:g} s") from None
         except BrokenProcessPool:  # a worker died: the pool is broken for good, the next call starts another
             self._restart(pool)
+            if any(process.exitcode == -signal.SIGVTALRM for process in processes):
+                raise JobTimeout(_over_budget(self.seconds)) from None
             raise FileTooLarge("reading it ended its worker process") from None
 
     def _restart(self, pool: ProcessPoolExecutor, kill: bool = False) -> None:
@@ -153,7 +182,7 @@ class Workers:
             if self._pool is pool:
                 self._pool = None
         if kill:
-            for process in list(getattr(pool, "_processes", {}).values()):  # the executor has no public kill
+            for process in list(getattr(pool, "_processes", {}).values()):
                 process.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 

@@ -37,7 +37,7 @@ class ServeConfig:
     max_stored_bytes: int = 1 << 30  # translated documents kept for download, in bytes at most (oldest go first)
     public_url: str | None = None  # where clients reach the server (translatedFileUrl); None: a relative URL
     file_processes: int = 1  # processes reading and writing uploaded documents (mtkit.documents.worker)
-    file_seconds: float = 20.0  # the most a worker spends reading, or writing, one document
+    file_seconds: float = 10.0  # the CPU seconds a worker spends at most reading and writing one document
     state_dir: str | Path | None = None  # what outlives the server (glossaries, usage): a folder or a URL; None: memory
     tm: str | None = None  # the translation memory corrections go to and texts are found in: a file or a URL
     tm_steer: int = 0  # fuzzy matches of at least this score steer the model (0: off; mtkit.training.adaptation)
