@@ -40,16 +40,8 @@ READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "pdf": pdf.read_pdf,
 }
 INLINE_CODE = re.compile(r'<g id="\d+">|</g>|<x id="\d+"/>')  # InlineBuilder's codes (its text escapes "<")
-RETRANSLATABLE = {"po", "xliff", "csv"}
-LIGHT_MARKUP = {
-    "txt",
-    "md",
-    "srt",
-    "vtt",
-    "po",
-    "properties",
-    "strings",
-}  # their characters bound before parsing  # formats whose messages may be translated already
+RETRANSLATABLE = {"po", "xliff", "csv"}  # formats whose messages may be translated already
+LIGHT_MARKUP = {"txt", "md", "srt", "vtt", "po", "properties", "strings"}  # characters bound before parsing
 ALIASES = {
     "pot": "po",
     "xlf": "xliff",
