@@ -111,7 +111,7 @@ def _within_budget(left: float, seconds: float, grace: float, work: Callable, *a
 def _start_worker(memory_bytes: int) -> None:
     """A worker's address space bounded, and its priority low: documents take little of the CPU the
     engine needs (on a machine of few cores, a busy reader at normal priority slows the engine), and
-    yet go on while it is busy (at the lowest, a tenth as fast as here: 1.5% of a core)."""
+    yet go on while it is busy (the lowest, nice 19, gets a seventh of what nice 10 does: 1.5% of a core)."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     os.nice(10)
 
