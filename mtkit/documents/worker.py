@@ -132,6 +132,15 @@ class Budget:
     left: float
 
 
+async def _ended_by_timer(processes: list, wait_s: float = 1.0) -> bool:
+    """Whether a worker was ended by the timer of its CPU time. The executor's own thread reaps a dead
+    worker, and until it has, a process's exit code reads None: it is waited for a moment."""
+    deadline = time.monotonic() + wait_s
+    while any(process.exitcode is None for process in processes) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return any(process.exitcode == -signal.SIGVTALRM for process in processes)
+
+
 class Workers:
     """A pool of worker processes, started on first use by spawning (nothing of the server's threads
     or model is copied into them), started again if one dies. Each document has a budget of `seconds`
@@ -174,7 +183,7 @@ class Workers:
             raise JobTimeout(f"its worker did not get it done in {by_clock:g} s") from None
         except BrokenProcessPool:  # a worker died: the pool is broken for good, the next call starts another
             self._restart(pool)
-            if any(process.exitcode == -signal.SIGVTALRM for process in processes):
+            if await _ended_by_timer(processes):
                 raise JobTimeout(_over_budget(self.seconds)) from None
             raise FileTooLarge("reading it ended its worker process") from None
 
