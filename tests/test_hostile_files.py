@@ -212,6 +212,10 @@ def test_a_file_of_light_markup_far_past_the_characters_is_refused_before_it_is_
     )
     with pytest.raises(AssertionError, match="parsed"):
         read_document(within.encode(), name, fmt, limits=FileLimits(max_chars=10))
+    if name == "a.strings":  # UTF-16, after its byte-order mark
+        with pytest.raises(AssertionError, match="parsed"):
+            read_document(within.encode("utf-16"), name, fmt, limits=FileLimits(max_chars=10))
+        assert refused(name, past.encode("utf-16"), max_chars=10).startswith(f"{name}: 41 characters, more than 4")
 
 
 def test_a_file_of_heavy_markup_is_bounded_by_its_text_alone():

@@ -117,7 +117,7 @@ def _start_worker(memory_bytes: int) -> None:
 
 
 class JobTimeout(FileTooLarge):
-    """A document that took its worker longer than the time budget to read or write."""
+    """A document past its budget of its worker's time (or, waiting on nothing, of the clock's)."""
 
 
 WORK_SECONDS = 10.0  # the CPU seconds a worker spends at most reading and writing one document
