@@ -304,3 +304,28 @@ def test_a_pdf_an_owner_password_restricts_is_refused_not_unlocked():
     with pytest.raises(MtkitError) as err:
         read_document(locked, "locked.pdf", "pdf")
     assert str(err.value).startswith("locked.pdf: encrypted with an owner password that restricts it")
+
+
+@pytest.mark.parametrize("rotation", [0, 90, 180, 270])
+def test_redaction_marks_take_what_pymupdfs_own_take_on_a_page_of_any_rotation(rotation):
+    """pdf._mark_for_redaction makes MuPDF's annotations without PyMuPDF's names (which cost a read of
+    the page's annotations each): the same words go, the same stay, where they were."""
+    from mtkit.documents.pdf import _mark_for_redaction
+
+    left = []
+    for own in (True, False):
+        document = pymupdf.open()
+        page = document.new_page(width=400, height=300)
+        for n in range(6):
+            page.insert_text((30, 40 + 30 * n), f"Line {n} of text here, keep {n}", fontsize=11)
+        page.set_rotation(rotation)
+        rects = [pymupdf.Rect(word[:4]) for word in page.get_text("words") if word[4] in ("Line", "text")]
+        if own:
+            for rect in rects:
+                page.add_redact_annot(rect)
+        else:
+            _mark_for_redaction(pymupdf, page, rects)
+        page.apply_redactions(images=pymupdf.PDF_REDACT_IMAGE_NONE, graphics=pymupdf.PDF_REDACT_LINE_ART_NONE)
+        left.append([(word[4], tuple(round(x, 1) for x in word[:4])) for word in page.get_text("words")])
+    assert left[0] == left[1] and len(left[0]) == 6 * 5
+    assert {word for word, _ in left[1]} == {"of", "here,", "keep", *map(str, range(6))}
