@@ -194,6 +194,20 @@ def test_xml_that_is_not_well_formed_names_the_line_and_column():
         translate_markup(["<b>fine</b>", "<b>x</i>"], "xml", copy)
 
 
+def test_a_bound_met_while_a_text_is_parsed_keeps_its_kind_and_names_the_text(monkeypatch):
+    """A document's time budget may end it inside the parser: still a FileTooLarge (a 413 at the
+    server, not a 400), naming the segment."""
+    from mtkit.documents.inline import FileTooLarge
+    from mtkit.text import markup_placement
+
+    def parse(text, fmt, kept):
+        raise FileTooLarge("past the budget")
+
+    monkeypatch.setattr(markup_placement, "parse", parse)
+    with pytest.raises(FileTooLarge, match=r"^segment 1, past the budget$"):
+        markup_placement.markup_segments(["a"], "html", lambda i: f"segment {i + 1}")
+
+
 # With a trained model.
 
 

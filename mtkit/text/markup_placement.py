@@ -209,13 +209,14 @@ def markup_segments(
 ) -> list[list[str | Segment]]:
     """Each text as kept source text and segments to translate (mtkit.text.markup.segments); kept:
     more elements whose text is never translated. A text that does not parse (XML that is not
-    well-formed) is an MtkitError that starts with where(its index)."""
+    well-formed) is an MtkitError that starts with where(its index), of the error's own kind (a bound
+    met while parsing, or a document's time budget, stays one)."""
     documents = []
     for index, text in enumerate(texts):
         try:
             documents.append(segments(parse(text, fmt, kept), fmt == "xml"))
         except MtkitError as err:
-            raise MtkitError(f"{where(index)}, {err}") from None
+            raise type(err)(f"{where(index)}, {err}") from None
     return documents
 
 
