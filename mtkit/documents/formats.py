@@ -3,6 +3,7 @@ document keeps (mtkit.documents.inline), its characters counted once it is read.
 
 from __future__ import annotations
 
+import codecs
 import html
 import importlib.util
 import re
@@ -11,7 +12,7 @@ from pathlib import PurePath
 
 from mtkit.core.errors import MtkitError
 from mtkit.documents import catalogs, ooxml, opendocument, pdf, subtitles, web
-from mtkit.documents.inline import DEFAULT_LIMITS, Document, FileLimits
+from mtkit.documents.inline import DEFAULT_LIMITS, Document, FileLimits, FileTooLarge
 from mtkit.documents.strings import android, apple, icu, tables, trees
 from mtkit.text.markup import plain_text
 
@@ -42,6 +43,8 @@ READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
 INLINE_CODE = re.compile(r'<g id="\d+">|</g>|<x id="\d+"/>')  # InlineBuilder's codes (its text escapes "<")
 RETRANSLATABLE = {"po", "xliff", "csv"}  # formats whose messages may be translated already
 LIGHT_MARKUP = {"txt", "md", "srt", "vtt", "po", "properties", "strings"}  # characters bound before parsing
+MARKUP_ROOM = 4  # a file of light markup: its characters in all per character of text to translate, at most
+UTF8_CONTINUATION = bytes(range(0x80, 0xC0))  # the bytes after a character's first
 ALIASES = {
     "pot": "po",
     "xlf": "xliff",
@@ -106,7 +109,7 @@ def read_document(
     too large)."""
     try:
         if fmt in LIGHT_MARKUP:
-            limits.check_raw_chars(data)
+            check_raw_chars(data, limits)
         if fmt == "csv":
             document = tables.read_csv(data, name, limits, retranslate, column)
         elif fmt in RETRANSLATABLE:
@@ -118,6 +121,19 @@ def read_document(
         message = " ".join(str(err).split())
         raise type(err)(message if message.startswith(f"{name}:") else f"{name}: {message}") from None
     return document
+
+
+def check_raw_chars(data: bytes, limits: FileLimits) -> None:
+    """Before a file of light markup (plain text, Markdown, subtitles, messages) is parsed: its
+    characters in all at most MARKUP_ROOM times the characters it may give to translate, so that a
+    file far past the limit is refused at once, not after its parse has taken seconds and memory."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # (.strings files may be UTF-16)
+        count = len(data) // 2 - 1
+    else:  # UTF-8's characters, without decoding (a Latin-1 .properties file counts fewer)
+        count = len(data.translate(None, UTF8_CONTINUATION))
+    if count > MARKUP_ROOM * limits.max_chars:
+        raise FileTooLarge(f"{count:,} characters, more than {MARKUP_ROOM} times the {limits.max_chars:,} "
+                           "characters to translate a document may hold (--max-file-chars)")  # fmt: skip
 
 
 def characters(document: Document) -> int:

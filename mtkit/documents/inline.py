@@ -17,7 +17,6 @@ through: a 2,000-page book is about 5 million characters. Nesting is bounded whe
 
 from __future__ import annotations
 
-import codecs
 import copy
 import html
 import re
@@ -338,20 +337,6 @@ class FileLimits:
         if count > self.max_chars:
             raise FileTooLarge(f"{count:,} characters to translate: the limit is {self.max_chars:,} (--max-file-chars)")
 
-    def check_raw_chars(self, data: bytes) -> None:
-        """Before a file of light markup (plain text, Markdown, subtitles, messages) is parsed: its
-        characters in all at most MARKUP_ROOM times the characters it may give to translate, so that a
-        file far past the limit is refused at once, not after its parse has taken seconds and memory."""
-        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # (.strings files may be UTF-16)
-            count = len(data) // 2 - 1
-        else:  # UTF-8's characters, without decoding (a Latin-1 .properties file counts fewer)
-            count = len(data.translate(None, UTF8_CONTINUATION))
-        if count > MARKUP_ROOM * self.max_chars:
-            raise FileTooLarge(f"{count:,} characters, more than {MARKUP_ROOM} times the {self.max_chars:,} "
-                               "characters to translate a document may hold (--max-file-chars)")  # fmt: skip
 
-
-MARKUP_ROOM = 4  # a file of light markup: its characters in all per character of text to translate, at most
-UTF8_CONTINUATION = bytes(range(0x80, 0xC0))  # the bytes after a character's first
 RATIO_FLOOR = 1 << 20  # parts smaller than this may inflate as much as they like (a few hundred KiB of XML)
 DEFAULT_LIMITS = FileLimits()
