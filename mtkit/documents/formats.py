@@ -1,5 +1,6 @@
 """Which reader a file goes to: by its extension, or by the format asked for; and the bounds every
-document keeps (mtkit.documents.inline), its characters counted once it is read."""
+document keeps (mtkit.documents.inline), its characters counted once it is read (and a file of light
+markup's before)."""
 
 from __future__ import annotations
 
