@@ -6,9 +6,12 @@ engine that makes spans up has them taken out; DeepL's v3 routes answer as DeepL
 
 import asyncio
 import re
+import subprocess
+import sys
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import deepl
 import httpx
@@ -261,6 +264,37 @@ def test_deepls_v2_glossaries_are_read_written_and_built_off_the_event_loop(toke
         assert used.text == "A dog runs."
         client.delete_glossary(glossary)
     assert glossary_work == {name: {False} for name in ("create", "get", "owned", "delete", "stored", "parse_entries")}
+
+
+def test_what_the_server_built_before_it_listens_is_left_out_of_the_collectors_full_passes(tokenizer_path):
+    """Once `serve` listens, what start-up built (torch's modules, the engine, the app) is frozen: a full
+    pass of the garbage collector had walked it all, holding the interpreter, and the event loop with
+    it, 100-200 ms while a request made many objects."""
+    script = f"""
+import gc, os, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_every_client import MirrorTranslator
+from mtkit.api.app import serve
+from mtkit.decoding.search import SearchConfig
+from mtkit.serving.service import Service
+from mtkit.serving.settings import ModelInfo, ServeConfig
+from mtkit.text.tokenizer import Tokenizer
+
+tokenizer = Tokenizer.load({str(tokenizer_path)!r})
+info = ModelInfo("copy", {str(tokenizer_path)!r}, "pytorch", "en", "de", {{"src_lang": "en", "tgt_lang": "de"}})
+service = Service(lambda: MirrorTranslator(tokenizer, "copy"), (tokenizer, tokenizer), SearchConfig(beam=2), info,
+                  ServeConfig())
+
+def listening(port):
+    print(gc.get_freeze_count(), len(gc.get_objects()), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+serve(service, "127.0.0.1", 0, listening, page=False)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    frozen, tracked = map(int, result.stdout.split())
+    assert frozen > 50_000 and tracked < frozen / 10
 
 
 def test_deepls_v3_languages_and_multilingual_glossaries_through_its_client(tokenizer, tmp_path, glossary_work):

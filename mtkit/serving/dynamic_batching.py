@@ -144,7 +144,7 @@ class Batcher:
         with self._cond:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
-            owned = len(self._waiting.by_owner.get(jobs[0].owner, ())) if jobs else 0
+            owned = self._waiting.owned_by(jobs[0].owner) if jobs else 0
             check_room(self._waiting.count, owned, len(jobs), self.max_queue)
             self._waiting.add(jobs)
             self._cond.notify()
@@ -216,7 +216,7 @@ class Batcher:
         held: Counter = Counter()
         for job in searching:
             held[job.owner] += job.tokens
-        shared = len(held.keys() | self._waiting.by_owner.keys()) > 1
+        shared = len(held.keys() | self._waiting.owners()) > 1
         for job in self._waiting.in_turns(options, held, self.max_client_tokens if shared else math.inf):
             if (batch or not first_always) and tokens + job.tokens > budget:
                 return batch, True

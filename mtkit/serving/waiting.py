@@ -46,13 +46,13 @@ class Waiting:
     once cost every step of the running search a pass over them."""
 
     def __init__(self):
-        self.by_owner: dict[Hashable, deque[Job]] = {}
+        self._by_owner: dict[Hashable, deque[Job]] = {}
         self.count = 0
         self._cancelled = False  # a job was cancelled since the last drop_cancelled
 
     def add(self, jobs: Iterable[Job]) -> None:
         for job in jobs:
-            self.by_owner.setdefault(job.owner, deque()).append(job)
+            self._by_owner.setdefault(job.owner, deque()).append(job)
             self.count += 1
             job.future.add_done_callback(self._note)
 
@@ -65,16 +65,24 @@ class Waiting:
         if not self._cancelled:
             return
         self._cancelled = False
-        for owner, jobs in list(self.by_owner.items()):
+        for owner, jobs in list(self._by_owner.items()):
             kept = deque(job for job in jobs if not job.future.cancelled())
             self.count -= len(jobs) - len(kept)
             if kept:
-                self.by_owner[owner] = kept
+                self._by_owner[owner] = kept
             else:
-                del self.by_owner[owner]
+                del self._by_owner[owner]
+
+    def owned_by(self, owner: Hashable) -> int:
+        """How many of this owner's jobs wait."""
+        return len(self._by_owner.get(owner, ()))
+
+    def owners(self) -> set[Hashable]:
+        """The owners with jobs waiting."""
+        return set(self._by_owner)
 
     def oldest(self) -> Job | None:
-        return min((jobs[0] for jobs in self.by_owner.values()), key=lambda job: job.arrival, default=None)
+        return min((jobs[0] for jobs in self._by_owner.values()), key=lambda job: job.arrival, default=None)
 
     def in_turns(self, options: Hashable, held: Counter, share: float) -> Iterator[Job]:
         """The jobs with these options, owners taking turns (take_turns; owners in the order of their
@@ -89,7 +97,7 @@ class Waiting:
                     return
                 yield job
 
-        owners = sorted(self.by_owner.items(), key=lambda item: item[1][0].arrival)
+        owners = sorted(self._by_owner.items(), key=lambda item: item[1][0].arrival)
         return take_turns(owned(owner, jobs) for owner, jobs in owners)
 
     def take(self, jobs: list[Job]) -> None:
@@ -98,13 +106,13 @@ class Waiting:
         for job in jobs:
             chosen.setdefault(job.owner, set()).add(id(job))
         for owner, ids in chosen.items():
-            queued = self.by_owner[owner]
+            queued = self._by_owner[owner]
             while queued and id(queued[0]) in ids:  # usually the owner's oldest
                 ids.discard(id(queued.popleft()))
             if ids:
-                queued = self.by_owner[owner] = deque(job for job in queued if id(job) not in ids)
+                queued = self._by_owner[owner] = deque(job for job in queued if id(job) not in ids)
             if not queued:
-                del self.by_owner[owner]
+                del self._by_owner[owner]
         self.count -= len(jobs)
 
 
