@@ -267,7 +267,7 @@ def test_deepls_v2_glossaries_are_read_written_and_built_off_the_event_loop(toke
 
 
 def test_what_the_server_built_before_it_listens_is_left_out_of_the_collectors_full_passes(tokenizer_path):
-    """Once `serve` listens, what start-up built (torch's modules, the engine, the app) is frozen: a full
+    """Once `serve` listens, what it imported and built before (torch's modules, the app) is frozen: a full
     pass of the garbage collector had walked it all, holding the interpreter, and the event loop with
     it, 100-200 ms while a request made many objects."""
     script = f"""

@@ -314,11 +314,6 @@ def serve(
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
             if self.started:
-                # What start-up built (torch's modules, the models) lives as long as the server: kept out
-                # of the collector's full passes, which had scanned it all and held the interpreter for
-                # 100-200 ms while requests made many objects.
-                gc.collect()
-                gc.freeze()
                 listening(self.servers[0].sockets[0].getsockname()[1])
 
     gate = gate or Gate(AccessRules())
@@ -329,6 +324,11 @@ def serve(
     # uvicorn re-raises the signal it stopped for once it is done: let SIGTERM then end us normally (exit 0).
     previous = signal.signal(signal.SIGTERM, lambda *_: None)
     previous_hup = signal.signal(signal.SIGHUP, lambda *_: gate.reload_soon())
+    # What was imported and built so far (torch's modules, the app) lives as long as the server: kept
+    # out of the collector's full passes, which had walked it all, holding the interpreter 100-200 ms
+    # while requests made many objects. The models load later, unfrozen: one unloaded is freed.
+    gc.collect()
+    gc.freeze()
     try:
         server.run()
     except SystemExit:  # uvicorn exits when it cannot bind (and has logged why)
