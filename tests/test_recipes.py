@@ -269,45 +269,6 @@ second  dropout  train.seed=2 train.label_smoothing=0.1
 """
 
 
-def test_gpu_recipe_dry_run_sweeps_chooses_on_val_and_decodes_test2016_once(tmp_path):
-    """--gpu --dry-run: the --gpu mode's steps on the CPU with a sweep of two settings trained side by
-    side (the second on the BPE-dropout samples), `mtkit choose` over them, and test2016 decoded once
-    with what it chose, scored cased and lowercased."""
-    (tmp_path / "data").mkdir()
-    data = write_corpus(tmp_path / "data", {"train": 300, "val": 40, "test2016": 20})
-    (tmp_path / "sweep.txt").write_text(TWO_SETTINGS)
-    out = tmp_path / "out"
-    command = ["bash", RECIPES / "multi30k_en_de/run.sh", "--gpu", "--dry-run", "--sweep", tmp_path / "sweep.txt",
-               "--out", out, *tiny_training(80), "--set", "train.valid_every=20"]  # fmt: skip
-    result = subprocess.run(command, env=recipe_env(data, "0.0 3.0"), capture_output=True, timeout=600)
-    assert result.returncode == 0, result.stderr.decode()[-3000:]
-    first, second = (load_config(out / "sweep" / name / "config.yaml", []).train for name in ("first", "second"))
-    assert (first.seed, first.label_smoothing, second.seed, second.label_smoothing) == (1, 0.2, 2, 0.1)
-    assert (first.device, first.pack_length, first.compile, first.keep_best, first.threads) == (
-        "cpu",
-        128,
-        False,
-        15,
-        1,
-    )
-    assert (out / "sweep" / "second.log").exists() and not (out / "sweep" / "first.log").exists()
-    choice = json.loads((out / "chosen" / "choice.json").read_text())
-    assert set(choice["runs"]) <= {str(out / "sweep" / "first"), str(out / "sweep" / "second")}
-    for run, name in zip(choice["runs"], choice["models"], strict=True):  # each chosen model from its run's data
-        data_dir = Path(load_model_file(out / "chosen" / name).meta["data_dir"]).name
-        assert data_dir == ("data-bin" if run.endswith("first") else "data-bin-dropout")
-    rows = [line.split("\t") for line in (out / "val_lenpen.tsv").read_text().splitlines()]
-    assert rows == [[str(t["lenpen"]), str(t["bleu"])] for t in choice["trials"] if t["stage"] == "lenpen"]
-    assert [float(lenpen) for lenpen, _ in rows] == [0.0, 3.0]
-    assert f"lenpen {choice['lenpen']}: the best val BLEU of" in result.stderr.decode()
-    model_args = [arg for name in choice["models"] for arg in ("-m", out / "chosen" / name)]
-    expected = run_mtkit(
-        "translate", *model_args, "-i", data / "test2016.en", "--beam", "5", "--lenpen", str(choice["lenpen"])
-    )
-    assert (out / "test2016.hyp.de").read_bytes() == expected.stdout
-    assert "case:lc" in result.stdout.decode() and "case:mixed" in result.stdout.decode()
-
-
 @pytest.mark.parametrize(
     ("options", "sweep", "message"),
     [

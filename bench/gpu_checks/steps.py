@@ -34,8 +34,7 @@ THROUGHPUT = {"cuda": [("transformer-big", "packed+graphs", 32768), ("transforme
 # The recipe's --gpu --dry-run on a CPU: the same steps with a tiny model and budget.
 TINY_RECIPE = ["model.d_model=32", "model.heads=2", "model.ffn_dim=64", "model.encoder_layers=1",
                "model.decoder_layers=1", "train.max_time=0", "train.max_steps=30", "train.save_every=10",
-               "train.valid_every=10", "train.max_tokens=1024", "train.pack_length=64", "train.warmup=10",
-               "train.log_every=10"]  # fmt: skip
+               "train.valid_every=10", "train.max_tokens=1024", "train.warmup=10", "train.log_every=10"]  # fmt: skip
 
 
 class Skip(Exception):
