@@ -1,10 +1,11 @@
 """Documents read and written in worker processes (the server's /translate_file). A large or hostile
 file is parsed on another core, never holding the server's interpreter lock, which its event loop
 and its engine thread need (a thread parsing would hold it, and every other client would wait).
-Each step is a function of picklable values
-that reads the file again from its bytes (reading is deterministic), so that no parsed document
-crosses between processes: prepare() gives the texts to translate, finish() writes the file from
-their translations. A worker's address space is bounded (memory_bytes): a file that needs more is a
+Each step is a function of picklable values,
+so that no parsed document crosses between processes: prepare() gives the texts to translate,
+finish() writes the file from their translations. A worker keeps the parse of the last job it
+prepared for that job's finish(); a finish() that finds another (another job prepared meanwhile,
+or another worker) reads the file again from its bytes (reading is deterministic). A worker's address space is bounded (memory_bytes): a file that needs more is a
 MemoryError, not a server out of memory."""
 
 from __future__ import annotations
@@ -47,12 +48,20 @@ class FileJob:
     column: str | None = None  # a CSV file's column (mtkit.documents.strings.tables.CsvColumn)
 
 
+# The job this worker prepared last, and its parse: (job, document, sentences). One at most, dropped
+# before the next job is read: a worker holds no more than the one document it had to parse anyway.
+_kept: list[tuple[FileJob, Document, Sentences]] = []
+
+
 def prepare(job: FileJob) -> list[str]:
     """The texts the engine translates: the sentences of the file's segments (aligned), or its
     segments as plain text (a file without formatting, for an engine without alignments)."""
+    _kept.clear()
     document = _read(job)
     if job.aligned:
-        return _sentences(job, document).texts
+        parts = _sentences(job, document)
+        _kept.append((job, document, parts))
+        return parts.texts
     if not is_plain(document):
         raise NeedsAlignment(f"{job.name}: its formatting follows the word alignment, which this server's model "
                              "cannot give (--engine pytorch, a model without target tags or language tokens)")  # fmt: skip
@@ -61,10 +70,15 @@ def prepare(job: FileJob) -> list[str]:
 
 def finish(job: FileJob, translated: list) -> bytes:
     """The file written from the translations of prepare()'s texts (aligned: (text, alignment) pairs)."""
-    document = _read(job)
     if job.aligned:
-        return written(document, _sentences(job, document), translated, job.target)
-    return written_plain(document, translated, job.target)
+        kept = _kept.pop() if _kept else None
+        if kept is not None and kept[0] == job:  # parsing a large document's markup is most of its time
+            _, document, parts = kept
+        else:
+            document = _read(job)
+            parts = _sentences(job, document)
+        return written(document, parts, translated, job.target)
+    return written_plain(_read(job), translated, job.target)
 
 
 def _read(job: FileJob) -> Document:
