@@ -99,14 +99,8 @@ def assert_the_gpu_recipe_swept_chose_on_val_and_decoded_test2016_once(out: Path
              if line.strip() and not line.startswith("#")]  # fmt: skip
     for number, (name, _, *settings) in enumerate(sweep):
         config = load_config(out / "sweep" / name / "config.yaml", [])
-        train = config.train
-        assert (train.device, train.pack_length, train.compile, train.keep_best, train.threads) == (
-            "cpu",
-            128,
-            False,
-            15,
-            1,
-        )
+        train, expected = config.train, ("cpu", 128, False, 15, 1)  # the mode's, on the CPU, a core each
+        assert (train.device, train.pack_length, train.compile, train.keep_best, train.threads) == expected
         for key, value in (setting.split("=") for setting in settings):
             if key not in TINY_SHAPE:
                 section, field = key.split(".")

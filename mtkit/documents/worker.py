@@ -1,11 +1,11 @@
 """Documents read and written in worker processes (the server's /translate_file). A large or hostile
 file is parsed on another core, never holding the server's interpreter lock, which its event loop
 and its engine thread need (a thread parsing would hold it, and every other client would wait).
-Each step is a function of picklable values,
-so that no parsed document crosses between processes: prepare() gives the texts to translate,
-finish() writes the file from their translations. A worker keeps the parse of the last job it
-prepared for that job's finish(); a finish() that finds another (another job prepared meanwhile,
-or another worker) reads the file again from its bytes (reading is deterministic). A worker's address space is bounded (memory_bytes): a file that needs more is a
+Each step is a function of picklable values, so that no parsed document crosses between processes:
+prepare() gives the texts to translate, finish() writes the file from their translations. A worker
+keeps the parse of the last job it prepared for that job's finish(); a finish() that finds another
+(another job prepared meanwhile, or another worker) reads the file again from its bytes (reading is
+deterministic). A worker's address space is bounded (memory_bytes): a file that needs more is a
 MemoryError, not a server out of memory."""
 
 from __future__ import annotations
