@@ -58,18 +58,23 @@ class MirrorTranslator(TextTranslator):
         return [" ".join(f"{i}-{j}" for j, i in enumerate(self.order(len(line.split())))) for line in lines]
 
 
+def mirror_service(tokenizer, rule: str, folder: Path, **settings):
+    """The service `mtkit serve` would run, over a MirrorTranslator (its model file made in folder)."""
+    from mtkit.serving.service import Service
+
+    path = folder / f"{rule}.pt"
+    path.write_bytes(b"a mirror")
+    info = ModelInfo(rule, path, "pytorch", "en", "de", {"src_lang": "en", "tgt_lang": "de"})
+    return Service(lambda: MirrorTranslator(tokenizer, rule), (tokenizer, tokenizer), SearchConfig(beam=2), info,
+                   replace(ServeConfig(), **settings))  # fmt: skip
+
+
 @contextmanager
 def mirror_server(tokenizer, rule: str, tmp_path, **settings):
     """`mtkit serve`'s app over a MirrorTranslator, on a uvicorn thread of this process."""
     from mtkit.api.app import create_app
-    from mtkit.serving.service import Service
 
-    path = tmp_path / f"{rule}.pt"
-    path.write_bytes(b"a mirror")
-    info = ModelInfo(rule, path, "pytorch", "en", "de", {"src_lang": "en", "tgt_lang": "de"})
-    service = Service(lambda: MirrorTranslator(tokenizer, rule), (tokenizer, tokenizer), SearchConfig(beam=2), info,
-                      replace(ServeConfig(), **settings))  # fmt: skip
-    with app_on_a_thread(create_app(service, page=False)) as url:
+    with app_on_a_thread(create_app(mirror_service(tokenizer, rule, tmp_path, **settings), page=False)) as url:
         yield url
 
 
@@ -266,24 +271,19 @@ def test_deepls_v2_glossaries_are_read_written_and_built_off_the_event_loop(toke
     assert glossary_work == {name: {False} for name in ("create", "get", "owned", "delete", "stored", "parse_entries")}
 
 
-def test_what_the_server_built_before_it_listens_is_left_out_of_the_collectors_full_passes(tokenizer_path):
+def test_what_the_server_built_before_it_listens_is_left_out_of_the_collectors_full_passes(tokenizer_path, tmp_path):
     """Once `serve` listens, what it imported and built before (torch's modules, the app) is frozen: a full
     pass of the garbage collector had walked it all, holding the interpreter, and the event loop with
     it, 100-200 ms while a request made many objects."""
     script = f"""
 import gc, os, signal, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_every_client import MirrorTranslator
+from pathlib import Path
+from test_every_client import mirror_service
 from mtkit.api.app import serve
-from mtkit.decoding.search import SearchConfig
-from mtkit.serving.service import Service
-from mtkit.serving.settings import ModelInfo, ServeConfig
 from mtkit.text.tokenizer import Tokenizer
 
-tokenizer = Tokenizer.load({str(tokenizer_path)!r})
-info = ModelInfo("copy", {str(tokenizer_path)!r}, "pytorch", "en", "de", {{"src_lang": "en", "tgt_lang": "de"}})
-service = Service(lambda: MirrorTranslator(tokenizer, "copy"), (tokenizer, tokenizer), SearchConfig(beam=2), info,
-                  ServeConfig())
+service = mirror_service(Tokenizer.load({str(tokenizer_path)!r}), "copy", Path({str(tmp_path)!r}))
 
 def listening(port):
     print(gc.get_freeze_count(), len(gc.get_objects()), flush=True)

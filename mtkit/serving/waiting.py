@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, KeysView
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,9 +77,9 @@ class Waiting:
         """How many of this owner's jobs wait."""
         return len(self._by_owner.get(owner, ()))
 
-    def owners(self) -> set[Hashable]:
-        """The owners with jobs waiting."""
-        return set(self._by_owner)
+    def owners(self) -> KeysView[Hashable]:
+        """The owners with jobs waiting (a view: a batch's choice reads it at every step)."""
+        return self._by_owner.keys()
 
     def oldest(self) -> Job | None:
         return min((jobs[0] for jobs in self._by_owner.values()), key=lambda job: job.arrival, default=None)
