@@ -129,7 +129,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from mtkit.decoding.search_rules import SearchConfig
     from mtkit.model.files import load_model_file
-    from mtkit.text.markup import plain_text
+    from mtkit.text.segments import plain_text
     from mtkit.translation.markup import MarkupTranslator
     from mtkit.translation.translate import Translator
 

@@ -18,7 +18,7 @@ Rows, on the first --lines captions of each set (chrF is sacrebleu's, case-insen
 - "single words, <= 3 words out (%)": the 200 most frequent words of the training sources, each
   translated alone: the share whose translation is at most three words (a word or a phrase, not an
   invented caption); "... and holds its translation (%)": of those, the share that also holds the
-  word's likeliest translation in the training pairs (mtkit.text.lexicon, read off the first 20,000,
+  word's likeliest translation in the training pairs (mtkit.text.augment, read off the first 20,000,
   compared case-insensitively; words without one count as misses). Run once per setting, not per set.
 --words-only measures the single words alone.
 """
@@ -100,7 +100,7 @@ def measure(translator, sources: list[str], references: list[str], rng_seed: int
 
 
 def single_words(translator, data: Path, src: str, tgt: str) -> dict[str, float]:
-    from mtkit.text.lexicon import word_translations, words
+    from mtkit.text.augment import word_translations, words
 
     words_alone = frequent_words(data / f"train.{src}", 200)
     pairs = zip(*((data / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:20000] for lang in (src, tgt)))

@@ -3,6 +3,7 @@ engines that know nothing of markup, then `translate --format`, `evaluate --form
 
 import re
 from html.parser import HTMLParser
+from unittest import mock
 from xml.parsers import expat
 
 import pytest
@@ -11,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtkit.core.errors import MtkitError
-from mtkit.text.markup import plain_text
 from mtkit.text.markup_placement import by_sentences, translate_markup
+from mtkit.text.segments import plain_text
 
 WORDS = st.sampled_from(["dog", "runs", "a", "red", "ball", "on", "the", "beach", "x&y", "<3", "café", "5"])
 INLINE = ["b", "i", "em", "a", "span"]
@@ -206,6 +207,54 @@ def test_a_bound_met_while_a_text_is_parsed_keeps_its_kind_and_names_the_text(mo
     monkeypatch.setattr(markup_placement, "parse", parse)
     with pytest.raises(FileTooLarge, match=r"^segment 1, past the budget$"):
         markup_placement.markup_segments(["a"], "html", lambda i: f"segment {i + 1}")
+
+
+XML_CHARACTERS = st.characters(exclude_characters="<&\ufffe\uffff", exclude_categories=("Cs", "Cc")) | st.sampled_from(
+    " \n\t\r"
+)
+CHARACTER_REFERENCES = st.sampled_from(["&amp;", "&lt;", "&gt;", "&quot;", "&apos;", "&#233;", "&#x41;", ">", '"'])
+
+
+@st.composite
+def coded_segment(draw, depth: int = 0) -> str:
+    """Words and inline codes, properly nested, as a document's reader writes a segment."""
+    parts = []
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["text", "reference", "x", "g", "empty g"][: 5 if depth < 3 else 3]))
+        number = draw(st.integers(0, 120))
+        if kind == "text":
+            parts.append(draw(st.text(XML_CHARACTERS, min_size=1, max_size=6)))
+        elif kind == "reference":
+            parts.append(draw(CHARACTER_REFERENCES))
+        elif kind == "x":
+            parts.append(f'<x id="{number}"/>')
+        elif kind == "empty g":
+            parts.append(f'<g id="{number}"/>')
+        else:
+            parts.append(f'<g id="{number}">{draw(coded_segment(depth + 1))}</g>')
+    return "".join(parts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(coded_segment())
+def test_a_segment_of_inline_codes_parses_as_html_parser_reads_it(text):
+    """Such a segment skips html.parser (a regular expression reads it): the same tree either way."""
+    from mtkit.text import markup
+
+    assert markup._code_events(text) is not None
+    with mock.patch.object(markup, "_code_events", return_value=None):
+        by_html_parser = markup.parse(text, "xml")
+    assert markup.parse(text, "xml") == by_html_parser
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["<b>x</b>", 'a<x id="1"/><!-- note -->', '<g id="1" class="notranslate">x</g>', '<x id="1" />', "<![CDATA[<g>]]>"],
+)
+def test_other_markup_is_left_to_html_parser(text):
+    from mtkit.text import markup
+
+    assert markup._code_events(text) is None
 
 
 # With a trained model.

@@ -27,9 +27,8 @@ from mtkit.core.errors import MtkitError
 from mtkit.decoding.constraints import SpellingGuard, constrain
 from mtkit.decoding.search import Hypothesis, SearchConfig
 from mtkit.model.files import load_model_file
-from mtkit.text.augment import MIN_DICE, Augmentation, spans, title, typos, upper
+from mtkit.text.augment import MIN_DICE, Augmentation, spans, title, typos, upper, word_translations
 from mtkit.text.casing import TITLE, UPPER, casing_of, recase, sentence_case
-from mtkit.text.lexicon import word_translations
 from mtkit.text.sentence_splitter import SentenceSplitter
 from mtkit.text.spans import find_spans, invented_spans, mask
 from mtkit.text.tokenizer import Tokenizer
@@ -268,7 +267,7 @@ def test_the_spelling_guard_is_off_with_the_loop_guard():
     assert not out[0, 4:].isneginf().any()
 
 
-# --- training pairs as people write them (mtkit.text.augment, mtkit.text.lexicon) ---------------------
+# --- training pairs as people write them (mtkit.text.augment, mtkit.text.augment) ---------------------
 
 
 def test_augmentation_shares_are_parsed_and_bad_ones_named():

@@ -13,9 +13,8 @@ from mtkit.core import console
 from mtkit.core.errors import MtkitError
 from mtkit.core.textio import iter_lines, line_bytes, progress_size
 from mtkit.data.dataset import SentenceWriter
-from mtkit.text.augment import KINDS, MIN_DICE, Augmentation
+from mtkit.text.augment import KINDS, MIN_DICE, Augmentation, word_translations
 from mtkit.text.cleaning import DROP_REASONS, CleaningRules, DigestSet, drop_reason, noise_reason, pair_digests
-from mtkit.text.lexicon import word_translations
 from mtkit.text.tokenizer import Tokenizer
 
 CHUNK_LINES = 20_000

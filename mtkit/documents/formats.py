@@ -15,7 +15,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.documents import catalogs, ooxml, opendocument, pdf, subtitles, web
 from mtkit.documents.inline import DEFAULT_LIMITS, Document, FileLimits, FileTooLarge
 from mtkit.documents.strings import android, apple, icu, tables, trees
-from mtkit.text.markup import plain_text
+from mtkit.text.segments import plain_text
 
 READERS: dict[str, Callable[[bytes, str, FileLimits], Document]] = {
     "docx": ooxml.read_docx,

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mtkit.documents.inline import Document, without_codes
-from mtkit.text.markup import Segment
 from mtkit.text.markup_placement import Aligned, assemble, markup_segments, pending_texts, rejoined, sentences_of
+from mtkit.text.segments import Segment
 
 
 def is_plain(document: Document) -> bool:

@@ -8,20 +8,29 @@ A model that learned only from captions never saw a shouted headline, a typo, a 
 typed alone (it makes up a caption for "yes"); copies that show it them, beside the pairs as they
 were, are what it needs to translate them as it translates a caption. Which pairs get which copy is
 drawn from the pair's position and a seed, so that the same corpus gives the same dataset.
+
+A word's translation, for "short", is read off the corpus itself: for each source word, the target
+word that occurs in the same pairs most often relative to how often both occur (the Dice
+coefficient, as the classic co-occurrence aligners and a first pass of fast_align's kind use it).
+Enough to tell that "dog" is "Hund" and "red" is "rot", and what bench/real_inputs.py checks a
+model's translation of a word alone against.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from mtkit.core.errors import MtkitError
 
 KINDS = ("upper", "title", "typos", "spans", "short")
-MIN_DICE = 0.4  # a word's translation (mtkit.text.lexicon) is only taught alone where it is this clear
+MIN_DICE = 0.4  # a word's translation (word_translations) is only taught alone where it is this clear
+MIN_PAIRS = 5  # a word seen in fewer pairs has no translation: too few to tell
 _WORD = re.compile(r"[^\W\d_]+")
+_LEXICON_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 _END = re.compile(r"\s*[.!?…]*\s*$")
 
 
@@ -33,7 +42,7 @@ class Augmentation:
     title: float = 0.0  # both sides with every word capitalised
     typos: float = 0.0  # the source with a typo in one word of three or so; the target as it was
     spans: float = 0.0  # the same span added to both sides, at the start or before the final mark
-    short: float = 0.0  # one word of the source alone, with its translation in the target (mtkit.text.lexicon)
+    short: float = 0.0  # one word of the source alone, with its translation in the target (word_translations)
     seed: int = 1
 
     @classmethod
@@ -72,7 +81,7 @@ class Augmentation:
     ) -> list[tuple[int, str, str, str]]:
         """The augmented copies of these pairs (the first being the split's pair number `first`):
         (index in `pairs`, kind, source, target), at most one copy a pair; `lexicon`: word translations
-        (mtkit.text.lexicon), which "short" needs (a pair without a word it knows gets no copy)."""
+        (word_translations), which "short" needs (a pair without a word it knows gets no copy)."""
         out = []
         for i, (src, tgt) in enumerate(pairs):
             rng = random.Random(self.seed * 1_000_003 + first + i)
@@ -159,3 +168,33 @@ def short(src: str, tgt: str, rng: random.Random, lexicon: dict[str, str]) -> tu
 
 
 MODIFIERS = {"upper": upper, "title": title, "typos": typos, "spans": spans}
+
+
+# Word translations read off a parallel corpus.
+
+
+def words(text: str) -> list[str]:
+    """A text's words, lower-cased, as word_translations counts them."""
+    return _LEXICON_WORD.findall(text.lower())
+
+
+def word_translations(
+    pairs: Iterable[tuple[str, str]], min_pairs: int = MIN_PAIRS, min_dice: float = 0.0
+) -> dict[str, str]:
+    """Each source word (lower-cased) seen in at least min_pairs pairs, and its target word of the
+    highest Dice coefficient 2 c(s, t) / (c(s) + c(t)), c counting pairs, where that is at least
+    min_dice; ties to the more frequent target word."""
+    source, target, both = Counter(), Counter(), Counter()
+    for src, tgt in pairs:
+        src_words, tgt_words = set(words(src)), set(words(tgt))
+        source.update(src_words)
+        target.update(tgt_words)
+        both.update((s, t) for s in src_words for t in tgt_words)
+    best: dict[str, tuple[float, int, str]] = {}
+    for (s, t), count in both.items():
+        if source[s] < min_pairs or count < min_pairs:
+            continue
+        score = (2 * count / (source[s] + target[t]), target[t], t)
+        if s not in best or score > best[s]:
+            best[s] = score
+    return {s: t for s, (dice, _, t) in best.items() if dice >= min_dice}

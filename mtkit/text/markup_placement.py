@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtkit.core.errors import MtkitError
-from mtkit.text.markup import Node, Segment, is_element, is_text, parse, plain, segments
+from mtkit.text.markup import Node, is_element, is_text, parse
+from mtkit.text.segments import Segment, plain, segments
 from mtkit.text.sentence_splitter import breaks_by_word, has_line_break, lined, split_lines
 
 
@@ -207,7 +208,7 @@ def markup_segments(
     where: Callable[[int], str] = lambda i: f"line {i + 1}",
     kept: frozenset[str] = frozenset(),
 ) -> list[list[str | Segment]]:
-    """Each text as kept source text and segments to translate (mtkit.text.markup.segments); kept:
+    """Each text as kept source text and segments to translate (mtkit.text.segments); kept:
     more elements whose text is never translated. A text that does not parse (XML that is not
     well-formed) is an MtkitError that starts with where(its index), of the error's own kind (a bound
     met while parsing, or a document's time budget, stays one)."""

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from mtkit.core.errors import MtkitError
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.search_rules import Hypothesis
-from mtkit.text.markup import plain_text
 from mtkit.text.markup_placement import (
     Aligned,
     by_sentences,
     parse_alignment,
     translate_markup,
 )
+from mtkit.text.segments import plain_text
 from mtkit.text.sentence_splitter import SentenceSplitter
 from mtkit.translation.translate import NbestList, TextTranslator, Translator
 
