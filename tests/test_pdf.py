@@ -307,12 +307,13 @@ def test_a_pdf_an_owner_password_restricts_is_refused_not_unlocked():
 
 
 @pytest.mark.parametrize("rotation", [0, 90, 180, 270])
-def test_redaction_marks_take_what_pymupdfs_own_take_on_a_page_of_any_rotation(rotation):
-    """pdf._mark_for_redaction makes MuPDF's annotations without PyMuPDF's names (which cost a read of
-    the page's annotations each): the same words go, the same stay, where they were."""
-    from mtkit.documents.pdf import _mark_for_redaction
+def test_redaction_takes_what_pymupdfs_own_takes_on_a_page_of_any_rotation(rotation):
+    """pdf._redact marks and applies by MuPDF's own calls without PyMuPDF's names and read-backs (each
+    a walk over the page's annotations): the same words go, the same stay where they were, the page
+    looks the same."""
+    from mtkit.documents.pdf import _redact
 
-    left = []
+    left, looks = [], []
     for own in (True, False):
         document = pymupdf.open()
         page = document.new_page(width=400, height=300)
@@ -323,9 +324,11 @@ def test_redaction_marks_take_what_pymupdfs_own_take_on_a_page_of_any_rotation(r
         if own:
             for rect in rects:
                 page.add_redact_annot(rect)
+            page.apply_redactions(images=pymupdf.PDF_REDACT_IMAGE_NONE, graphics=pymupdf.PDF_REDACT_LINE_ART_NONE)
         else:
-            _mark_for_redaction(pymupdf, page, rects)
-        page.apply_redactions(images=pymupdf.PDF_REDACT_IMAGE_NONE, graphics=pymupdf.PDF_REDACT_LINE_ART_NONE)
+            _redact(pymupdf, page, rects)
         left.append([(word[4], tuple(round(x, 1) for x in word[:4])) for word in page.get_text("words")])
+        looks.append((page.get_pixmap(dpi=72).samples, page.first_annot))
     assert left[0] == left[1] and len(left[0]) == 6 * 5
+    assert looks[0] == looks[1] and looks[1][1] is None  # no redaction left behind
     assert {word for word, _ in left[1]} == {"of", "here,", "keep", *map(str, range(6))}

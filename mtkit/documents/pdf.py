@@ -137,15 +137,8 @@ class PdfDocument(Document):
                 chosen.setdefault(block.page, []).append((block, translation))
         for number, on_page in sorted(chosen.items()):
             page = self.pdf[number]
-            _mark_for_redaction(
-                pymupdf, page, [_inner(pymupdf.Rect(line)) for block, _ in on_page for line in block.lines]
-            )
             links = page.get_links()
-            page.apply_redactions(
-                images=pymupdf.PDF_REDACT_IMAGE_NONE,
-                graphics=pymupdf.PDF_REDACT_LINE_ART_NONE,
-                text=pymupdf.PDF_REDACT_TEXT_REMOVE,
-            )
+            _redact(pymupdf, page, [_inner(pymupdf.Rect(line)) for block, _ in on_page for line in block.lines])
             kept = {(tuple(link["from"]), link.get("uri"), link.get("page")) for link in page.get_links()}
             for link in links:  # a redaction takes the links it touches with it: they come back
                 if (tuple(link["from"]), link.get("uri"), link.get("page")) not in kept:
@@ -253,15 +246,16 @@ def _horizontal(block: dict) -> bool:
     return all(abs(line["dir"][0] - 1) < 1e-3 and abs(line["dir"][1]) < 1e-3 for line in block["lines"])
 
 
-def _mark_for_redaction(pymupdf, page, rects: list) -> None:
-    """A redaction annotation over each box, made by MuPDF's own calls as PyMuPDF's add_redact_annot makes
-    it (on the page unrotated meanwhile), less the name it gives each: it reads every annotation of the
-    page before it, twice (a page of 800 lines: 6 s)."""
+def _redact(pymupdf, page, rects: list) -> None:
+    """The text under each box taken away (images and drawings kept), by MuPDF's own calls as PyMuPDF's
+    add_redact_annot and apply_redactions make them, less what costs a page of 800 lines seconds: the
+    name the first gives each redaction (it reads every annotation before it, twice) and the fill and
+    text the second reads back from each (loading each by number, a walk over them all)."""
     mupdf, rotation = pymupdf.mupdf, page.rotation
     if rotation:
-        page.set_rotation(0)
+        page.set_rotation(0)  # the boxes are the unrotated page's
+    pdf_page = mupdf.pdf_page_from_fz_page(page.this)
     try:
-        pdf_page = mupdf.pdf_page_from_fz_page(page.this)
         for rect in rects:
             annot = mupdf.pdf_create_annot(pdf_page, mupdf.PDF_ANNOT_REDACT)
             mupdf.pdf_set_annot_rect(annot, mupdf.FzRect(rect.x0, rect.y0, rect.x1, rect.y1))
@@ -269,6 +263,10 @@ def _mark_for_redaction(pymupdf, page, rects: list) -> None:
     finally:
         if rotation:
             page.set_rotation(rotation)
+    options = mupdf.PdfRedactOptions()
+    options.black_boxes, options.text = 0, pymupdf.PDF_REDACT_TEXT_REMOVE
+    options.image_method, options.line_art = pymupdf.PDF_REDACT_IMAGE_NONE, pymupdf.PDF_REDACT_LINE_ART_NONE
+    mupdf.pdf_redact_page(pdf_page.doc(), pdf_page, options)
 
 
 def _inner(rect):
