@@ -367,12 +367,13 @@ def test_metrics_count_the_requests_made(server, sentences):
     assert '"status": 200' in log[-3] and '"sentences": 2' in log[-3] and '"status": 422' in log[-1]
 
 
-# Searches of at least 1,000 steps per sentence, beam 12: 20 sentences keep the worker busy for
-# seconds (about 4 s on 2 cores), long enough for the states the tests wait for to be seen. Without
-# the loop and spelling guards: banning the tiny model's loops for 1,000 steps leaves its beams near
-# ties that fp32's last bits, which differ with the batches a server forms, flip (the guards' own
-# equivalence of served and offline translations is tested with ordinary searches).
-LONG_SEARCH = ("--min-len", "1000", "--max-len-b", "1000", "--beam", "12", "--loop-ngram", "0")
+# Searches of at least 400 steps per sentence, beam 12: 20 sentences keep the worker busy for
+# seconds (about 9 s on 2 cores), long enough for the states the tests wait for to be seen (they take
+# a few HTTP requests). Without the loop and spelling guards: banning the tiny model's loops for 400
+# steps leaves its beams near ties that fp32's last bits, which differ with the batches a server
+# forms, flip (the guards' own equivalence of served and offline translations is tested with ordinary
+# searches).
+LONG_SEARCH = ("--min-len", "400", "--max-len-b", "400", "--beam", "12", "--loop-ngram", "0")
 
 
 def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_run, sentences, tmp_path):
@@ -419,18 +420,15 @@ def test_a_full_queue_answers_503_and_a_client_that_leaves_is_dropped(trained_ru
         assert server.stop() == 0
 
 
-SIGTERM_SEARCH = ("--min-len", "400", "--max-len-b", "400", "--beam", "12", "--loop-ngram", "0")
-
-
 @pytest.fixture(scope="module")
 def searched_long(trained_run, sentences) -> list[str]:
-    """The first 8 sentences' offline translations with SIGTERM_SEARCH (400 steps each)."""
-    return offline(trained_run, sentences[:8], *SIGTERM_SEARCH)
+    """The first 8 sentences' offline translations with LONG_SEARCH (400 steps each)."""
+    return offline(trained_run, sentences[:8], *LONG_SEARCH)
 
 
 @pytest.mark.parametrize("layout", [["--in-process"], ["--engine-process", "--replicas", "1"], ["--replicas", "2"]])
 def test_sigterm_lets_requests_in_flight_finish(trained_run, sentences, searched_long, tmp_path, layout):
-    server = Server(trained_run, tmp_path / "serve.log", *SIGTERM_SEARCH, "--max-batch-tokens", "100000", *layout)
+    server = Server(trained_run, tmp_path / "serve.log", *LONG_SEARCH, "--max-batch-tokens", "100000", *layout)
     answers = {}
 
     def client(i: int) -> None:
