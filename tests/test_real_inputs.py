@@ -267,7 +267,7 @@ def test_the_spelling_guard_is_off_with_the_loop_guard():
     assert not out[0, 4:].isneginf().any()
 
 
-# --- training pairs as people write them (mtkit.text.augment, mtkit.text.augment) ---------------------
+# --- training pairs as people write them (mtkit.text.augment) ----------------------------------------
 
 
 def test_augmentation_shares_are_parsed_and_bad_ones_named():

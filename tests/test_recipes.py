@@ -160,20 +160,14 @@ def test_multi30k_recipe_runs_end_to_end_and_decodes_test2016_with_the_best_lenp
     assert "." in vocabulary and {token for token in vocabulary if "." in token} <= {".", "▁."}
     runs = ["run"] if models == 1 else ["run1", "run2"]
     model_args = ["-m", out / "model.pt"] if models == 1 else ["-m", out / "model1.pt", "-m", out / "model2.pt"]
-    for run, model in zip(
-        runs, model_args[1::2], strict=True
-    ):  # each the average of its run's last 15 (of 16, or all 8)
+    full_mode = (15, 0.2, "linear", 0.3)  # keep_last, label smoothing, schedule, dropout
+    last_15 = range(max(5, steps - 70), steps + 1, 5)  # of 16 checkpoints; of 8: all of them
+    for run, model in zip(runs, model_args[1::2], strict=True):  # each the average of its run's last 15
         trained = load_config(out / run / "config.yaml", [])
-        assert (trained.train.keep_last, trained.train.label_smoothing, trained.train.lr_schedule) == (
-            15,
-            0.2,
-            "linear",
-        )
-        assert trained.model.dropout == 0.3
+        train = trained.train
+        assert (train.keep_last, train.label_smoothing, train.lr_schedule, trained.model.dropout) == full_mode
         averaged = [Path(path).parts[-3:] for path in load_model_file(model).meta["averaged"]]
-        assert averaged == [
-            (run, "checkpoints", f"step_{step:08d}.pt") for step in range(max(5, steps - 70), steps + 1, 5)
-        ]
+        assert averaged == [(run, "checkpoints", f"step_{step:08d}.pt") for step in last_15]
         fewer = f"run.sh: {out / run} has 8 checkpoints; averaging those"
         assert (fewer in result.stderr.decode()) == (models == 1)
     if models > 1:
