@@ -90,7 +90,7 @@ class _TreeBuilder(HTMLParser):
         self.root = Node("#root")
         self.stack = [self.root]
         self.kept_depth = 0  # same-named elements open inside the kept element on top
-        self.events: list[tuple[int, str, str | None, list, str]] | None = None  # offset, kind, tag, attrs, text
+        self.events: list[tuple[int, str, str | None, list, str]] = []  # offset, kind, tag, attrs, text
 
     def position(self) -> int:
         line, column = self.getpos()
@@ -114,9 +114,9 @@ class _TreeBuilder(HTMLParser):
     handle_decl = handle_pi = unknown_decl = handle_comment
 
     def tree(self) -> Node:
-        self.events = _code_events(self.source) if self.xml else None
-        if self.events is None:
-            self.events = []
+        if self.xml and (coded := _code_events(self.source)) is not None:
+            self.events = coded
+        else:
             self.feed(self.source)
             self.close()
         ends = [offset for offset, *_ in self.events[1:]] + [len(self.source)]
