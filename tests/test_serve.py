@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -559,6 +560,49 @@ def test_each_text_is_encoded_once_and_translated_as_offline(trained_run, senten
         service.batcher.stop()
     assert (answer.texts, answer.confidences) == (expected, None)
     assert encoded == [line.strip() for line in sentences[:6]]  # once each, by the service
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_aligned_and_plain_requests_share_a_search_and_each_gets_what_it_gets_alone(trained_run, sentences, continuous):
+    """An alignment is read after the search: a document's aligned sentences and a plain request's are
+    one batch (the plain request waits for no aligned search to end), and each answer is the one its
+    request gets alone, alignments only where asked."""
+    path = resolve_model_path(trained_run)
+    model_file = load_model_file(path)
+    cfg = SearchConfig(beam=2)
+
+    def make():
+        translator = Translator(model_file, cfg, device="cpu")
+        if not continuous:
+            translator.open_stream = lambda deliver: None
+        return translator
+
+    tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
+    service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
+    aligned = replace(service.defaults(), alignment=True)
+    asked = [Asked(Call(), sentences[:3], aligned, split=False), Asked(Call(), sentences[3:6], service.defaults())]
+    batches = []
+    service.batcher._on_batch = lambda stats: batches.append(stats.sentences)
+
+    def submitted(request: Asked) -> list:
+        return service.batcher.submit(service.jobs(request)[0])
+
+    queued = [submitted(request) for request in asked]  # both queued before the worker starts
+    service.batcher.start()
+    try:
+        together = [[future.result(600) for future in futures] for futures in queued]
+        alone = [[future.result(600) for future in submitted(request)] for request in asked]
+    finally:
+        service.batcher.stop()
+    assert batches[0] == 6
+    # what the answers carry (a score's last digits follow the batch's padding)
+    assert [[(nbest[0][1], alignments) for nbest, alignments, _ in r] for r in together] == [
+        [(nbest[0][1], alignments) for nbest, alignments, _ in r] for r in alone
+    ]
+    assert all(alignments is None for _, alignments, _ in together[1])
+    assert all(
+        len(alignments) == 1 and re.fullmatch(r"\d+-\d+( \d+-\d+)*", alignments[0]) for _, alignments, _ in together[0]
+    )
 
 
 def test_the_ctranslate2_engine_serves_what_it_translates_offline(trained_run, sentences, tmp_path):

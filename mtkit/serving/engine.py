@@ -20,17 +20,20 @@ Result = tuple[NbestList, list[str] | None, float | None]
 @dataclass(frozen=True)
 class Sentence:
     """A text of a request and its source subword ids: encoded once, to cost it and to translate it;
-    `given`: the ids its translation starts with, given (a target language's token)."""
+    `given`: the ids its translation starts with, given (a target language's token); aligned: its
+    hypotheses' word alignments are wanted (read after the search, which is the same either way)."""
 
     text: str
     ids: list[int]
     given: tuple[int, ...] = ()
     terms: tuple[Term, ...] = ()  # target terms its translation must contain (mtkit.serving.terms)
+    aligned: bool = False
 
 
 @dataclass(frozen=True)
 class Options:
-    """The per-request decoding options; requests with equal options share batches."""
+    """The per-request decoding options; requests with equal search options share batches (see
+    search_options: an alignment is read after the search, for the sentences that want one)."""
 
     beam: int
     nbest: int
@@ -38,16 +41,32 @@ class Options:
     alignment: bool
     confidence: bool = False
 
+    def search_options(self) -> "Options":
+        """What a batch's sentences must share: a document's aligned sentences and a plain request's
+        then share searches, and neither waits for a search of the other to end (5 s at a time
+        behind a document's long lines)."""
+        return replace(self, alignment=False)
+
 
 class SentenceStream:
-    """The engine's running search (translate.LineStream), fed Sentences: it need not encode them again."""
+    """The engine's running search (translate.LineStream), fed Sentences: it need not encode them again;
+    aligned(key): whether the sentence added under this key wants alignments (asked once, as it is
+    delivered)."""
 
     def __init__(self, stream: LineStream):
         self.stream = stream
+        self._aligned: set[Any] = set()
 
     def add(self, keys: Sequence[Any], sentences: Sequence[Sentence]) -> None:
+        self._aligned.update(key for key, s in zip(keys, sentences) if s.aligned)
         texts, ids = [s.text for s in sentences], [s.ids for s in sentences]
         self.stream.add(keys, texts, ids, [s.given for s in sentences], [s.terms for s in sentences])
+
+    def aligned(self, key: Any) -> bool:
+        if key not in self._aligned:
+            return False
+        self._aligned.discard(key)
+        return True
 
     def step(self) -> None:
         self.stream.step()
@@ -108,7 +127,7 @@ class Engine:
         confidences, once all are)."""
         texts, encoded = [s.text for s in sentences], [s.ids for s in sentences]
         translator = self._translator_for(options)
-        on_line = None if options.confidence else lambda i, nbest_list: deliver(i, self._result(texts[i], options, nbest_list))  # fmt: skip
+        on_line = None if options.confidence else lambda i, nbest_list: deliver(i, self._result(sentences[i], nbest_list))  # fmt: skip
         terms = [s.terms for s in sentences] if any(s.terms for s in sentences) else None
         nbest_lists = translator.translate_hypotheses(
             texts, on_line=on_line, encoded=encoded, starts=[s.given for s in sentences], terms=terms
@@ -116,17 +135,20 @@ class Engine:
         if options.confidence:
             scores = confidences(self.calibration, translator, texts, nbest_lists, encoded)
             for i, (nbest_list, score) in enumerate(zip(nbest_lists, scores)):
-                deliver(i, self._result(texts[i], options, nbest_list, score))
+                deliver(i, self._result(sentences[i], nbest_list, score))
 
     def open_stream(self, options: Options, deliver: Callable[[int, Result], None]) -> SentenceStream | None:
         """A running search for continuous batching, where the engine has one (and the requests ask for no
         confidence, which is of whole batches)."""
         if options.confidence:
             return None
-        stream = self._translator_for(options).open_stream(
-            lambda key, line, nbest_list: deliver(key, self._result(line, options, nbest_list))
-        )
-        return SentenceStream(stream) if stream is not None else None
+
+        def finished(key: Any, line: str, nbest_list: NbestList) -> None:
+            deliver(key, self._result_of(line, fed.aligned(key), nbest_list))
+
+        stream = self._translator_for(options).open_stream(finished)
+        fed = SentenceStream(stream) if stream is not None else None
+        return fed
 
     def _translator_for(self, options: Options) -> TextTranslator:
         assert self.translator is not None
@@ -136,8 +158,11 @@ class Engine:
         )
         return self.translator
 
-    def _result(self, line: str, options: Options, nbest_list: NbestList, confidence: float | None = None) -> Result:
-        if not options.alignment:
+    def _result(self, sentence: Sentence, nbest_list: NbestList, confidence: float | None = None) -> Result:
+        return self._result_of(sentence.text, sentence.aligned, nbest_list, confidence)
+
+    def _result_of(self, line: str, aligned: bool, nbest_list: NbestList, confidence: float | None = None) -> Result:
+        if not aligned:
             return nbest_list, None, confidence
         alignments = self.translator.alignments([line] * len(nbest_list), [h for h, _ in nbest_list])
         return nbest_list, alignments, confidence

@@ -202,7 +202,8 @@ class Service(Runs):
         except TermsError as err:
             raise Refused(Reason.UNUSABLE, str(err)) from None
         owner = asked.call.owner
-        jobs = [Job(Sentence(t, ids, given, terms), len(ids) + 1, options, owner=owner)
+        search = options.search_options()
+        jobs = [Job(Sentence(t, ids, given, terms, aligned=options.alignment), len(ids) + 1, search, owner=owner)
                 for (_, t, ids), terms in zip(pieced, found)]  # fmt: skip
         return jobs, pieces, sum(len(ids) > segmenter.max_len for ids in encoded)
 
