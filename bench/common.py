@@ -126,11 +126,12 @@ def gpu_peak_tflops(given: float = 0.0) -> float:
     return given or next((peak for key, peak in PEAK_BF16_TFLOPS.items() if key in name), 989.0)
 
 
-def start_server(model: str, log: Path, *options: str) -> tuple[subprocess.Popen, str]:
-    """`mtkit serve -m MODEL --port 0 --in-process OPTIONS`, ready (its stderr in log): the process and its URL."""
+def start_server(model: str, log: Path, *options: str, layout: tuple[str, ...] = ("--in-process",)) -> tuple[subprocess.Popen, str]:  # fmt: skip
+    """`mtkit serve -m MODEL --port 0 --in-process OPTIONS`, ready (its stderr in log): the process and its URL.
+    layout: where the engine runs (`()`: where serve puts it by default on this machine)."""
     import httpx
 
-    process = subprocess.Popen(mtkit_command("serve", "-m", model, "--port", "0", "--in-process", *options),
+    process = subprocess.Popen(mtkit_command("serve", "-m", model, "--port", "0", *layout, *options),
                                stderr=open(log, "wb"), stdout=subprocess.DEVNULL)  # fmt: skip
     while not (found := re.search(r"on http://127\.0\.0\.1:(\d+)$", log.read_text(), re.M)):
         if process.poll() is not None:

@@ -1,7 +1,7 @@
 """A server strangers share: what one key's attacks do to another key's requests, to /health, to the
 server's memory and to the quotas.
 
-    python bench/strangers.py -m MODEL [--seconds 20] [--clients 2]
+    python bench/strangers.py -m MODEL [--seconds 20] [--clients 2] [--layout in-process|default]
 
 `mtkit serve` with three keys: A attacks, Q has a quota of 100 characters, B sends single sentences
 through /v1/translate from --clients threads for --seconds in each phase, while /health is asked every
@@ -15,7 +15,8 @@ through /v1/translate from --clients threads for --seconds in each phase, while 
   continuation lines, 200 KB of CSV for the sniffer, 19 MB of Markdown): each one's status and seconds.
 Then Q tries to translate 4,500 characters through /v1/translate, 1,500 through /translate, 2,000
 through /translate_file and 5 documents of 90 through /v2/document: its usage after them, against
-its quota.
+its quota. --layout: the engine on a thread of the HTTP process (as other benches serve), or where
+`mtkit serve` puts it by default on this machine (on a CPU, an engine process per decoding thread).
 """
 
 from __future__ import annotations
@@ -255,6 +256,7 @@ def main() -> None:
     parser.add_argument("-m", "--model", required=True)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--layout", choices=["in-process", "default"], default="in-process")
     args = parser.parse_args()
     rows, quiet, results = [], None, {}
     with tempfile.TemporaryDirectory() as work:
@@ -262,7 +264,8 @@ def main() -> None:
         keys.write_text(f"{KEYS['A']} 0 attacker\n{KEYS['Q']} 0 quota 100\n{KEYS['B']} 0 bystander\n")
         os.mkdir(Path(work) / "state")
         state = ("--api-keys", str(keys), "--state-dir", str(Path(work) / "state"))
-        process, url = start_server(args.model, Path(work) / "serve.log", *state)
+        layout = ("--in-process",) if args.layout == "in-process" else ()
+        process, url = start_server(args.model, Path(work) / "serve.log", *state, layout=layout)
         try:
             for phase, attack in PHASES:
                 stop, results[phase] = threading.Event(), []
@@ -279,7 +282,8 @@ def main() -> None:
             process.terminate()
             process.wait()
     print(conditions())
-    print(f"B: {args.clients} clients of single sentences, {args.seconds:.0f} s a phase; /health asked every 50 ms")
+    b = f"B: {args.clients} clients of single sentences, {args.seconds:.0f} s a phase"
+    print(f"{b}; /health asked every 50 ms; the engine {args.layout}")
     print_table(["phase", "B answered", "B refused", "B p50 ms", "B p95 ms", "B p50 / quiet", "/health max ms",
                  "server peak MB"], rows)  # fmt: skip
     glossaries = [[phase, len(found), ", ".join(f"{found.count(s)}x{s}" for s in sorted(set(found)))]
