@@ -8,7 +8,6 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 
 import httpx
 import pytest
@@ -579,7 +578,7 @@ def test_aligned_and_plain_requests_share_a_search_and_each_gets_what_it_gets_al
 
     tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
     service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
-    aligned = replace(service.defaults(), alignment=True)
+    aligned = service.options(None, None, None, alignment=True)
     asked = [Asked(Call(), sentences[:3], aligned, split=False), Asked(Call(), sentences[3:6], service.defaults())]
     batches = []
     service.batcher._on_batch = lambda stats: batches.append(stats.sentences)

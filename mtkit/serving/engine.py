@@ -63,10 +63,9 @@ class SentenceStream:
         self.stream.add(keys, texts, ids, [s.given for s in sentences], [s.terms for s in sentences])
 
     def aligned(self, key: Any) -> bool:
-        if key not in self._aligned:
-            return False
+        wanted = key in self._aligned
         self._aligned.discard(key)
-        return True
+        return wanted
 
     def step(self) -> None:
         self.stream.step()
@@ -127,7 +126,7 @@ class Engine:
         confidences, once all are)."""
         texts, encoded = [s.text for s in sentences], [s.ids for s in sentences]
         translator = self._translator_for(options)
-        on_line = None if options.confidence else lambda i, nbest_list: deliver(i, self._result(sentences[i], nbest_list))  # fmt: skip
+        on_line = None if options.confidence else lambda i, nbest_list: deliver(i, self._result(texts[i], sentences[i].aligned, nbest_list))  # fmt: skip
         terms = [s.terms for s in sentences] if any(s.terms for s in sentences) else None
         nbest_lists = translator.translate_hypotheses(
             texts, on_line=on_line, encoded=encoded, starts=[s.given for s in sentences], terms=terms
@@ -135,7 +134,7 @@ class Engine:
         if options.confidence:
             scores = confidences(self.calibration, translator, texts, nbest_lists, encoded)
             for i, (nbest_list, score) in enumerate(zip(nbest_lists, scores)):
-                deliver(i, self._result(sentences[i], nbest_list, score))
+                deliver(i, self._result(texts[i], sentences[i].aligned, nbest_list, score))
 
     def open_stream(self, options: Options, deliver: Callable[[int, Result], None]) -> SentenceStream | None:
         """A running search for continuous batching, where the engine has one (and the requests ask for no
@@ -144,7 +143,7 @@ class Engine:
             return None
 
         def finished(key: Any, line: str, nbest_list: NbestList) -> None:
-            deliver(key, self._result_of(line, fed.aligned(key), nbest_list))
+            deliver(key, self._result(line, fed.aligned(key), nbest_list))
 
         stream = self._translator_for(options).open_stream(finished)
         fed = SentenceStream(stream) if stream is not None else None
@@ -158,10 +157,7 @@ class Engine:
         )
         return self.translator
 
-    def _result(self, sentence: Sentence, nbest_list: NbestList, confidence: float | None = None) -> Result:
-        return self._result_of(sentence.text, sentence.aligned, nbest_list, confidence)
-
-    def _result_of(self, line: str, aligned: bool, nbest_list: NbestList, confidence: float | None = None) -> Result:
+    def _result(self, line: str, aligned: bool, nbest_list: NbestList, confidence: float | None = None) -> Result:
         if not aligned:
             return nbest_list, None, confidence
         alignments = self.translator.alignments([line] * len(nbest_list), [h for h, _ in nbest_list])
