@@ -141,3 +141,18 @@ def start_server(model: str, log: Path, *options: str, layout: tuple[str, ...] =
     while httpx.get(f"{url}/ready").status_code != 200:
         time.sleep(0.2)
     return process, url
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children, MB (from /proc)."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+        except (OSError, StopIteration):
+            continue
+    return total / 1024

@@ -4,8 +4,9 @@ server's memory and to the quotas.
     python bench/strangers.py -m MODEL [--seconds 20] [--clients 2] [--layout in-process|default]
 
 `mtkit serve` with three keys: A attacks, Q has a quota of 100 characters, B sends single sentences
-through /v1/translate from --clients threads for --seconds in each phase, while /health is asked every
-50 ms and the server's memory (its process and its workers, resident) is sampled every 100 ms:
+through /v1/translate from --clients connections for --seconds in each phase, while /health is asked
+every 50 ms (B and the /health prober each in a process of their own) and the server's memory (its
+process and its workers, resident) is sampled every 100 ms:
 - quiet: B alone;
 - stored glossary: A stores a DeepL glossary of 27,000 entries and sends four /v2/translate of
   19,981 characters with it at once, again and again;
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import multiprocessing
 import os
 import statistics
 import string
@@ -33,69 +35,84 @@ import time
 from pathlib import Path
 
 import httpx
-from common import conditions, print_table, start_server
+from common import conditions, print_table, start_server, tree_rss_mb
 
 KEYS = {"A": "attacker-key-0000", "Q": "quota-key-0000", "B": "bystander-key-0000"}
 SENTENCES = ["A dog runs in the park.", "Two men are talking.", "The girl reads a book.", "It is raining today."]
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and its children, MB (from /proc)."""
-    total, pending = 0, [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            status = Path(f"/proc/{current}/status").read_text()
-            total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pending += [int(child) for child in (task / "children").read_text().split()]
-        except (OSError, StopIteration):
-            continue
-    return total / 1024
+def b_clients(url: str, clients: int, ready, stop, out) -> None:
+    """B's --clients connections, in a process of their own: (latencies, errors by status) to `out`."""
+    latencies: list[float] = []
+    errors: dict[int, int] = {}
+
+    def client(offset: int) -> None:
+        headers = {"Authorization": f"Bearer {KEYS['B']}"}
+        with httpx.Client(timeout=300) as http:
+            n = offset
+            while not stop.is_set():
+                started = time.perf_counter()
+                body = {"text": SENTENCES[n % len(SENTENCES)], "source": "en", "target": "de"}
+                response = http.post(f"{url}/v1/translate", json=body, headers=headers)
+                if response.status_code == 200:
+                    latencies.append(time.perf_counter() - started)
+                else:
+                    errors[response.status_code] = errors.get(response.status_code, 0) + 1
+                n += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    ready.wait()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out.put((latencies, errors))
+
+
+def health_prober(url: str, ready, stop, out) -> None:
+    """/health every 50 ms, in a process of its own (the attack's threads would hold the prober's
+    interpreter otherwise): its slowest answer, ms, to `out`."""
+    slowest = 0.0
+    with httpx.Client(timeout=300) as http:
+        ready.wait()
+        while not stop.wait(0.05):
+            started = time.perf_counter()
+            http.get(f"{url}/health")
+            slowest = max(slowest, (time.perf_counter() - started) * 1000)
+    out.put(slowest)
 
 
 class Watch:
-    """B's latencies, /health's slowest answer and the server's peak memory while something runs."""
+    """B's latencies, /health's slowest answer and the server's peak memory while something runs. B and
+    the /health prober each run in a process of their own, as clients elsewhere would."""
 
     def __init__(self, url: str, pid: int, clients: int):
         self.url, self.pid, self.clients = url, pid, clients
-        self.stop = threading.Event()
         self.latencies: list[float] = []
         self.errors: dict[int, int] = {}
         self.health_ms = self.peak_mb = 0.0
 
     def __enter__(self) -> Watch:
-        self.threads = [threading.Thread(target=self._client, args=(n,)) for n in range(self.clients)]
-        self.threads += [threading.Thread(target=self._health), threading.Thread(target=self._memory)]
-        for thread in self.threads:
-            thread.start()
+        spawn = multiprocessing.get_context("spawn")
+        self.ready, self.stop = spawn.Barrier(3), spawn.Event()
+        self.b_results, self.health_results = spawn.Queue(), spawn.Queue()
+        self.processes = [
+            spawn.Process(target=b_clients, args=(self.url, self.clients, self.ready, self.stop, self.b_results)),
+            spawn.Process(target=health_prober, args=(self.url, self.ready, self.stop, self.health_results)),
+        ]
+        for process in self.processes:
+            process.start()
+        self.ready.wait()
+        self.memory = threading.Thread(target=self._memory)
+        self.memory.start()
         return self
 
     def __exit__(self, *_) -> None:
         self.stop.set()
-        for thread in self.threads:
-            thread.join()
-
-    def _client(self, offset: int) -> None:
-        headers = {"Authorization": f"Bearer {KEYS['B']}"}
-        with httpx.Client(timeout=300) as http:
-            n = offset
-            while not self.stop.is_set():
-                started = time.perf_counter()
-                body = {"text": SENTENCES[n % len(SENTENCES)], "source": "en", "target": "de"}
-                response = http.post(f"{self.url}/v1/translate", json=body, headers=headers)
-                if response.status_code == 200:
-                    self.latencies.append(time.perf_counter() - started)
-                else:
-                    self.errors[response.status_code] = self.errors.get(response.status_code, 0) + 1
-                n += 1
-
-    def _health(self) -> None:
-        with httpx.Client(timeout=300) as http:
-            while not self.stop.wait(0.05):
-                started = time.perf_counter()
-                http.get(f"{self.url}/health")
-                self.health_ms = max(self.health_ms, (time.perf_counter() - started) * 1000)
+        self.latencies, self.errors = self.b_results.get()
+        self.health_ms = self.health_results.get()
+        for process in [*self.processes, self.memory]:
+            process.join()
 
     def _memory(self) -> None:
         while not self.stop.wait(0.1):
@@ -259,6 +276,7 @@ def main() -> None:
     parser.add_argument("--layout", choices=["in-process", "default"], default="in-process")
     args = parser.parse_args()
     rows, quiet, results = [], None, {}
+    crafted_files()  # made before the phases: the bench's own work is not the server's
     with tempfile.TemporaryDirectory() as work:
         keys = Path(work) / "keys.txt"
         keys.write_text(f"{KEYS['A']} 0 attacker\n{KEYS['Q']} 0 quota 100\n{KEYS['B']} 0 bystander\n")
