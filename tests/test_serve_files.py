@@ -367,7 +367,7 @@ def test_a_worker_writes_the_document_it_prepared_without_reading_it_again(monke
 
     page = job("page.html", "<p>A <b>dog</b> runs. It is <i>happy</i>.</p><p>Two men talk.</p>")
     other = job("other.html", "<p>A <b>cat</b> sleeps.</p>")
-    mirrored = lambda texts: [(text, [(i, i) for i in range(len(text.split()))]) for text in texts]  # noqa: E731
+    mirrored = lambda texts: [(text, " ".join(f"{i}-{i}" for i in range(len(text.split())))) for text in texts]  # noqa: E731
     texts = prepare(page)
     written = finish(page, mirrored(texts))
     assert reads == ["page.html"]

@@ -28,6 +28,7 @@ from mtkit.core.errors import MtkitError
 from mtkit.documents.formats import read_document
 from mtkit.documents.inline import Document, FileLimits, FileTooLarge
 from mtkit.documents.translating import Sentences, is_plain, plain_lines, sentences, written, written_plain
+from mtkit.text.markup_placement import parse_alignment
 from mtkit.text.sentence_splitter import SentenceSplitter
 
 
@@ -69,15 +70,16 @@ def prepare(job: FileJob) -> list[str]:
 
 
 def finish(job: FileJob, translated: list) -> bytes:
-    """The file written from the translations of prepare()'s texts (aligned: (text, alignment) pairs)."""
+    """The file written from the translations of prepare()'s texts (aligned: (text, Pharaoh pairs))."""
     if job.aligned:
+        aligned = [(text, parse_alignment(alignment)) for text, alignment in translated]
         kept = _kept.pop() if _kept else None
         if kept is not None and kept[0] == job:  # parsing a large document's markup is most of its time
             _, document, parts = kept
         else:
             document = _read(job)
             parts = _sentences(job, document)
-        return written(document, parts, translated, job.target)
+        return written(document, parts, aligned, job.target)
     return written_plain(_read(job), translated, job.target)
 
 
