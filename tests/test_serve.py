@@ -1,5 +1,6 @@
 """mtkit serve, against a real uvicorn server on 127.0.0.1 with a real HTTP client (httpx)."""
 
+import asyncio
 import hashlib
 import json
 import re
@@ -602,6 +603,36 @@ def test_aligned_and_plain_requests_share_a_search_and_each_gets_what_it_gets_al
     assert all(
         len(alignments) == 1 and re.fullmatch(r"\d+-\d+( \d+-\d+)*", alignments[0]) for _, alignments, _ in together[0]
     )
+
+
+def test_a_long_request_is_joined_off_the_event_loop_and_a_short_one_on_it(trained_run, sentences, monkeypatch):
+    """A request of more pieces than JOINED_ON_LOOP (a document's chunk) has its answer joined on a
+    thread, so that the event loop stays free for other clients; a short one is joined on the loop,
+    without the hop. Both answers are the offline translations."""
+    from mtkit.serving import service as service_module
+
+    path = resolve_model_path(trained_run)
+    model_file = load_model_file(path)
+    cfg = SearchConfig(beam=2)
+    texts = sentences[: service_module.JOINED_ON_LOOP + 1]
+    expected = Translator(model_file, cfg, device="cpu").translate(texts)
+    tokenizers = model_file.src_tokenizer, model_file.tgt_tokenizer
+    make = lambda: Translator(model_file, cfg, device="cpu")  # noqa: E731
+    service = Service(make, tokenizers, cfg, ModelInfo(path.name, path, "pytorch", "en", "de"), ServeConfig())
+    joined_on, join = [], Service._joined
+    monkeypatch.setattr(Service, "_joined", lambda *args: (joined_on.append(threading.get_ident()), join(*args))[1])
+
+    async def answers() -> tuple[int, list[list[str]]]:
+        asked = [Asked(Call(), texts, service.defaults(), split=False), Asked(Call(), texts[:1], service.defaults())]
+        return threading.get_ident(), [(await service.run(request)).texts for request in asked]
+
+    service.batcher.start()
+    try:
+        loop_thread, (long, short) = asyncio.run(answers())
+    finally:
+        service.batcher.stop()
+    assert (long, short) == (expected, expected[:1])
+    assert joined_on[0] != loop_thread and joined_on[1] == loop_thread
 
 
 def test_the_ctranslate2_engine_serves_what_it_translates_offline(trained_run, sentences, tmp_path):
