@@ -109,8 +109,8 @@ class Watch:
 
     def __exit__(self, *_) -> None:
         self.stop.set()
-        self.latencies, self.errors = self.b_results.get()
-        self.health_ms = self.health_results.get()
+        self.latencies, self.errors = self.b_results.get(timeout=600)
+        self.health_ms = self.health_results.get(timeout=600)
         for process in [*self.processes, self.memory]:
             process.join()
 
