@@ -101,7 +101,7 @@ def serve(
             "while another client's wait or search beside them: one client's thousand sentences do not slow "
             "every step of another's one. --max-batch-tokens' value: no limit."
         ),
-    ] = 512,
+    ] = 128,
     max_wait_ms: Annotated[
         float, typer.Option(help="Longest wait for other requests' sentences to batch with (0: no batching wait).")
     ] = 20.0,

@@ -19,7 +19,7 @@ from mtkit.text.tokenizer import Tokenizer
 @dataclass
 class ServeConfig:
     max_batch_tokens: int = 4096
-    max_client_tokens: int = 512  # of them one client's sentences hold while another's wait or search beside them
+    max_client_tokens: int = 128  # of them one client's sentences hold while another's wait or search beside them
     max_wait_ms: float = 20.0
     max_queue: int = 2048
     max_chars: int = 20000
