@@ -176,3 +176,23 @@ def test_the_second_pass_runs_exactly_the_tests_that_resolved_auto(tmp_path):
         "test_asks_for_one_value_only[2]", "test_asks_in_a_child_process", "test_asks_in_its_own_process",
         "test_uses_a_fixture_that_asked", "test_uses_it_too",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", [None, "64"])
+def test_serve_bounds_onednns_kernel_caches_unless_the_environment_does(preset, monkeypatch):
+    """oneDNN reads its caches' capacities from the environment at its first kernel: `serve` sets them
+    before anything else (here, before it refuses its port), and an operator's own value wins."""
+    from typer.testing import CliRunner
+
+    from mtkit.cli.app import app
+
+    for name in device_module.KERNEL_CACHE_CAPACITY:
+        if preset is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, preset)
+    result = CliRunner().invoke(app, ["serve", "-m", str(OLD_MODEL / "tiny.pt"), "--port", "70000"])
+    assert result.exit_code == 1 and "--port 70000: must be between 0 and 65535" in result.output
+    expected = preset or "256"
+    seen = {name: os.environ.get(name) for name in device_module.KERNEL_CACHE_CAPACITY}
+    assert seen == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": expected, "LRU_CACHE_CAPACITY": expected}

@@ -40,6 +40,7 @@ from mtkit.cli.options import (
     search_config,
 )
 from mtkit.core import console
+from mtkit.core.device import bound_kernel_caches
 from mtkit.core.errors import MtkitError
 
 MAX_AUTO_REPLICAS = 4  # serve's default engines on a CPU at most (measured on 2 cores only)
@@ -249,6 +250,7 @@ def serve(
     from mtkit.serving.fleet import Fleet
     from mtkit.serving.settings import ServeConfig
 
+    bound_kernel_caches()  # before any model runs here or in the engine processes started from here
     _require_extra()
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port {port}: must be between 0 and 65535")

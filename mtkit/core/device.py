@@ -25,6 +25,23 @@ AUTO_PRECISION_LOG = "MTKIT_AUTO_PRECISION_LOG"
 AUTO_PRECISION_CONTEXT = "MTKIT_AUTO_PRECISION_CONTEXT"
 
 
+# oneDNN (bf16 and other mkldnn kernels on a CPU) keeps a compiled kernel for every shape it meets, in two
+# caches of 1,024 by default (its own primitives; PyTorch's ideep computations, with their reordered
+# weights). A server's continuous batching meets a new shape at most steps: beside a glossary attack, 15 s
+# took a bf16 server from 313 to 732 MB (fp32, which does not use them: 390). 256 each kept it at 603 MB
+# and its throughput (docs/results/hostile-files.md). Training keeps the defaults: there 256 saved 600 MiB
+# but cost 3-5% of its tokens/s.
+KERNEL_CACHE_CAPACITY = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "256", "LRU_CACHE_CAPACITY": "256"}
+
+
+def bound_kernel_caches() -> None:
+    """Bound oneDNN's caches of kernels by shape (KERNEL_CACHE_CAPACITY), unless the environment sets
+    them; before the first kernel runs (they read the environment once), and inherited by the
+    processes this one starts."""
+    for name, capacity in KERNEL_CACHE_CAPACITY.items():
+        os.environ.setdefault(name, capacity)
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What `auto` looks at: the kind of device, and whether it computes bf16 natively."""
