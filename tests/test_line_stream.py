@@ -166,3 +166,34 @@ def test_any_interleaving_of_arrivals_and_cancellations_gives_each_sentence_its_
         assert nbest[0][1] == expected_by_beam[beam][i]
     translated = sorted(streams.joined)
     assert translated == sorted(lines[i] for _, i, future in submitted if not future.cancelled())
+
+
+def test_a_steps_aligned_sentences_are_aligned_together_as_each_alone(engine, lines, monkeypatch):
+    """A document's sentences want alignments: those a step finishes are aligned in one call after it
+    (one at a time, thousands held every other client's steps), each as it would be alone; a blank
+    one at once, plain ones without. Copies of a line finish at the same step."""
+    translator = engine.translator
+    calls = []
+    align = translator.alignments
+    monkeypatch.setattr(translator, "alignments", lambda texts, hyps: calls.append(len(texts)) or align(texts, hyps))
+    options = Options(beam=2, nbest=2, lenpen=SearchConfig().lenpen, alignment=False)
+    delivered: dict[int, tuple] = {}
+    stream = engine.open_stream(options, lambda key, result: delivered.update({key: result}))
+    texts = [lines[0], lines[0], lines[0], lines[1], lines[2], lines[2], "  "]
+    aligned = [True, True, False, True, True, True, True]
+    ids = translator.src_tokenizer.encode_batch([text.strip() for text in texts])
+    stream.add(list(range(len(texts))), [Sentence(t, i, aligned=a) for t, i, a in zip(texts, ids, aligned)])
+    assert delivered.pop(6) == ([], [], None) and calls == [0]
+    calls.clear()
+    finished_by_step = []  # the aligned sentences each step finished
+    while len(stream.stream.search):
+        before = {i for i in delivered if aligned[i]}
+        stream.step()
+        finished_by_step.append(len({i for i in delivered if aligned[i]} - before))
+    assert sorted(delivered) == list(range(6))
+    assert calls == [2 * n for n in finished_by_step if n]  # one call a step, both hypotheses of each
+    assert max(finished_by_step) >= 2
+    monkeypatch.undo()
+    for i, (nbest, alignments, _) in delivered.items():
+        alone = translator.alignments([texts[i].strip()] * len(nbest), [h for h, _ in nbest]) if aligned[i] else None
+        assert alignments == alone and (alone is None or all(alone))

@@ -51,16 +51,18 @@ class Options:
 class SentenceStream:
     """The engine's running search (translate.LineStream), fed Sentences: it need not encode them again;
     aligned(key): whether the sentence added under this key wants alignments (asked once, as it is
-    delivered)."""
+    delivered). after(): called after each add and step, once the search has delivered what it finished
+    (the engine aligns those sentences then, together)."""
 
-    def __init__(self, stream: LineStream):
-        self.stream = stream
+    def __init__(self, stream: LineStream, after: Callable[[], None] = lambda: None):
+        self.stream, self.after = stream, after
         self._aligned: set[Any] = set()
 
     def add(self, keys: Sequence[Any], sentences: Sequence[Sentence]) -> None:
         self._aligned.update(key for key, s in zip(keys, sentences) if s.aligned)
         texts, ids = [s.text for s in sentences], [s.ids for s in sentences]
         self.stream.add(keys, texts, ids, [s.given for s in sentences], [s.terms for s in sentences])
+        self.after()  # (a blank line is finished as it is added)
 
     def aligned(self, key: Any) -> bool:
         wanted = key in self._aligned
@@ -69,6 +71,7 @@ class SentenceStream:
 
     def step(self) -> None:
         self.stream.step()
+        self.after()
 
 
 def when_all(futures: list[Future], then: Callable[[BaseException | None], None]) -> Future:
@@ -142,11 +145,27 @@ class Engine:
         if options.confidence:
             return None
 
+        to_align: list[tuple[Any, str, NbestList]] = []
+
         def finished(key: Any, line: str, nbest_list: NbestList) -> None:
-            deliver(key, self._result(line, fed.aligned(key), nbest_list))
+            if fed.aligned(key):
+                to_align.append((key, line, nbest_list))
+            else:
+                deliver(key, (nbest_list, None, None))
+
+        def align_finished() -> None:
+            """The step's aligned sentences, aligned in one call: one at a time, a document's thousands
+            took 1.7 ms each of the engine's thread (0.4 ms together), every other client's step waiting."""
+            if not to_align:
+                return
+            finished_now = to_align[:]
+            to_align.clear()
+            alignments = self._alignments([(line, nbest_list) for _, line, nbest_list in finished_now])
+            for (key, _, nbest_list), found in zip(finished_now, alignments):
+                deliver(key, (nbest_list, found, None))
 
         stream = self._translator_for(options).open_stream(finished)
-        fed = SentenceStream(stream) if stream is not None else None
+        fed = SentenceStream(stream, align_finished) if stream is not None else None
         return fed
 
     def _translator_for(self, options: Options) -> TextTranslator:
@@ -158,7 +177,11 @@ class Engine:
         return self.translator
 
     def _result(self, line: str, aligned: bool, nbest_list: NbestList, confidence: float | None = None) -> Result:
-        if not aligned:
-            return nbest_list, None, confidence
-        alignments = self.translator.alignments([line] * len(nbest_list), [h for h, _ in nbest_list])
-        return nbest_list, alignments, confidence
+        return nbest_list, self._alignments([(line, nbest_list)])[0] if aligned else None, confidence
+
+    def _alignments(self, finished: Sequence[tuple[str, NbestList]]) -> list[list[str]]:
+        """Each finished sentence's alignments, one per n-best entry, computed in one call."""
+        assert self.translator is not None
+        lines = [line for line, nbest_list in finished for _ in nbest_list]
+        flat = iter(self.translator.alignments(lines, [h for _, nbest_list in finished for h, _ in nbest_list]))
+        return [[next(flat) for _ in nbest_list] for _, nbest_list in finished]
