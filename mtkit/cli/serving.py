@@ -40,7 +40,6 @@ from mtkit.cli.options import (
     search_config,
 )
 from mtkit.core import console
-from mtkit.core.device import bound_kernel_caches
 from mtkit.core.errors import MtkitError
 
 MAX_AUTO_REPLICAS = 4  # serve's default engines on a CPU at most (measured on 2 cores only)
@@ -246,6 +245,7 @@ def serve(
     from mtkit.api.app import _require_extra
     from mtkit.api.app import serve as run_server
     from mtkit.cli.served_models import Loading, read_models_file, service_for, slots
+    from mtkit.core.device import bound_kernel_caches
     from mtkit.interop.engines import Decoding
     from mtkit.serving.fleet import Fleet
     from mtkit.serving.settings import ServeConfig
