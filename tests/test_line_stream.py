@@ -197,3 +197,23 @@ def test_a_steps_aligned_sentences_are_aligned_together_as_each_alone(engine, li
     for i, (nbest, alignments, _) in delivered.items():
         alone = translator.alignments([texts[i].strip()] * len(nbest), [h for h, _ in nbest]) if aligned[i] else None
         assert alignments == alone and (alone is None or all(alone))
+
+
+def test_a_batch_with_confidences_aligns_its_aligned_sentences_in_one_call_as_each_alone(engine, lines, monkeypatch):
+    """Confidences are of whole batches (no running search): its aligned sentences are aligned together
+    once the batch is done, each as it would be alone, beside its confidence."""
+    translator = engine.translator
+    calls = []
+    align = translator.alignments
+    monkeypatch.setattr(translator, "alignments", lambda texts, hyps: calls.append(len(texts)) or align(texts, hyps))
+    options = Options(beam=2, nbest=2, lenpen=SearchConfig().lenpen, alignment=False, confidence=True)
+    texts, aligned = lines[:4], [True, False, True, True]
+    ids = translator.src_tokenizer.encode_batch([text.strip() for text in texts])
+    delivered: dict[int, tuple] = {}
+    sentences = [Sentence(t, i, aligned=a) for t, i, a in zip(texts, ids, aligned)]
+    engine.translate(sentences, options, lambda i, result: delivered.update({i: result}))
+    assert calls == [2 * 3]  # both hypotheses of the three aligned sentences
+    monkeypatch.undo()
+    for i, (nbest, alignments, confidence) in delivered.items():
+        alone = translator.alignments([texts[i].strip()] * len(nbest), [h for h, _ in nbest]) if aligned[i] else None
+        assert alignments == alone and (alone is None or all(alone)) and 0 <= confidence <= 1

@@ -136,8 +136,10 @@ class Engine:
         )
         if options.confidence:
             scores = confidences(self.calibration, translator, texts, nbest_lists, encoded)
+            aligned = [i for i, sentence in enumerate(sentences) if sentence.aligned]
+            found = dict(zip(aligned, self._alignments([(texts[i], nbest_lists[i]) for i in aligned])))
             for i, (nbest_list, score) in enumerate(zip(nbest_lists, scores)):
-                deliver(i, self._result(texts[i], sentences[i].aligned, nbest_list, score))
+                deliver(i, (nbest_list, found.get(i), score))
 
     def open_stream(self, options: Options, deliver: Callable[[int, Result], None]) -> SentenceStream | None:
         """A running search for continuous batching, where the engine has one (and the requests ask for no
@@ -176,8 +178,8 @@ class Engine:
         )
         return self.translator
 
-    def _result(self, line: str, aligned: bool, nbest_list: NbestList, confidence: float | None = None) -> Result:
-        return nbest_list, self._alignments([(line, nbest_list)])[0] if aligned else None, confidence
+    def _result(self, line: str, aligned: bool, nbest_list: NbestList) -> Result:
+        return nbest_list, self._alignments([(line, nbest_list)])[0] if aligned else None, None
 
     def _alignments(self, finished: Sequence[tuple[str, NbestList]]) -> list[list[str]]:
         """Each finished sentence's alignments, one per n-best entry, computed in one call."""
